@@ -1,0 +1,2 @@
+//! migration-apiserver: an aggregated API server and admission webhook server for storage version migration.
+pub mod storage;

@@ -1,0 +1,2 @@
+//! Placeholder, replaced by the watch hub implementation.
+pub struct WatchHub;
