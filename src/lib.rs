@@ -1,4 +1,8 @@
 //! migration-apiserver: an aggregated API server and admission webhook server for storage version migration.
+pub mod api;
 pub mod auth;
+pub mod cli;
+pub mod error;
+pub mod registry;
 pub mod server;
 pub mod storage;

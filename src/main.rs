@@ -1,1 +1,29 @@
-fn main(){}
+use clap::Parser;
+use migration_apiserver::cli::{self, Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let args = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match args.command {
+            Command::Serve(a) => {
+                cli::init_logging(a.log_format);
+                cli::serve(a).await
+            }
+            Command::Certs(a) => cli::certs(a),
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

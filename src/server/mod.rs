@@ -1,1 +1,286 @@
+//! The HTTP surface: routing, discovery, OpenAPI, health, metrics and authentication around the REST handlers.
+
+pub mod discovery;
+pub mod metrics;
+pub mod negotiate;
+pub mod openapi;
+pub mod rest;
 pub mod serve;
+pub mod table;
+
+use crate::auth::authn::{Authenticator, PeerCertificates, UserInfo};
+use crate::error::{ApiError, ApiResult};
+use crate::registry::Registry;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use discovery::{aggregated_version, Discovery, DiscoveryFormat};
+use metrics::{LatencyLabelSet, Metrics, RequestLabelSet};
+use openapi::OpenApi;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct AppState {
+    pub registry: Registry,
+    pub discovery: Discovery,
+    pub openapi: OpenApi,
+    pub authn: Arc<Authenticator>,
+    pub metrics: Arc<Metrics>,
+    pub bookmark_interval: Duration,
+    pub ready: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(
+        registry: Registry,
+        authn: Arc<Authenticator>,
+        metrics: Arc<Metrics>,
+        bookmark_interval: Duration,
+    ) -> Self {
+        let kinds: Vec<_> = registry.resources.iter().map(|r| r.strategy.clone()).collect();
+        AppState {
+            discovery: Discovery::build(&kinds),
+            openapi: OpenApi::build(&kinds),
+            registry,
+            authn,
+            metrics,
+            bookmark_interval,
+            ready: AtomicBool::new(true),
+        }
+    }
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/livez", get(health))
+        .route("/readyz", get(ready))
+        .route("/healthz/{check}", get(health))
+        .route("/livez/{check}", get(health))
+        .route("/readyz/{check}", get(ready))
+        .route("/version", get(version))
+        .route("/metrics", get(metrics_handler))
+        .route("/openapi/v2", get(openapi_v2))
+        .route("/openapi/v3", get(openapi_v3_root))
+        .route("/openapi/v3/{*gv}", get(openapi_v3))
+        .fallback(rest::handle)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate_and_measure))
+        .with_state(state)
+}
+
+/// Paths served to anyone, like kube-apiserver's system:public-info-viewer.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/livez" | "/readyz" | "/version")
+        || path.starts_with("/healthz/")
+        || path.starts_with("/livez/")
+        || path.starts_with("/readyz/")
+}
+
+async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let user: Option<UserInfo> = st.authn.authenticate(req.extensions().get::<PeerCertificates>(), req.headers());
+    let mut resp = match user {
+        Some(u) => {
+            req.extensions_mut().insert(u);
+            next.run(req).await
+        }
+        None if is_public(&path) => next.run(req).await,
+        None => ApiError::unauthorized().into_response(),
+    };
+    let labels = resp.extensions_mut().remove::<rest::RequestLabels>().unwrap_or_default();
+    let verb = if labels.verb.is_empty() { method.as_str().to_string() } else { labels.verb.to_string() };
+    let component = "apiserver".to_string();
+    st.metrics
+        .requests
+        .get_or_create(&RequestLabelSet {
+            verb: verb.clone(),
+            group: labels.group.clone(),
+            version: labels.version.clone(),
+            resource: labels.resource.clone(),
+            subresource: labels.subresource.clone(),
+            scope: labels.scope.to_string(),
+            component: component.clone(),
+            code: resp.status().as_u16().to_string(),
+        })
+        .inc();
+    if verb != "WATCH" {
+        st.metrics
+            .latency
+            .get_or_create(&LatencyLabelSet {
+                verb,
+                group: labels.group,
+                version: labels.version,
+                resource: labels.resource,
+                subresource: labels.subresource,
+                scope: labels.scope.to_string(),
+                component,
+            })
+            .observe(start.elapsed().as_secs_f64());
+    }
+    resp
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+async fn ready(State(st): State<Arc<AppState>>) -> Response {
+    if st.ready.load(Ordering::Relaxed) {
+        "ok".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "[-]shutdown failed: reason withheld\nreadyz check failed").into_response()
+    }
+}
+
+async fn version() -> Response {
+    let v = env!("CARGO_PKG_VERSION");
+    let mut parts = v.split('.');
+    let body = serde_json::json!({
+        "major": parts.next().unwrap_or("0"),
+        "minor": parts.next().unwrap_or("0"),
+        "gitVersion": format!("v{v}"),
+        "gitCommit": option_env!("GIT_COMMIT").unwrap_or(""),
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    });
+    axum::Json(body).into_response()
+}
+
+async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response {
+    let mut r = st.metrics.encode().into_response();
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    r
+}
+
+fn bytes_response(body: bytes::Bytes, content_type: &'static str, etag: Option<&str>, headers: &HeaderMap) -> Response {
+    if let (Some(tag), Some(inm)) = (etag, headers.get("if-none-match").and_then(|v| v.to_str().ok())) {
+        if inm.split(',').any(|t| t.trim() == tag) {
+            let mut r = StatusCode::NOT_MODIFIED.into_response();
+            if let Ok(v) = HeaderValue::from_str(tag) {
+                r.headers_mut().insert("etag", v);
+            }
+            return r;
+        }
+    }
+    let mut r = body.into_response();
+    let h = r.headers_mut();
+    h.insert("content-type", HeaderValue::from_static(content_type));
+    if let Some(v) = etag.and_then(|t| HeaderValue::from_str(t).ok()) {
+        h.insert("etag", v);
+    }
+    h.insert("vary", HeaderValue::from_static("Accept"));
+    r
+}
+
+/// GET /api, /apis, /apis/<g>, /apis/<g>/<v>.
+pub(crate) fn discovery_response(
+    st: &AppState,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    if segs.is_empty() || !(segs[0] == "apis" || segs[0] == "api") {
+        return Err(ApiError::path_not_found());
+    }
+    if method != Method::GET {
+        return Err(ApiError::method_not_allowed(&method.as_str().to_lowercase(), "", ""));
+    }
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok());
+    let d = &st.discovery;
+    match segs.as_slice() {
+        ["api"] | ["apis"] => {
+            let legacy = segs[0] == "api";
+            match aggregated_version(accept) {
+                DiscoveryFormat::Aggregated(v) => {
+                    let docs = if legacy { &d.aggregated_legacy } else { &d.aggregated };
+                    let doc = docs.get(v).ok_or_else(ApiError::path_not_found)?;
+                    let ct = if v == "v2" {
+                        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                    } else {
+                        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+                    };
+                    Ok(bytes_response(doc.body.clone(), ct, Some(&doc.etag), headers))
+                }
+                DiscoveryFormat::Legacy => {
+                    let doc = if legacy { &d.api_versions } else { &d.group_list };
+                    Ok(bytes_response(doc.body.clone(), "application/json", None, headers))
+                }
+                DiscoveryFormat::Unsupported => Err(ApiError::not_acceptable(&[
+                    "application/json",
+                    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+                ])),
+            }
+        }
+        ["apis", g] => {
+            let doc = d.groups.get(*g).ok_or_else(ApiError::path_not_found)?;
+            Ok(bytes_response(doc.body.clone(), "application/json", None, headers))
+        }
+        ["apis", g, v] => {
+            let doc = d.resource_lists.get(&(g.to_string(), v.to_string())).ok_or_else(ApiError::path_not_found)?;
+            Ok(bytes_response(doc.body.clone(), "application/json", None, headers))
+        }
+        _ => Err(ApiError::path_not_found()),
+    }
+}
+
+async fn openapi_v2(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let json_ok = accept.is_empty()
+        || negotiate::parse_accept(accept)
+            .iter()
+            .any(|m| matches!(m.essence, "application/json" | "*/*" | "application/*"));
+    if !json_ok {
+        return ApiError::not_acceptable(&["application/json"]).into_response();
+    }
+    bytes_response(st.openapi.v2.clone(), "application/json", None, &headers)
+}
+
+async fn openapi_v3_root(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    bytes_response(st.openapi.v3_root.clone(), "application/json", None, &headers)
+}
+
+async fn openapi_v3(
+    State(st): State<Arc<AppState>>,
+    axum::extract::Path(gv): axum::extract::Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let Some((body, hash)) = st.openapi.v3.get(&gv) else {
+        return ApiError::path_not_found().into_response();
+    };
+    let etag = format!("\"{hash}\"");
+    let asked = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "hash")
+        .map(|(_, v)| v.into_owned());
+    match asked {
+        Some(h) if &h != hash => {
+            let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("/openapi/v3/{gv}?hash={hash}")) {
+                r.headers_mut().insert("location", v);
+            }
+            r
+        }
+        Some(_) => {
+            let mut r = bytes_response(body.clone(), "application/json", Some(&etag), &headers);
+            r.headers_mut().insert("cache-control", HeaderValue::from_static("public, immutable"));
+            r
+        }
+        None => {
+            let mut r = bytes_response(body.clone(), "application/json", Some(&etag), &headers);
+            r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
+            r
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Validation shared by every kind: object metadata and the name/label syntaxes of apimachinery, with its messages.
+
+use crate::error::FieldError;
+use serde_json::Value;
+
+const DNS1123_LABEL_MAX: usize = 63;
+const DNS1123_SUBDOMAIN_MAX: usize = 253;
+const QUALIFIED_NAME_MAX: usize = 63;
+const LABEL_VALUE_MAX: usize = 63;
+const TOTAL_ANNOTATION_SIZE: usize = 256 * 1024;
+
+fn is_alnum_lower(c: u8) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+fn dns_label_ok(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= DNS1123_LABEL_MAX
+        && is_alnum_lower(b[0])
+        && is_alnum_lower(b[b.len() - 1])
+        && b.iter().all(|&c| is_alnum_lower(c) || c == b'-')
+}
+
+/// Problems with `s` as an RFC 1123 label (empty when valid).
+pub fn dns1123_label(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > DNS1123_LABEL_MAX {
+        errs.push(format!("must be no more than {DNS1123_LABEL_MAX} characters"));
+    }
+    if !dns_label_ok(&s[..s.len().min(DNS1123_LABEL_MAX)]) || s.is_empty() {
+        errs.push("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into());
+    }
+    errs
+}
+
+/// Problems with `s` as an RFC 1123 subdomain (empty when valid).
+pub fn dns1123_subdomain(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > DNS1123_SUBDOMAIN_MAX {
+        errs.push(format!("must be no more than {DNS1123_SUBDOMAIN_MAX} characters"));
+    }
+    if s.is_empty() || !s.split('.').all(dns_label_ok) {
+        errs.push("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into());
+    }
+    errs
+}
+
+fn qualified_name_part_ok(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+}
+
+/// Problems with `s` as a qualified name (`[prefix/]name`), used for label and annotation keys and finalizers.
+pub fn qualified_name(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            errs.push("prefix part must be non-empty".into());
+        } else {
+            errs.extend(dns1123_subdomain(p).into_iter().map(|e| format!("prefix part {e}")));
+        }
+    }
+    if name.is_empty() {
+        errs.push("name part must be non-empty".into());
+    } else {
+        if name.len() > QUALIFIED_NAME_MAX {
+            errs.push(format!("name part must be no more than {QUALIFIED_NAME_MAX} characters"));
+        }
+        if !qualified_name_part_ok(name) || name.contains('/') {
+            errs.push("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".into());
+        }
+    }
+    errs
+}
+
+pub fn label_value(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > LABEL_VALUE_MAX {
+        errs.push(format!("must be no more than {LABEL_VALUE_MAX} characters"));
+    }
+    if !s.is_empty() && !qualified_name_part_ok(s) {
+        errs.push("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".into());
+    }
+    errs
+}
+
+/// Name validation of a kind: DNS subdomain (most kinds) or DNS label.
+#[derive(Clone, Copy, Debug)]
+pub enum NameRule {
+    Subdomain,
+    Label,
+}
+
+impl NameRule {
+    pub fn check(self, name: &str) -> Vec<String> {
+        match self {
+            NameRule::Subdomain => dns1123_subdomain(name),
+            NameRule::Label => dns1123_label(name),
+        }
+    }
+}
+
+fn str_map(v: Option<&Value>) -> Vec<(String, String)> {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+        .unwrap_or_default()
+}
+
+/// ValidateObjectMeta: the generic part of every create and update.
+pub fn validate_object_meta(meta: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+    let generate_name = meta.get("generateName").and_then(Value::as_str).unwrap_or_default();
+    if name.is_empty() {
+        errs.push(FieldError::required_msg("metadata.name", "name or generateName is required"));
+    } else {
+        for e in rule.check(name) {
+            errs.push(FieldError::invalid("metadata.name", name, &e));
+        }
+    }
+    if !generate_name.is_empty() {
+        // generateName is valid when it is a valid name prefix (the random suffix makes it whole).
+        let probe = format!("{generate_name}a");
+        for e in rule.check(&probe) {
+            errs.push(FieldError::invalid("metadata.generateName", generate_name, &e));
+        }
+    }
+    let namespace = meta.get("namespace").and_then(Value::as_str).unwrap_or_default();
+    if namespaced {
+        if namespace.is_empty() {
+            errs.push(FieldError::required("metadata.namespace"));
+        } else {
+            for e in dns1123_label(namespace) {
+                errs.push(FieldError::invalid("metadata.namespace", namespace, &e));
+            }
+        }
+    } else if !namespace.is_empty() {
+        errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
+    }
+    for (k, v) in str_map(meta.get("labels")) {
+        for e in qualified_name(&k) {
+            errs.push(FieldError::invalid("metadata.labels", &k, &e));
+        }
+        for e in label_value(&v) {
+            errs.push(FieldError::invalid(format!("metadata.labels.{k}"), &v, &e));
+        }
+    }
+    let mut total = 0usize;
+    for (k, v) in str_map(meta.get("annotations")) {
+        total += k.len() + v.len();
+        for e in qualified_name(&k.to_lowercase()) {
+            errs.push(FieldError::invalid("metadata.annotations", &k, &e));
+        }
+    }
+    if total > TOTAL_ANNOTATION_SIZE {
+        errs.push(FieldError::too_long("metadata.annotations", TOTAL_ANNOTATION_SIZE));
+    }
+    if let Some(fins) = meta.get("finalizers").and_then(Value::as_array) {
+        let mut seen = std::collections::HashSet::new();
+        for (i, f) in fins.iter().enumerate() {
+            let f = f.as_str().unwrap_or_default();
+            for e in qualified_name(f) {
+                errs.push(FieldError::invalid(format!("metadata.finalizers[{i}]"), f, &e));
+            }
+            if !seen.insert(f) {
+                errs.push(FieldError::duplicate(format!("metadata.finalizers[{i}]"), f));
+            }
+        }
+    }
+    if let Some(refs) = meta.get("ownerReferences").and_then(Value::as_array) {
+        let mut controllers = 0;
+        for (i, r) in refs.iter().enumerate() {
+            for f in ["apiVersion", "kind", "name", "uid"] {
+                if r.get(f).and_then(Value::as_str).unwrap_or_default().is_empty() {
+                    errs.push(FieldError::required(format!("metadata.ownerReferences[{i}].{f}")));
+                }
+            }
+            if r.get("controller").and_then(Value::as_bool) == Some(true) {
+                controllers += 1;
+            }
+        }
+        if controllers > 1 {
+            errs.push(FieldError::invalid_value(
+                "metadata.ownerReferences",
+                &Value::Array(refs.clone()),
+                "Only one reference can have Controller set to true",
+            ));
+        }
+    }
+    if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
+        if g < 0 {
+            errs.push(FieldError::invalid_value(
+                "metadata.generation",
+                &Value::from(g),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    errs
+}
+
+/// Condition `reason` syntax of the in-tree API: `[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?`, at most 1024 characters.
+pub fn condition_reason(field: &str, reason: &str) -> Vec<FieldError> {
+    let b = reason.as_bytes();
+    let ok = !b.is_empty()
+        && b[0].is_ascii_alphabetic()
+        && (b.len() == 1
+            || (b[1..b.len() - 1].iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b',' || c == b':')
+                && (b[b.len() - 1].is_ascii_alphanumeric() || b[b.len() - 1] == b'_')));
+    let mut errs = Vec::new();
+    if reason.len() > 1024 {
+        errs.push(FieldError::too_long(field, 1024));
+    }
+    if !ok {
+        errs.push(FieldError::invalid(
+            field,
+            reason,
+            "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', regex used for validation is '[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')",
+        ));
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names() {
+        assert!(dns1123_subdomain("deployments.apps").is_empty());
+        assert!(!dns1123_subdomain("Deployments").is_empty());
+        assert!(!dns1123_subdomain("a..b").is_empty());
+        assert!(dns1123_label("ab-1").is_empty());
+        assert!(!dns1123_label("a.b").is_empty());
+        assert!(qualified_name("example.com/my-key").is_empty());
+        assert!(!qualified_name("/x").is_empty());
+        assert!(label_value("").is_empty());
+        assert!(!label_value("-x").is_empty());
+    }
+
+    #[test]
+    fn meta_errors_are_all_reported() {
+        let m = json!({"name": "Bad_Name", "namespace": "ns", "labels": {"ok": "-bad"}, "finalizers": ["a/b", "a/b"]});
+        let errs = validate_object_meta(&m, false, NameRule::Subdomain);
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&"metadata.name"));
+        assert!(fields.contains(&"metadata.namespace"));
+        assert!(fields.contains(&"metadata.labels.ok"));
+        assert!(fields.contains(&"metadata.finalizers[1]"));
+    }
+
+    #[test]
+    fn reasons() {
+        assert!(condition_reason("r", "Superseded").is_empty());
+        assert!(condition_reason("r", "A:B_").is_empty());
+        assert!(!condition_reason("r", "1bad").is_empty());
+        assert!(!condition_reason("r", "bad-").is_empty());
+    }
+}

@@ -1,0 +1,248 @@
+//! The kinds this server serves. Each kind is one file with its types and policy (defaults, validation, printer
+//! columns); this module bridges them to the object-safe [`Strategy`] the generic registry works with.
+//! Adding a kind = one file + one line in [`kinds`].
+
+pub mod meta;
+pub mod printers;
+pub mod storage_state;
+pub mod storage_version_migration;
+
+use crate::error::{ApiError, FieldError};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// Static facts about a kind: names, scope, versions. What discovery and routing need.
+#[derive(Debug)]
+pub struct KindInfo {
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub list_kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// Served versions, preferred first.
+    pub versions: &'static [&'static str],
+    /// Whether the kind has a `/status` subresource (then main-resource writes ignore status).
+    pub has_status: bool,
+}
+
+impl KindInfo {
+    pub fn qualified_resource(&self) -> String {
+        crate::error::qualified(self.plural, self.group)
+    }
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{}", self.group, version)
+        }
+    }
+}
+
+/// A printer column (Table `columnDefinitions` entry).
+#[derive(Clone, Debug, Serialize)]
+pub struct Column {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub type_: &'static str,
+    pub format: &'static str,
+    pub description: &'static str,
+    pub priority: i32,
+}
+
+impl Column {
+    pub const fn new(name: &'static str, type_: &'static str, description: &'static str) -> Self {
+        Column { name, type_, format: "", description, priority: 0 }
+    }
+}
+
+/// The typed side of a kind: implemented by each kind's struct.
+pub trait Kind: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static {
+    fn info() -> &'static KindInfo;
+    fn metadata(&self) -> &ObjectMeta;
+    /// Defaulting, applied to every object decoded from a request (like kube-apiserver's defaulting on decode).
+    fn defaults(&mut self) {}
+    /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
+    fn prepare_for_create(&mut self) {}
+    fn validate(&self) -> Vec<FieldError>;
+    /// Validation of an update of the main resource (spec, metadata).
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let _ = old;
+        self.validate()
+    }
+    /// Validation of a `/status` update.
+    fn validate_status_update(&self, old: &Self) -> Vec<FieldError> {
+        self.validate_update(old)
+    }
+    /// The kind's own printer columns (Name and Age are added around them).
+    fn columns() -> Vec<Column>;
+    fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
+}
+
+/// An object decoded from a request: canonical JSON plus the fields the decoder did not know.
+pub struct Decoded {
+    pub object: Value,
+    pub unknown_fields: Vec<String>,
+}
+
+/// Per-kind policy over JSON objects, as the generic registry sees it.
+pub trait Strategy: Send + Sync {
+    fn info(&self) -> &'static KindInfo;
+    /// The version objects are written in.
+    fn storage_version(&self) -> &str;
+    /// Decodes a request body (already JSON) into canonical JSON: typed round trip, unknown fields dropped and named.
+    fn decode(&self, obj: Value) -> Result<Decoded, ApiError>;
+    fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError>;
+    fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError>;
+    fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError>;
+    fn columns(&self) -> Vec<Column>;
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
+    /// OpenAPI v3 schema of the kind and the schemas it references, by fully qualified name.
+    fn schemas(&self) -> (String, serde_json::Map<String, Value>);
+}
+
+/// The one [`Strategy`] implementation, generic over typed kinds.
+pub struct KindStrategy<K: Kind> {
+    storage_version: String,
+    _k: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> KindStrategy<K> {
+    pub fn new(storage_version: &str) -> Self {
+        KindStrategy { storage_version: storage_version.to_string(), _k: std::marker::PhantomData }
+    }
+    fn typed(obj: &Value) -> Result<K, ApiError> {
+        K::deserialize(obj).map_err(|e| ApiError::internal(format!("decoding stored {}: {e}", K::info().kind)))
+    }
+}
+
+/// Go-style field path from serde's path ("spec.resource" rather than ".spec.resource").
+fn path_string(p: &serde_path_to_error::Path) -> String {
+    p.to_string().trim_start_matches('.').to_string()
+}
+
+impl<K: Kind> Strategy for KindStrategy<K> {
+    fn info(&self) -> &'static KindInfo {
+        K::info()
+    }
+    fn storage_version(&self) -> &str {
+        &self.storage_version
+    }
+    fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
+        let mut unknown = Vec::new();
+        let mut note = |path: serde_ignored::Path<'_>| {
+            let p = path.to_string();
+            // apiVersion and kind are checked by the registry; the typed structs do not carry them.
+            if p != "apiVersion" && p != "kind" {
+                unknown.push(p)
+            }
+        };
+        let de = serde_ignored::Deserializer::new(&obj, &mut note);
+        let mut typed: K = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = path_string(e.path());
+            let inner = e.into_inner();
+            let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
+            ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind))
+        })?;
+        typed.defaults();
+        let mut object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let (Some(o), Some(src)) = (object.as_object_mut(), obj.as_object()) {
+            for k in ["apiVersion", "kind"] {
+                if let Some(v) = src.get(k) {
+                    o.insert(k.to_string(), v.clone());
+                }
+            }
+        }
+        unknown.sort();
+        unknown.dedup();
+        Ok(Decoded { object, unknown_fields: unknown })
+    }
+    fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
+        let mut typed = Self::typed(obj)?;
+        typed.prepare_for_create();
+        typed.defaults();
+        let keep = (obj.get("apiVersion").cloned(), obj.get("kind").cloned());
+        *obj = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Some(o) = obj.as_object_mut() {
+            if let Some(v) = keep.0 {
+                o.insert("apiVersion".into(), v);
+            }
+            if let Some(k) = keep.1 {
+                o.insert("kind".into(), k);
+            }
+        }
+        Ok(())
+    }
+    fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError> {
+        Ok(Self::typed(obj)?.validate())
+    }
+    fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError> {
+        let (n, o) = (Self::typed(new)?, Self::typed(old)?);
+        Ok(if status { n.validate_status_update(&o) } else { n.validate_update(&o) })
+    }
+    fn columns(&self) -> Vec<Column> {
+        K::columns()
+    }
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        match K::deserialize(obj) {
+            Ok(t) => t.cells(now),
+            Err(_) => K::columns().iter().map(|_| Value::Null).collect(),
+        }
+    }
+    fn schemas(&self) -> (String, serde_json::Map<String, Value>) {
+        crate::server::openapi::kind_schemas::<K>()
+    }
+}
+
+/// base64(sha256("group/version/Kind")[:8]), the discovery `storageVersionHash` (core group gives a leading "/").
+pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine;
+    let digest = Sha256::digest(format!("{group}/{version}/{kind}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
+}
+
+/// The kind table. `storage_versions` overrides a kind's storage version (`--storage-version plural.group=version`).
+pub fn kinds(storage_versions: &std::collections::HashMap<String, String>) -> Result<Vec<Arc<dyn Strategy>>, String> {
+    fn make<K: Kind>(
+        overrides: &std::collections::HashMap<String, String>,
+        default: &str,
+    ) -> Result<Arc<dyn Strategy>, String> {
+        let info = K::info();
+        let key = info.qualified_resource();
+        let version = overrides.get(&key).map(String::as_str).unwrap_or(default);
+        if !info.versions.contains(&version) {
+            return Err(format!(
+                "--storage-version {key}={version}: not a served version (served: {})",
+                info.versions.join(", ")
+            ));
+        }
+        Ok(Arc::new(KindStrategy::<K>::new(version)))
+    }
+    let all = vec![
+        make::<storage_version_migration::StorageVersionMigration>(storage_versions, "v1alpha1")?,
+        make::<storage_state::StorageState>(storage_versions, "v1alpha1")?,
+    ];
+    for key in storage_versions.keys() {
+        if !all.iter().any(|k| &k.info().qualified_resource() == key) {
+            return Err(format!("--storage-version {key}: no such resource (expected <plural>.<group>)"));
+        }
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_version_hash_matches_kube_apiserver() {
+        assert_eq!(storage_version_hash("apps", "v1", "Deployment"), "8aSe+NMegvE=");
+    }
+}

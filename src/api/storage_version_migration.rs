@@ -1,0 +1,249 @@
+//! StorageVersionMigration (migration.k8s.io/v1alpha1): a request to rewrite every object of one resource.
+
+use super::{Column, Kind, KindInfo};
+use crate::api::meta::condition_reason;
+use crate::error::FieldError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const CONDITION_RUNNING: &str = "Running";
+pub const CONDITION_SUCCEEDED: &str = "Succeeded";
+pub const CONDITION_FAILED: &str = "Failed";
+const MAX_MESSAGE: usize = 32768;
+
+/// StorageVersionMigration represents a migration of stored data to the latest storage version.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigration")]
+pub struct StorageVersionMigration {
+    /// Standard object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Specification of the migration.
+    #[serde(default)]
+    pub spec: StorageVersionMigrationSpec,
+    /// Status of the migration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<StorageVersionMigrationStatus>,
+}
+
+/// Spec of the storage version migration.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigrationSpec")]
+pub struct StorageVersionMigrationSpec {
+    /// The resource that is being migrated. The migrator sends requests to the endpoint serving the resource.
+    /// Immutable.
+    #[serde(default)]
+    pub resource: GroupVersionResource,
+    /// The token used in the list options to get the next chunk of objects to migrate. When the
+    /// .status.conditions indicates the migration is "Running", users can use this token to check the progress
+    /// of the migration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// The names of the group, the version, and the resource.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[schemars(rename = "io.k8s.migration.v1alpha1.GroupVersionResource")]
+pub struct GroupVersionResource {
+    /// The name of the group ("" for the core group).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// The name of the version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The name of the resource (plural, lower case).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+}
+
+impl GroupVersionResource {
+    /// `resource.version.group` (`resource.version` for the core group), as the RESOURCE column shows it.
+    pub fn display(&self) -> String {
+        if self.group.is_empty() {
+            format!("{}.{}", self.resource, self.version)
+        } else {
+            format!("{}.{}.{}", self.resource, self.version, self.group)
+        }
+    }
+}
+
+/// Status of the storage version migration.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigrationStatus")]
+pub struct StorageVersionMigrationStatus {
+    /// The latest available observations of the migration's current state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<MigrationCondition>,
+    /// Number of objects rewritten (or found deleted or already rewritten) so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrated_objects: Option<i64>,
+    /// Estimate of the objects still to be migrated, from the last list's remainingItemCount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_objects_estimate: Option<i64>,
+}
+
+/// Describes the state of a migration at a certain point.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.migration.v1alpha1.MigrationCondition")]
+pub struct MigrationCondition {
+    /// Type of the condition: Running, Succeeded or Failed.
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// Status of the condition, one of True, False, Unknown.
+    #[serde(default)]
+    pub status: String,
+    /// The last time this condition was updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+    /// The reason for the condition's last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A human readable message indicating details about the transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl StorageVersionMigration {
+    pub fn condition(&self, type_: &str) -> Option<&MigrationCondition> {
+        self.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+    }
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.condition(type_).is_some_and(|c| c.status == "True")
+    }
+    /// Succeeded, Failed, Running or Pending: the STATUS column.
+    pub fn phase(&self) -> &'static str {
+        if self.is_true(CONDITION_SUCCEEDED) {
+            "Succeeded"
+        } else if self.is_true(CONDITION_FAILED) {
+            "Failed"
+        } else if self.is_true(CONDITION_RUNNING) {
+            "Running"
+        } else {
+            "Pending"
+        }
+    }
+
+    fn validate_status(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let Some(status) = &self.status else { return errs };
+        let mut seen = std::collections::HashSet::new();
+        for (i, c) in status.conditions.iter().enumerate() {
+            let f = format!("status.conditions[{i}]");
+            if !matches!(c.type_.as_str(), CONDITION_RUNNING | CONDITION_SUCCEEDED | CONDITION_FAILED) {
+                errs.push(FieldError::not_supported(
+                    format!("{f}.type"),
+                    &c.type_,
+                    &[CONDITION_FAILED, CONDITION_RUNNING, CONDITION_SUCCEEDED],
+                ));
+            } else if !seen.insert(c.type_.as_str()) {
+                errs.push(FieldError::duplicate(format!("{f}.type"), &c.type_));
+            }
+            if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
+                errs.push(FieldError::not_supported(format!("{f}.status"), &c.status, &["False", "True", "Unknown"]));
+            }
+            if let Some(r) = c.reason.as_deref().filter(|r| !r.is_empty()) {
+                errs.extend(condition_reason(&format!("{f}.reason"), r));
+            }
+            if c.message.as_ref().is_some_and(|m| m.len() > MAX_MESSAGE) {
+                errs.push(FieldError::too_long(format!("{f}.message"), MAX_MESSAGE));
+            }
+        }
+        let (succeeded, failed, running) =
+            (self.is_true(CONDITION_SUCCEEDED), self.is_true(CONDITION_FAILED), self.is_true(CONDITION_RUNNING));
+        if succeeded && failed {
+            errs.push(FieldError::invalid(
+                "status.conditions",
+                "Succeeded",
+                "Both success and failed conditions cannot be true at the same time",
+            ));
+        }
+        if running && (succeeded || failed) {
+            errs.push(FieldError::invalid(
+                "status.conditions",
+                "Running",
+                "Running condition cannot be true when success or failed condition is true",
+            ));
+        }
+        for (field, v) in [
+            ("status.migratedObjects", status.migrated_objects),
+            ("status.remainingObjectsEstimate", status.remaining_objects_estimate),
+        ] {
+            if let Some(n) = v.filter(|n| *n < 0) {
+                errs.push(FieldError::invalid_value(field, &Value::from(n), "must be greater than or equal to 0"));
+            }
+        }
+        errs
+    }
+}
+
+static INFO: KindInfo = KindInfo {
+    group: "migration.k8s.io",
+    kind: "StorageVersionMigration",
+    list_kind: "StorageVersionMigrationList",
+    plural: "storageversionmigrations",
+    singular: "storageversionmigration",
+    namespaced: false,
+    short_names: &["svm"],
+    categories: &["migration"],
+    versions: &["v1alpha1"],
+    has_status: true,
+};
+
+impl Kind for StorageVersionMigration {
+    fn info() -> &'static KindInfo {
+        &INFO
+    }
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let r = &self.spec.resource;
+        if r.resource.is_empty() {
+            errs.push(FieldError::required("spec.resource.resource"));
+        }
+        if r.version.is_empty() {
+            errs.push(FieldError::required("spec.resource.version"));
+        }
+        errs.extend(self.validate_status());
+        errs
+    }
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let mut errs = self.validate();
+        if self.spec.resource != old.spec.resource {
+            let v = serde_json::to_value(&self.spec.resource).unwrap_or(Value::Null);
+            errs.push(FieldError::immutable("spec.resource", &v));
+        }
+        errs
+    }
+    fn validate_status_update(&self, old: &Self) -> Vec<FieldError> {
+        let mut errs = self.validate_status();
+        for t in [CONDITION_SUCCEEDED, CONDITION_FAILED] {
+            if old.is_true(t) && !self.is_true(t) {
+                errs.push(FieldError::invalid(
+                    "status.conditions",
+                    t,
+                    &format!("{t} condition cannot be set to False or removed once it is True"),
+                ));
+            }
+        }
+        errs
+    }
+    fn columns() -> Vec<Column> {
+        vec![
+            Column::new("Resource", "string", "The resource being migrated: resource.version.group."),
+            Column::new("Status", "string", "Pending, Running, Succeeded or Failed."),
+            Column::new("Migrated", "integer", "Objects migrated so far."),
+        ]
+    }
+    fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        let migrated = self.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
+        vec![Value::from(self.spec.resource.display()), Value::from(self.phase()), Value::from(migrated)]
+    }
+}

@@ -1,0 +1,321 @@
+//! One error type for the whole request path; every error leaves the server as a `Status` object.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::storage::StorageError;
+
+/// A field-level problem, as kube-apiserver reports it in `details.causes`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, `FieldValueDuplicate`, `FieldValueForbidden`, `FieldValueTooLong`.
+    pub reason: &'static str,
+    pub field: String,
+    /// The full message, e.g. `spec.resource.resource: Required value`.
+    pub message: String,
+}
+
+fn quote(v: &str) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| format!("{v:?}"))
+}
+
+impl FieldError {
+    pub fn required(field: impl Into<String>) -> Self {
+        let field = field.into();
+        FieldError { reason: "FieldValueRequired", message: format!("{field}: Required value"), field }
+    }
+    pub fn required_msg(field: impl Into<String>, detail: &str) -> Self {
+        let field = field.into();
+        FieldError { reason: "FieldValueRequired", message: format!("{field}: Required value: {detail}"), field }
+    }
+    /// `field: Invalid value: "value": detail`
+    pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
+        let field = field.into();
+        FieldError {
+            reason: "FieldValueInvalid",
+            message: format!("{field}: Invalid value: {}: {detail}", quote(value)),
+            field,
+        }
+    }
+    /// Invalid for a non-string value (rendered as Go renders it: bare numbers, objects as JSON).
+    pub fn invalid_value(field: impl Into<String>, value: &serde_json::Value, detail: &str) -> Self {
+        let field = field.into();
+        let v = match value {
+            serde_json::Value::String(s) => quote(s),
+            other => other.to_string(),
+        };
+        FieldError { reason: "FieldValueInvalid", message: format!("{field}: Invalid value: {v}: {detail}"), field }
+    }
+    pub fn not_supported(field: impl Into<String>, value: &str, allowed: &[&str]) -> Self {
+        let field = field.into();
+        let list: Vec<String> = allowed.iter().map(|a| quote(a)).collect();
+        FieldError {
+            reason: "FieldValueNotSupported",
+            message: format!("{field}: Unsupported value: {}: supported values: {}", quote(value), list.join(", ")),
+            field,
+        }
+    }
+    pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
+        let field = field.into();
+        FieldError {
+            reason: "FieldValueDuplicate",
+            message: format!("{field}: Duplicate value: {}", quote(value)),
+            field,
+        }
+    }
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        let field = field.into();
+        FieldError { reason: "FieldValueForbidden", message: format!("{field}: Forbidden: {detail}"), field }
+    }
+    pub fn too_long(field: impl Into<String>, max: usize) -> Self {
+        let field = field.into();
+        FieldError {
+            reason: "FieldValueTooLong",
+            message: format!("{field}: Too long: may not be more than {max} bytes"),
+            field,
+        }
+    }
+    /// `field: Invalid value: ...: field is immutable`
+    pub fn immutable(field: impl Into<String>, value: &serde_json::Value) -> Self {
+        Self::invalid_value(field, value, "field is immutable")
+    }
+}
+
+/// The identity of the object an error is about (`details` in the Status).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Details {
+    pub name: String,
+    pub group: String,
+    /// The resource (plural), as kube-apiserver puts it in `details.kind`.
+    pub kind: String,
+    pub causes: Vec<FieldError>,
+    pub retry_after_seconds: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Box<Details>>,
+    /// For a 410 on an expired continue token: the inconsistent continuation (`metadata.continue`).
+    pub continue_token: Option<Box<str>>,
+}
+
+/// `<resource>.<group>` (just `<resource>` for the core group), as in kube-apiserver's messages.
+pub fn qualified(resource: &str, group: &str) -> String {
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError { code, reason, message: message.into(), details: None, continue_token: None }
+    }
+    fn with(mut self, group: &str, resource: &str, name: &str) -> Self {
+        self.details = Some(Box::new(Details {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: resource.to_string(),
+            ..Default::default()
+        }));
+        self
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+    pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{} {} not found", qualified(resource, group), quote(name)))
+            .with(group, resource, name)
+    }
+    pub fn path_not_found() -> Self {
+        Self::new(404, "NotFound", "the server could not find the requested resource")
+    }
+    pub fn method_not_allowed(verb: &str, group: &str, resource: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("{verb} is not supported on resources of kind {}", quote(&qualified(resource, group))),
+        )
+    }
+    pub fn not_acceptable(supported: &[&str]) -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!("only the following media types are accepted: {}", supported.join(", ")),
+        )
+    }
+    pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
+        Self::new(409, "AlreadyExists", format!("{} {} already exists", qualified(resource, group), quote(name)))
+            .with(group, resource, name)
+    }
+    pub fn conflict(group: &str, resource: &str, name: &str) -> Self {
+        Self::conflict_msg(
+            group,
+            resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+    pub fn conflict_msg(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {} {}: {why}", qualified(resource, group), quote(name)),
+        )
+        .with(group, resource, name)
+    }
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(413, "RequestEntityTooLarge", message)
+    }
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json (got {})", quote(content_type)))
+    }
+    /// 422 with one cause per invalid field; the message lists them all, as kube-apiserver does.
+    pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<FieldError>) -> Self {
+        let msgs: Vec<&str> = causes.iter().map(|c| c.message.as_str()).collect();
+        let list = if msgs.len() == 1 { msgs[0].to_string() } else { format!("[{}]", msgs.join(", ")) };
+        let mut e = Self::new(422, "Invalid", format!("{kind}.{group} {} is invalid: {list}", quote(name)));
+        e.details = Some(Box::new(Details {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            causes,
+            retry_after_seconds: None,
+        }));
+        e
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+    }
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(504, "Timeout", message)
+    }
+    pub fn service_unavailable(message: impl Into<String>) -> Self {
+        let mut e = Self::new(503, "ServiceUnavailable", message);
+        e.details = Some(Box::new(Details { retry_after_seconds: Some(1), ..Default::default() }));
+        e
+    }
+
+    /// The `Status` object kube-apiserver would send.
+    pub fn status(&self) -> serde_json::Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(c) = &self.continue_token {
+            s["metadata"] = json!({ "continue": c.as_ref() });
+        }
+        if let Some(d) = &self.details {
+            let mut det = serde_json::Map::new();
+            if !d.name.is_empty() {
+                det.insert("name".into(), json!(d.name));
+            }
+            if !d.group.is_empty() {
+                det.insert("group".into(), json!(d.group));
+            }
+            if !d.kind.is_empty() {
+                det.insert("kind".into(), json!(d.kind));
+            }
+            if !d.causes.is_empty() {
+                det.insert("causes".into(), json!(d.causes));
+            }
+            if let Some(r) = d.retry_after_seconds {
+                det.insert("retryAfterSeconds".into(), json!(r));
+            }
+            s["details"] = serde_json::Value::Object(det);
+        }
+        if self.reason.is_empty() {
+            if let Some(o) = s.as_object_mut() {
+                o.remove("reason");
+            }
+        }
+        s
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Expired { requested, oldest } => ApiError::gone(format!(
+                "The resourceVersion for the provided list is too old (requested {requested}, oldest available {oldest})."
+            )),
+            StorageError::TooLarge { size, limit } => {
+                ApiError::too_large(format!("object is too large: {size} bytes exceeds the limit of {limit} bytes"))
+            }
+            StorageError::Unavailable(m) => ApiError::service_unavailable(m),
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry = self.details.as_ref().and_then(|d| d.retry_after_seconds);
+        let body = serde_json::to_vec(&self.status()).unwrap_or_default();
+        let mut resp = (code, body).into_response();
+        resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+        if let Some(r) = retry {
+            if let Ok(v) = HeaderValue::from_str(&r.to_string()) {
+                resp.headers_mut().insert("retry-after", v);
+            }
+        }
+        resp
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_message_matches_kube() {
+        let e = ApiError::conflict("migration.k8s.io", "storagestates", "pods");
+        assert_eq!(e.code, 409);
+        assert_eq!(
+            e.message,
+            "Operation cannot be fulfilled on storagestates.migration.k8s.io \"pods\": the object has been modified; please apply your changes to the latest version and try again"
+        );
+    }
+
+    #[test]
+    fn invalid_lists_every_cause() {
+        let e = ApiError::invalid(
+            "StorageState",
+            "migration.k8s.io",
+            "x",
+            vec![
+                FieldError::required("spec.resource.resource"),
+                FieldError::invalid("metadata.name", "x", "must be y"),
+            ],
+        );
+        assert_eq!(e.code, 422);
+        assert!(e
+            .message
+            .contains("[spec.resource.resource: Required value, metadata.name: Invalid value: \"x\": must be y]"));
+        assert_eq!(e.status()["details"]["causes"].as_array().map(|a| a.len()), Some(2));
+    }
+}

@@ -1,0 +1,1049 @@
+//! The generic REST registry: create/get/list/watch/update/patch/delete over any kind, like k8s.io/apiserver's
+//! `registry/generic`. It owns object metadata (uid, resourceVersion, generation, timestamps, finalizers), the
+//! status-subresource split, selectors, chunking and dry-run; everything kind-specific comes from the kind's
+//! [`Strategy`]. It knows no kind by name.
+
+pub mod continue_token;
+pub mod decode;
+pub mod selectors;
+
+use crate::api::meta::{validate_object_meta, NameRule};
+use crate::api::Strategy;
+use crate::error::{ApiError, ApiResult, FieldError};
+use crate::storage::{EventKind, KeyValue, ListOptions, Storage, StorageError, WatchItem};
+use bytes::Bytes;
+use continue_token::ContinueToken;
+use selectors::{FieldSelector, LabelSelector};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How unknown and duplicate fields in a request body are treated (the `fieldValidation` query parameter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(s: Option<&str>) -> ApiResult<Self> {
+        match s.unwrap_or("") {
+            "" | "Warn" => Ok(FieldValidation::Warn),
+            "Ignore" => Ok(FieldValidation::Ignore),
+            "Strict" => Ok(FieldValidation::Strict),
+            other => Err(ApiError::bad_request(format!(
+                "fieldValidation parameter unsupported: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+}
+
+/// The outcome of a write: the object as returned to the client, warnings for the `Warning` header.
+#[derive(Debug)]
+pub struct Written {
+    pub object: Value,
+    pub warnings: Vec<String>,
+    pub created: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListParams {
+    pub label_selector: LabelSelector,
+    pub field_selector: FieldSelector,
+    pub limit: usize,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct ListOut {
+    pub items: Vec<Value>,
+    pub revision: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub dry_run: bool,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub propagation_policy: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    Json,
+    Merge,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WatchParams {
+    pub label_selector: LabelSelector,
+    pub field_selector: FieldSelector,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub send_initial_events: Option<bool>,
+    pub allow_bookmarks: bool,
+    pub bookmark_interval: Duration,
+}
+
+/// What a watch stream carries, before encoding.
+#[derive(Debug)]
+pub enum WatchOut {
+    Event {
+        kind: &'static str,
+        object: Value,
+    },
+    /// A bookmark at this revision; `initial_events_end` marks the end of `sendInitialEvents`.
+    Bookmark {
+        revision: u64,
+        initial_events_end: bool,
+    },
+    Error(ApiError),
+}
+
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    /// Add the garbage collector's `orphan`/`foregroundDeletion` finalizers on delete. Only when a garbage
+    /// collector runs (in a cluster); standalone, nothing would ever remove them.
+    pub gc_finalizers: bool,
+    /// Largest encoded object accepted for storage.
+    pub max_object_bytes: usize,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig { gc_finalizers: false, max_object_bytes: 1536 * 1024 }
+    }
+}
+
+/// All served resources.
+pub struct Registry {
+    pub resources: Vec<Arc<Resource>>,
+}
+
+impl Registry {
+    pub fn new(storage: Arc<dyn Storage>, kinds: Vec<Arc<dyn Strategy>>, config: RegistryConfig) -> Self {
+        let resources = kinds
+            .into_iter()
+            .map(|strategy| Arc::new(Resource { strategy, storage: storage.clone(), config: config.clone() }))
+            .collect();
+        Registry { resources }
+    }
+
+    /// The resource `plural` of `group` if `version` is served.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Resource>> {
+        self.resources.iter().find(|r| {
+            let i = r.strategy.info();
+            i.group == group && i.plural == plural && i.versions.contains(&version)
+        })
+    }
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// kube-apiserver's generateName suffix alphabet: no vowels, no confusable characters.
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4().as_bytes()[..5].iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+}
+
+fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    match obj.get_mut("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// Everything but metadata and status: what a generation bump is about.
+fn spec_equal(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            for k in ["metadata", "status", "apiVersion", "kind"] {
+                o.remove(k);
+            }
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+fn parse_rv(s: &str) -> ApiResult<u64> {
+    s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))
+}
+
+/// One served resource: the generic machinery bound to one kind's strategy.
+pub struct Resource {
+    pub strategy: Arc<dyn Strategy>,
+    storage: Arc<dyn Storage>,
+    config: RegistryConfig,
+}
+
+impl Resource {
+    fn info(&self) -> &'static crate::api::KindInfo {
+        self.strategy.info()
+    }
+
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(self.info().group, self.info().plural, name)
+    }
+
+    fn conflict(&self, name: &str) -> ApiError {
+        ApiError::conflict(self.info().group, self.info().plural, name)
+    }
+
+    fn invalid(&self, name: &str, causes: Vec<FieldError>) -> ApiError {
+        ApiError::invalid(self.info().kind, self.info().group, name, causes)
+    }
+
+    /// `/registry/<group>/<resource>/[<namespace>/]<name>`
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        let i = self.info();
+        match namespace.filter(|_| i.namespaced) {
+            Some(ns) => format!("/registry/{}/{}/{ns}/{name}", i.group, i.plural),
+            None => format!("/registry/{}/{}/{name}", i.group, i.plural),
+        }
+    }
+
+    pub fn prefix(&self, namespace: Option<&str>) -> String {
+        let i = self.info();
+        match namespace.filter(|_| i.namespaced) {
+            Some(ns) => format!("/registry/{}/{}/{ns}/", i.group, i.plural),
+            None => format!("/registry/{}/{}/", i.group, i.plural),
+        }
+    }
+
+    /// A stored value as the client sees it in `version`: apiVersion/kind of that version, resourceVersion set.
+    pub fn decode_stored(&self, kv: &KeyValue, version: &str) -> ApiResult<Value> {
+        self.decode_stored_at(&kv.value, kv.mod_revision, version)
+    }
+
+    fn decode_stored_at(&self, value: &[u8], revision: u64, version: &str) -> ApiResult<Value> {
+        let mut obj: Value = serde_json::from_slice(value)
+            .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
+        let i = self.info();
+        if let Some(o) = obj.as_object_mut() {
+            o.insert("apiVersion".into(), Value::String(i.api_version(version)));
+            o.insert("kind".into(), Value::String(i.kind.into()));
+        }
+        meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(revision.to_string()));
+        Ok(obj)
+    }
+
+    /// The stored encoding: the storage version, without resourceVersion (the revision is the resourceVersion).
+    fn encode(&self, obj: &Value) -> ApiResult<Bytes> {
+        let mut o = obj.clone();
+        let i = self.info();
+        if let Some(m) = o.as_object_mut() {
+            m.insert("apiVersion".into(), Value::String(i.api_version(self.strategy.storage_version())));
+            m.insert("kind".into(), Value::String(i.kind.into()));
+        }
+        meta_mut(&mut o).remove("resourceVersion");
+        let bytes = serde_json::to_vec(&o).map_err(|e| ApiError::internal(e.to_string()))?;
+        if bytes.len() > self.config.max_object_bytes {
+            return Err(ApiError::too_large(format!(
+                "{} {:?} is too large: the encoded object is {} bytes, the limit is {} bytes",
+                i.qualified_resource(),
+                meta_str(obj, "name"),
+                bytes.len(),
+                self.config.max_object_bytes
+            )));
+        }
+        Ok(Bytes::from(bytes))
+    }
+
+    /// Decodes a request body for this kind: version/kind checks, typed round trip, field validation.
+    fn decode_body(
+        &self,
+        body: Value,
+        dups: &[String],
+        version: &str,
+        fv: FieldValidation,
+    ) -> ApiResult<(Value, Vec<String>)> {
+        let i = self.info();
+        if !body.is_object() {
+            return Err(ApiError::bad_request(format!("the body of the request must be a JSON object ({})", i.kind)));
+        }
+        let want_av = i.api_version(version);
+        if let Some(av) = body.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if av != want_av {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({av}) does not match the expected API version ({want_av})"
+                )));
+            }
+        }
+        if let Some(k) = body.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if k != i.kind {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    i.kind
+                )));
+            }
+        }
+        let decoded = self.strategy.decode(body)?;
+        let mut problems: Vec<String> = decoded.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
+        problems.extend(dups.iter().map(|f| format!("duplicate field {f:?}")));
+        let warnings = match fv {
+            FieldValidation::Strict if !problems.is_empty() => {
+                return Err(ApiError::bad_request(format!("strict decoding error: {}", problems.join(", "))));
+            }
+            FieldValidation::Warn => problems,
+            _ => Vec::new(),
+        };
+        let mut obj = decoded.object;
+        if let Some(o) = obj.as_object_mut() {
+            o.insert("apiVersion".into(), Value::String(want_av));
+            o.insert("kind".into(), Value::String(i.kind.into()));
+        }
+        Ok((obj, warnings))
+    }
+
+    fn check_namespace(&self, obj: &mut Value, namespace: Option<&str>) -> ApiResult<()> {
+        let namespaced = self.info().namespaced;
+        let m = meta_mut(obj);
+        if !namespaced {
+            m.remove("namespace");
+            return Ok(());
+        }
+        let want = namespace.unwrap_or_default();
+        match m.get("namespace").and_then(Value::as_str).unwrap_or_default() {
+            "" => {
+                m.insert("namespace".into(), Value::String(want.to_string()));
+                Ok(())
+            }
+            ns if ns == want => Ok(()),
+            _ => Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )),
+        }
+    }
+
+    fn validate_meta(&self, obj: &Value) -> Vec<FieldError> {
+        validate_object_meta(obj.get("metadata").unwrap_or(&Value::Null), self.info().namespaced, NameRule::Subdomain)
+    }
+
+    pub async fn get(&self, namespace: Option<&str>, name: &str, version: &str) -> ApiResult<Value> {
+        let kv = self.storage.get(&self.key(namespace, name)).await?.ok_or_else(|| self.not_found(name))?;
+        self.decode_stored(&kv, version)
+    }
+
+    pub async fn create(
+        &self,
+        namespace: Option<&str>,
+        version: &str,
+        body: Value,
+        dups: &[String],
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        let (mut obj, warnings) = self.decode_body(body, dups, version, opts.field_validation)?;
+        self.check_namespace(&mut obj, namespace)?;
+        if !meta_str(&obj, "resourceVersion").is_empty() {
+            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        }
+        if self.info().has_status {
+            if let Some(o) = obj.as_object_mut() {
+                o.remove("status");
+            }
+        }
+        self.strategy.prepare_for_create(&mut obj)?;
+        {
+            let m = meta_mut(&mut obj);
+            for k in ["deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"] {
+                m.remove(k);
+            }
+            m.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+            m.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+            m.insert("generation".into(), Value::from(1));
+        }
+        let generate = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
+        for attempt in 0..8 {
+            if generate {
+                let name = format!("{}{}", meta_str(&obj, "generateName"), random_suffix());
+                meta_mut(&mut obj).insert("name".into(), Value::String(name));
+            }
+            let name = meta_str(&obj, "name").to_string();
+            let mut errs = self.validate_meta(&obj);
+            errs.extend(self.strategy.validate(&obj)?);
+            if !errs.is_empty() {
+                return Err(self.invalid(&name, errs));
+            }
+            let key = self.key(namespace, &name);
+            let bytes = self.encode(&obj)?;
+            if opts.dry_run {
+                return Ok(Written { object: obj, warnings, created: true });
+            }
+            match self.storage.create(&key, bytes).await {
+                Ok(kv) => {
+                    meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
+                    return Ok(Written { object: obj, warnings, created: true });
+                }
+                Err(StorageError::AlreadyExists { .. }) if generate && attempt < 7 => continue,
+                Err(StorageError::AlreadyExists { .. }) => {
+                    return Err(ApiError::already_exists(self.info().group, self.info().plural, &name));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::internal("could not generate a unique name"))
+    }
+
+    /// Update semantics shared by PUT and PATCH: `desired` computes the client's object from the current one;
+    /// retried on a storage conflict unless the client pinned a resourceVersion.
+    #[allow(clippy::too_many_arguments)]
+    async fn guaranteed_update<F>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        status: bool,
+        opts: &WriteOptions,
+        mut desired: F,
+    ) -> ApiResult<Written>
+    where
+        F: FnMut(&Value) -> ApiResult<(Value, Vec<String>)>,
+    {
+        let key = self.key(namespace, name);
+        loop {
+            let cur_kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
+            let cur = self.decode_stored(&cur_kv, version)?;
+            let (body, dups) = desired(&cur)?;
+            let pinned = match body.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+                Some(rv) if !rv.is_empty() => {
+                    if parse_rv(rv).map_err(|_| {
+                        self.invalid(
+                            name,
+                            vec![FieldError::invalid(
+                                "metadata.resourceVersion",
+                                rv,
+                                "must be a valid resource version",
+                            )],
+                        )
+                    })? != cur_kv.mod_revision
+                    {
+                        return Err(self.conflict(name));
+                    }
+                    true
+                }
+                _ => false,
+            };
+            let (new, warnings) = self.prepare_update(namespace, name, version, &cur, body, &dups, status, opts)?;
+            // A no-op write whose encoding matches what is stored is skipped (no new revision), as kube-apiserver
+            // does; a stale encoding (older storage version) is rewritten.
+            let bytes = self.encode(&new)?;
+            if bytes == cur_kv.value {
+                return Ok(Written { object: cur, warnings, created: false });
+            }
+            let finalize = !meta_str(&new, "deletionTimestamp").is_empty()
+                && strings(meta(&new).and_then(|m| m.get("finalizers"))).is_empty();
+            if opts.dry_run {
+                return Ok(Written { object: new, warnings, created: false });
+            }
+            let result = if finalize {
+                self.storage.delete(&key, Some(cur_kv.mod_revision)).await.map(|kv| kv.mod_revision)
+            } else {
+                self.storage.update(&key, bytes, cur_kv.mod_revision).await.map(|kv| kv.mod_revision)
+            };
+            match result {
+                Ok(rev) => {
+                    let mut new = new;
+                    meta_mut(&mut new).insert("resourceVersion".into(), Value::String(rev.to_string()));
+                    return Ok(Written { object: new, warnings, created: false });
+                }
+                Err(StorageError::Conflict { .. }) if !pinned => continue,
+                Err(StorageError::Conflict { .. }) => return Err(self.conflict(name)),
+                Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// From the current object and the client's desired one, the object to store (validated).
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_update(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        cur: &Value,
+        body: Value,
+        dups: &[String],
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<(Value, Vec<String>)> {
+        let (mut body, warnings) = self.decode_body(body, dups, version, opts.field_validation)?;
+        match meta_str(&body, "name") {
+            "" => {
+                meta_mut(&mut body).insert("name".into(), Value::String(name.to_string()));
+            }
+            n if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )))
+            }
+            _ => {}
+        }
+        self.check_namespace(&mut body, namespace)?;
+        let uid = meta_str(&body, "uid");
+        if !uid.is_empty() && uid != meta_str(cur, "uid") {
+            return Err(ApiError::conflict_msg(
+                self.info().group,
+                self.info().plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(cur, "uid")
+                ),
+            ));
+        }
+        let mut new = if status {
+            // /status changes status only.
+            let mut n = cur.clone();
+            match body.get("status") {
+                Some(s) => n["status"] = s.clone(),
+                None => {
+                    if let Some(o) = n.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+            n
+        } else {
+            let mut n = body;
+            if self.info().has_status {
+                match cur.get("status") {
+                    Some(s) => n["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = n.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+            }
+            let cm = meta(cur).cloned().unwrap_or_default();
+            let m = meta_mut(&mut n);
+            for k in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "namespace",
+                "name",
+            ] {
+                match cm.get(k) {
+                    Some(v) => m.insert(k.to_string(), v.clone()),
+                    None => m.remove(k),
+                };
+            }
+            if !spec_equal(&n, cur) {
+                let g = cm.get("generation").and_then(Value::as_i64).unwrap_or(0);
+                meta_mut(&mut n).insert("generation".into(), Value::from(g + 1));
+            }
+            n
+        };
+        meta_mut(&mut new)
+            .insert("resourceVersion".into(), Value::String(meta_str(cur, "resourceVersion").to_string()));
+        let mut errs = self.validate_meta(&new);
+        if !meta_str(cur, "deletionTimestamp").is_empty() {
+            let old = strings(meta(cur).and_then(|m| m.get("finalizers")));
+            let added: Vec<String> = strings(meta(&new).and_then(|m| m.get("finalizers")))
+                .into_iter()
+                .filter(|f| !old.contains(f))
+                .collect();
+            if !added.is_empty() {
+                errs.push(FieldError::forbidden(
+                    "metadata.finalizers",
+                    &format!(
+                        "no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    ),
+                ));
+            }
+        }
+        errs.extend(self.strategy.validate_update(&new, cur, status)?);
+        if !errs.is_empty() {
+            return Err(self.invalid(name, errs));
+        }
+        Ok((new, warnings))
+    }
+
+    /// PUT: replace the object (or its status).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn update(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        body: Value,
+        dups: Vec<String>,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        self.guaranteed_update(namespace, name, version, status, opts, |_| Ok((body.clone(), dups.clone()))).await
+    }
+
+    /// PATCH with a JSON patch or a JSON merge patch.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn patch(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        patch_type: PatchType,
+        patch: Value,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        let json_patch: Option<json_patch::Patch> = match patch_type {
+            PatchType::Json => Some(
+                serde_json::from_value(patch.clone())
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+            ),
+            PatchType::Merge => {
+                if !patch.is_object() {
+                    return Err(ApiError::bad_request("error decoding patch: a merge patch must be a JSON object"));
+                }
+                None
+            }
+        };
+        self.guaranteed_update(namespace, name, version, status, opts, |cur| {
+            let mut doc = cur.clone();
+            match &json_patch {
+                Some(p) => json_patch::patch(&mut doc, p).map_err(|e| {
+                    // kube-apiserver: a failed "test" or a missing path is 422, malformed operations 400.
+                    ApiError::invalid(
+                        self.info().kind,
+                        self.info().group,
+                        name,
+                        vec![FieldError::invalid(
+                            "",
+                            "",
+                            &format!("the server rejected our request due to an error in our request: {e}"),
+                        )],
+                    )
+                })?,
+                None => json_patch::merge(&mut doc, &patch),
+            }
+            Ok((doc, Vec::new()))
+        })
+        .await
+    }
+
+    /// DELETE: removes the object, or marks it for deletion while finalizers remain.
+    pub async fn delete(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Value> {
+        let key = self.key(namespace, name);
+        loop {
+            let kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
+            let mut obj = self.decode_stored(&kv, version)?;
+            if let Some(uid) = opts.uid.as_deref().filter(|u| !u.is_empty()) {
+                if uid != meta_str(&obj, "uid") {
+                    return Err(ApiError::conflict_msg(
+                        self.info().group,
+                        self.info().plural,
+                        name,
+                        &format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                            meta_str(&obj, "uid")
+                        ),
+                    ));
+                }
+            }
+            if let Some(rv) = opts.resource_version.as_deref().filter(|r| !r.is_empty()) {
+                if parse_rv(rv)? != kv.mod_revision {
+                    return Err(ApiError::conflict_msg(
+                        self.info().group,
+                        self.info().plural,
+                        name,
+                        &format!(
+                            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                            kv.mod_revision
+                        ),
+                    ));
+                }
+            }
+            let mut finalizers = strings(meta(&obj).and_then(|m| m.get("finalizers")));
+            if self.config.gc_finalizers {
+                let add = match opts.propagation_policy.as_deref() {
+                    Some("Foreground") => Some("foregroundDeletion"),
+                    Some("Orphan") => Some("orphan"),
+                    _ => None,
+                };
+                if let Some(f) = add.filter(|f| !finalizers.iter().any(|x| x == f)) {
+                    finalizers.push(f.to_string());
+                }
+            }
+            if finalizers.is_empty() {
+                if opts.dry_run {
+                    return Ok(obj);
+                }
+                match self.storage.delete(&key, Some(kv.mod_revision)).await {
+                    Ok(_) => return Ok(obj),
+                    Err(StorageError::Conflict { .. }) => continue,
+                    Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            // Graceful: mark it; whoever removes the last finalizer deletes it.
+            if !meta_str(&obj, "deletionTimestamp").is_empty()
+                && finalizers == strings(meta(&obj).and_then(|m| m.get("finalizers")))
+            {
+                return Ok(obj);
+            }
+            {
+                let m = meta_mut(&mut obj);
+                if m.get("deletionTimestamp").is_none() {
+                    m.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
+                    m.insert("deletionGracePeriodSeconds".into(), Value::from(0));
+                }
+                m.insert("finalizers".into(), json!(finalizers));
+            }
+            if opts.dry_run {
+                return Ok(obj);
+            }
+            let bytes = self.encode(&obj)?;
+            match self.storage.update(&key, bytes, kv.mod_revision).await {
+                Ok(new_kv) => {
+                    meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(new_kv.mod_revision.to_string()));
+                    return Ok(obj);
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// DELETE on the collection: every object matching the selectors.
+    pub async fn delete_collection(
+        &self,
+        namespace: Option<&str>,
+        version: &str,
+        params: &ListParams,
+        opts: &DeleteOptions,
+    ) -> ApiResult<ListOut> {
+        let mut params = params.clone();
+        params.limit = 0;
+        params.continue_token = None;
+        let list = self.list(namespace, version, &params).await?;
+        let mut deleted = Vec::with_capacity(list.items.len());
+        for item in list.items {
+            let ns = meta_str(&item, "namespace").to_string();
+            let name = meta_str(&item, "name").to_string();
+            let ns = if ns.is_empty() { None } else { Some(ns.as_str()) };
+            let per_item = DeleteOptions { uid: None, resource_version: None, ..opts.clone() };
+            match self.delete(ns, &name, version, &per_item).await {
+                Ok(obj) => deleted.push(obj),
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ListOut { items: deleted, revision: self.storage.current_revision(), continue_token: None, remaining: None })
+    }
+
+    /// Waits (briefly) until `rv` has been reached, for reads that must be "not older than" it.
+    async fn wait_for_revision(&self, rv: u64) -> ApiResult<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        while self.storage.current_revision() < rv {
+            if tokio::time::Instant::now() >= deadline {
+                let mut e = ApiError::timeout(format!(
+                    "Too large resource version: {rv}, current: {}",
+                    self.storage.current_revision()
+                ));
+                e.details = Some(Box::new(crate::error::Details {
+                    causes: vec![FieldError {
+                        reason: "ResourceVersionTooLarge",
+                        field: String::new(),
+                        message: "Too large resource version".into(),
+                    }],
+                    retry_after_seconds: Some(1),
+                    ..Default::default()
+                }));
+                return Err(e);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    fn matches(&self, obj: &Value, label: &LabelSelector, field: &FieldSelector) -> bool {
+        (label.is_empty() || label.matches(obj.pointer("/metadata/labels"))) && (field.is_empty() || field.matches(obj))
+    }
+
+    pub async fn list(&self, namespace: Option<&str>, version: &str, p: &ListParams) -> ApiResult<ListOut> {
+        let prefix = self.prefix(namespace);
+        let rv_match = p.resource_version_match.as_deref().unwrap_or("");
+        let rv = p.resource_version.as_deref().unwrap_or("");
+        if !rv_match.is_empty() {
+            if !matches!(rv_match, "Exact" | "NotOlderThan") {
+                return Err(self.invalid(
+                    "",
+                    vec![FieldError::not_supported("resourceVersionMatch", rv_match, &["Exact", "NotOlderThan"])],
+                ));
+            }
+            if rv.is_empty() {
+                return Err(self.invalid(
+                    "",
+                    vec![FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    )],
+                ));
+            }
+            if rv_match == "Exact" && rv == "0" {
+                return Err(self.invalid(
+                    "",
+                    vec![FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    )],
+                ));
+            }
+        }
+        let (mut start_after, mut revision) = (None, None);
+        if let Some(token) = p.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            if !rv.is_empty() && rv != "0" {
+                return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
+            }
+            let t = ContinueToken::decode(token)?;
+            start_after = Some(format!("{prefix}{}", t.start));
+            revision = t.revision;
+        } else if !rv.is_empty() && rv != "0" {
+            let n = parse_rv(rv)?;
+            if rv_match == "Exact" {
+                revision = Some(n);
+            } else {
+                self.wait_for_revision(n).await?;
+            }
+        }
+        let filtered = !p.label_selector.is_empty() || !p.field_selector.is_empty();
+        let mut items = Vec::new();
+        let mut read_at = revision;
+        let (mut more, mut remaining, mut last_key);
+        last_key = None::<String>;
+        loop {
+            let res = self
+                .storage
+                .list(&prefix, ListOptions { start_after: start_after.clone(), limit: p.limit, revision: read_at })
+                .await
+                .map_err(|e| match e {
+                    StorageError::Expired { .. } if p.continue_token.is_some() => self.expired_continue(&start_after),
+                    StorageError::Expired { requested, oldest } => {
+                        ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
+                    }
+                    other => other.into(),
+                })?;
+            read_at = Some(res.revision);
+            more = res.more;
+            remaining = res.remaining;
+            let n = res.items.len();
+            for (idx, kv) in res.items.iter().enumerate() {
+                last_key = Some(kv.key.clone());
+                let obj = self.decode_stored(kv, version)?;
+                if self.matches(&obj, &p.label_selector, &p.field_selector) {
+                    items.push(obj);
+                    if p.limit > 0 && items.len() >= p.limit {
+                        // Stopped inside this page: what is left of it is still to come.
+                        if idx + 1 < n {
+                            more = true;
+                        }
+                        break;
+                    }
+                }
+            }
+            if !more || p.limit == 0 || items.len() >= p.limit {
+                break;
+            }
+            start_after = last_key.clone();
+        }
+        let revision = read_at.unwrap_or_else(|| self.storage.current_revision());
+        let continue_token = match (&last_key, more) {
+            (Some(k), true) => Some(
+                ContinueToken { revision: Some(revision), start: k.strip_prefix(&prefix).unwrap_or(k).to_string() }
+                    .encode(),
+            ),
+            _ => None,
+        };
+        let remaining = (more && !filtered).then_some(remaining as i64);
+        Ok(ListOut { items, revision, continue_token, remaining })
+    }
+
+    /// The 410 for a continue token whose revision was compacted, with the inconsistent continuation to go on.
+    fn expired_continue(&self, start_after: &Option<String>) -> ApiError {
+        let prefix = self.prefix(None);
+        let start =
+            start_after.as_deref().map(|s| s.strip_prefix(&prefix).unwrap_or(s).to_string()).unwrap_or_default();
+        let mut e = ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.");
+        e.continue_token = Some(ContinueToken { revision: None, start }.encode().into());
+        e
+    }
+
+    /// Opens a watch; events arrive on the returned channel until the client goes away.
+    pub async fn watch(
+        &self,
+        namespace: Option<&str>,
+        version: &str,
+        p: WatchParams,
+    ) -> ApiResult<mpsc::Receiver<WatchOut>> {
+        let prefix = self.prefix(namespace);
+        let rv = p.resource_version.clone().unwrap_or_default();
+        let initial = match p.send_initial_events {
+            Some(true) => {
+                if p.resource_version_match.as_deref() != Some("NotOlderThan") || !p.allow_bookmarks {
+                    return Err(self.invalid("", vec![FieldError::forbidden(
+                        "sendInitialEvents",
+                        "sendInitialEvents is forbidden unless allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+                    )]));
+                }
+                true
+            }
+            Some(false) => false,
+            None => rv.is_empty() || rv == "0",
+        };
+        let (initial_items, after) = if initial {
+            let list = self
+                .list(
+                    namespace,
+                    version,
+                    &ListParams {
+                        label_selector: p.label_selector.clone(),
+                        field_selector: p.field_selector.clone(),
+                        resource_version: (!rv.is_empty() && rv != "0").then(|| rv.clone()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            (list.items, list.revision)
+        } else {
+            (Vec::new(), if rv.is_empty() || rv == "0" { self.storage.current_revision() } else { parse_rv(&rv)? })
+        };
+        let mut events = self.storage.watch(&prefix, after).map_err(|e| match e {
+            StorageError::Expired { requested, oldest } => {
+                ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
+            }
+            other => other.into(),
+        })?;
+        let (tx, rx) = mpsc::channel(256);
+        let this =
+            Resource { strategy: self.strategy.clone(), storage: self.storage.clone(), config: self.config.clone() };
+        let version = version.to_string();
+        tokio::spawn(async move {
+            for obj in initial_items {
+                if tx.send(WatchOut::Event { kind: "ADDED", object: obj }).await.is_err() {
+                    return;
+                }
+            }
+            if p.send_initial_events == Some(true)
+                && tx.send(WatchOut::Bookmark { revision: after, initial_events_end: true }).await.is_err()
+            {
+                return;
+            }
+            let mut last = after;
+            let mut tick = tokio::time::interval(p.bookmark_interval.max(Duration::from_millis(100)));
+            tick.tick().await;
+            loop {
+                let item = tokio::select! {
+                    item = events.recv() => item,
+                    _ = tick.tick(), if p.allow_bookmarks => {
+                        // Every event up to the progress revision is already queued: drain, then bookmark.
+                        let progress = this.storage.progress_revision();
+                        while let Ok(item) = events.try_recv() {
+                            match this.translate(item, &version, &p) {
+                                Ok(Some((out, rev))) => { last = last.max(rev); if tx.send(out).await.is_err() { return; } }
+                                Ok(None) => {}
+                                Err(e) => { let _ = tx.send(WatchOut::Error(e)).await; return; }
+                            }
+                        }
+                        last = last.max(progress);
+                        if tx.send(WatchOut::Bookmark { revision: last, initial_events_end: false }).await.is_err() { return; }
+                        continue;
+                    }
+                    _ = tx.closed() => return,
+                };
+                let Some(item) = item else { return };
+                match this.translate(item, &version, &p) {
+                    Ok(Some((out, rev))) => {
+                        last = last.max(rev);
+                        if tx.send(out).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = tx.send(WatchOut::Error(e)).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// A storage event as the watcher sees it, after selectors: a DELETED when an object leaves the selection.
+    fn translate(&self, item: WatchItem, version: &str, p: &WatchParams) -> ApiResult<Option<(WatchOut, u64)>> {
+        let ev = match item {
+            WatchItem::Event(ev) => ev,
+            WatchItem::Error(StorageError::Expired { requested, oldest }) => {
+                return Err(ApiError::gone(format!("too old resource version: {requested} ({oldest})")))
+            }
+            WatchItem::Error(e) => return Err(e.into()),
+        };
+        let cur = self.decode_stored_at(&ev.value, ev.revision, version)?;
+        let cur_m = self.matches(&cur, &p.label_selector, &p.field_selector);
+        let out = match ev.kind {
+            EventKind::Created => cur_m.then_some(("ADDED", cur)),
+            EventKind::Deleted => cur_m.then_some(("DELETED", cur)),
+            EventKind::Updated => {
+                let prev_m = match &ev.prev {
+                    Some(prev) => {
+                        let p_obj = self.decode_stored_at(&prev.value, prev.mod_revision, version)?;
+                        self.matches(&p_obj, &p.label_selector, &p.field_selector)
+                    }
+                    None => false,
+                };
+                match (prev_m, cur_m) {
+                    (true, true) => Some(("MODIFIED", cur)),
+                    (false, true) => Some(("ADDED", cur)),
+                    (true, false) => Some(("DELETED", cur)),
+                    (false, false) => None,
+                }
+            }
+        };
+        Ok(out.map(|(kind, object)| (WatchOut::Event { kind, object }, ev.revision)))
+    }
+}

@@ -1,0 +1,375 @@
+//! OpenAPI v3 (per group-version, with hash-addressed URLs) and v2 documents, generated from the Rust types of the
+//! kinds. They carry `x-kubernetes-group-version-kind` so `kubectl explain` finds the schemas, and advertise exactly
+//! the patch types served (no strategic merge, no apply) so `kubectl apply` chooses JSON merge patch.
+
+use crate::api::{Kind, Strategy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, Status};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha512};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The kind's schema name and every schema it references (OpenAPI v3 form, refs to `#/components/schemas/`).
+pub fn kind_schemas<K: Kind>() -> (String, Map<String, Value>) {
+    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+    let _ = generator.subschema_for::<K>();
+    let _ = generator.subschema_for::<ListMeta>();
+    let _ = generator.subschema_for::<Status>();
+    let _ = generator.subschema_for::<DeleteOptions>();
+    let defs = generator.take_definitions(true);
+    (K::schema_name().to_string(), defs)
+}
+
+/// Kubernetes' schema habits: `$schema` dropped, and an optional reference (schemars' `anyOf [ref, null]`) written
+/// as `allOf [ref]`, the form kube-openapi emits and `kubectl explain` follows.
+fn strip_schema_keys(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.remove("$schema");
+            // Doc comments wrap lines; Kubernetes descriptions are paragraphs.
+            if let Some(Value::String(d)) = m.get_mut("description") {
+                *d = d
+                    .split("\n\n")
+                    .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+            }
+            if let Some(Value::Array(any)) = m.get("anyOf") {
+                let is_null =
+                    |x: &Value| x.get("enum") == Some(&json!([null])) || x.get("type") == Some(&json!("null"));
+                if any.len() == 2 && any.iter().any(is_null) {
+                    if let Some(other) = any.iter().find(|x| !is_null(x)).cloned() {
+                        m.remove("anyOf");
+                        match other {
+                            Value::Object(o) if o.contains_key("$ref") => {
+                                m.insert("allOf".into(), json!([Value::Object(o)]));
+                            }
+                            Value::Object(o) => {
+                                for (k, x) in o {
+                                    m.entry(k).or_insert(x);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            for (_, x) in m.iter_mut() {
+                strip_schema_keys(x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_schema_keys),
+        _ => {}
+    }
+}
+
+fn rewrite_refs(v: &mut Value, from: &str, to: &str) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(r)) = m.get_mut("$ref") {
+                if let Some(rest) = r.strip_prefix(from) {
+                    *r = format!("{to}{rest}");
+                }
+            }
+            m.remove("nullable");
+            for (_, x) in m.iter_mut() {
+                rewrite_refs(x, from, to);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rewrite_refs(x, from, to)),
+        _ => {}
+    }
+}
+
+const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
+
+fn list_name(kind_schema: &str) -> String {
+    format!("{kind_schema}List")
+}
+
+/// Schemas for one group-version: each kind (apiVersion/kind properties, GVK extension) and its List.
+fn schemas_for(kinds: &[&Arc<dyn Strategy>], group: &str, version: &str) -> Map<String, Value> {
+    let mut out = Map::new();
+    for k in kinds {
+        let i = k.info();
+        let (name, defs) = k.schemas();
+        for (n, mut s) in defs {
+            strip_schema_keys(&mut s);
+            out.entry(n).or_insert(s);
+        }
+        let gvk = json!([{"group": group, "version": version, "kind": i.kind}]);
+        if let Some(Value::Object(s)) = out.get_mut(&name) {
+            let props = s.entry("properties").or_insert_with(|| json!({}));
+            props["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"});
+            props["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"});
+            s.insert("x-kubernetes-group-version-kind".into(), gvk);
+        }
+        out.insert(
+            list_name(&name),
+            json!({
+                "description": format!("{} is a list of {}.", i.list_kind, i.kind),
+                "type": "object",
+                "required": ["items"],
+                "properties": {
+                    "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."},
+                    "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents."},
+                    "metadata": {"$ref": format!("#/components/schemas/{META}.ListMeta"), "description": "Standard list metadata."},
+                    "items": {"type": "array", "items": {"$ref": format!("#/components/schemas/{name}")}, "description": format!("List of {}.", i.plural)},
+                },
+                "x-kubernetes-group-version-kind": [{"group": group, "version": version, "kind": i.list_kind}],
+            }),
+        );
+    }
+    out
+}
+
+fn param(name: &str, location: &str, description: &str, schema_type: &str) -> Value {
+    json!({"name": name, "in": location, "description": description, "schema": {"type": schema_type, "uniqueItems": true}})
+}
+
+fn write_params() -> Vec<Value> {
+    vec![
+        param("dryRun", "query", "When present, indicates that modifications should not be persisted. Valid values are: - All: all dry run stages will be processed", "string"),
+        param("fieldManager", "query", "fieldManager is a name associated with the actor or entity that is making these changes.", "string"),
+        param("fieldValidation", "query", "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: - Ignore - Warn (default) - Strict", "string"),
+    ]
+}
+
+fn list_params() -> Vec<Value> {
+    vec![
+        param("allowWatchBookmarks", "query", "allowWatchBookmarks requests watch events with type \"BOOKMARK\".", "boolean"),
+        param("continue", "query", "The continue option should be set when retrieving more results from the server.", "string"),
+        param("fieldSelector", "query", "A selector to restrict the list of returned objects by their fields (metadata.name, metadata.namespace).", "string"),
+        param("labelSelector", "query", "A selector to restrict the list of returned objects by their labels.", "string"),
+        param("limit", "query", "limit is a maximum number of responses to return for a list call.", "integer"),
+        param("resourceVersion", "query", "resourceVersion sets a constraint on what resource versions a request may be served from.", "string"),
+        param("resourceVersionMatch", "query", "resourceVersionMatch determines how resourceVersion is applied to list calls.", "string"),
+        param("sendInitialEvents", "query", "`sendInitialEvents=true` may be set together with `watch=true`.", "boolean"),
+        param("timeoutSeconds", "query", "Timeout for the list/watch call.", "integer"),
+        param("watch", "query", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications.", "boolean"),
+    ]
+}
+
+fn response(schema_ref: &str) -> Value {
+    json!({"content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema_ref}")}}}, "description": "OK"})
+}
+
+fn op(action: &str, id: String, desc: String, gvk: &Value, ok: &str, params: Vec<Value>, body: Option<Value>) -> Value {
+    let mut o = json!({
+        "description": desc, "operationId": id, "tags": [gvk["group"].as_str().unwrap_or_default()],
+        "parameters": params,
+        "responses": {"200": response(ok), "401": {"description": "Unauthorized"}},
+        "x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk,
+    });
+    if action == "post" {
+        o["responses"]["201"] = response(ok);
+        o["responses"]["202"] = response(ok);
+    }
+    if let Some(b) = body {
+        o["requestBody"] = b;
+    }
+    o
+}
+
+fn camel(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
+/// The v3 document of one group-version.
+pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> Value {
+    let selected: Vec<&Arc<dyn Strategy>> =
+        kinds.iter().filter(|k| k.info().group == group && k.info().versions.contains(&version)).collect();
+    let mut paths = Map::new();
+    let gv_id = format!("{}{}", group.split('.').map(camel).collect::<String>(), camel(version));
+    for k in &selected {
+        let i = k.info();
+        let (name, _) = k.schemas();
+        let list = list_name(&name);
+        let gvk = json!({"group": group, "version": version, "kind": i.kind});
+        let ns_seg = if i.namespaced { "/namespaces/{namespace}" } else { "" };
+        let base = format!("/apis/{group}/{version}{ns_seg}/{}", i.plural);
+        let scope = if i.namespaced { "Namespaced" } else { "" };
+        let body = |ct: &[&str]| {
+            let mut content = Map::new();
+            for c in ct {
+                content.insert(c.to_string(), json!({"schema": {"$ref": format!("#/components/schemas/{name}")}}));
+            }
+            json!({"content": content, "required": true})
+        };
+        let patch_body = json!({"content": {
+            "application/json-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
+            "application/merge-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
+        }, "required": true});
+        let mut ns_params = vec![
+            json!({"name": "name", "in": "path", "required": true, "description": format!("name of the {}", i.kind), "schema": {"type": "string", "uniqueItems": true}}),
+        ];
+        let mut coll_params = vec![];
+        if i.namespaced {
+            let nsp = json!({"name": "namespace", "in": "path", "required": true, "description": "object name and auth scope, such as for teams and projects", "schema": {"type": "string", "uniqueItems": true}});
+            ns_params.push(nsp.clone());
+            coll_params.push(nsp);
+        }
+        coll_params.push(param("pretty", "query", "If 'true', then the output is pretty printed.", "string"));
+        ns_params.push(param("pretty", "query", "If 'true', then the output is pretty printed.", "string"));
+        let k_ = i.kind;
+        paths.insert(
+            base.clone(),
+            json!({
+                "get": op("list", format!("list{gv_id}{scope}{k_}"), format!("list or watch objects of kind {k_}"), &gvk, &list, list_params(), None),
+                "post": op("post", format!("create{gv_id}{scope}{k_}"), format!("create a {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
+                "delete": op("deletecollection", format!("deleteCollection{gv_id}{scope}{k_}"), format!("delete collection of {k_}"), &gvk, &format!("{META}.Status"), list_params(), None),
+                "parameters": coll_params,
+            }),
+        );
+        paths.insert(
+            format!("{base}/{{name}}"),
+            json!({
+                "get": op("get", format!("read{gv_id}{scope}{k_}"), format!("read the specified {k_}"), &gvk, &name, vec![], None),
+                "put": op("put", format!("replace{gv_id}{scope}{k_}"), format!("replace the specified {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
+                "patch": op("patch", format!("patch{gv_id}{scope}{k_}"), format!("partially update the specified {k_}"), &gvk, &name, write_params(), Some(patch_body.clone())),
+                "delete": op("delete", format!("delete{gv_id}{scope}{k_}"), format!("delete a {k_}"), &gvk, &format!("{META}.Status"), vec![param("dryRun", "query", "When present, indicates that modifications should not be persisted.", "string"), param("propagationPolicy", "query", "Whether and how garbage collection will be performed.", "string")], None),
+                "parameters": ns_params.clone(),
+            }),
+        );
+        if i.has_status {
+            paths.insert(
+                format!("{base}/{{name}}/status"),
+                json!({
+                    "get": op("get", format!("read{gv_id}{scope}{k_}Status"), format!("read status of the specified {k_}"), &gvk, &name, vec![], None),
+                    "put": op("put", format!("replace{gv_id}{scope}{k_}Status"), format!("replace status of the specified {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
+                    "patch": op("patch", format!("patch{gv_id}{scope}{k_}Status"), format!("partially update status of the specified {k_}"), &gvk, &name, write_params(), Some(patch_body)),
+                    "parameters": ns_params,
+                }),
+            );
+        }
+        if i.namespaced {
+            paths.insert(
+                format!("/apis/{group}/{version}/{}", i.plural),
+                json!({"get": op("list", format!("list{gv_id}{k_}ForAllNamespaces"), format!("list or watch objects of kind {k_}"), &gvk, &list, list_params(), None)}),
+            );
+        }
+    }
+    let mut schemas = schemas_for(&selected, group, version);
+    schemas.insert(
+        format!("{META}.Patch"),
+        json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}),
+    );
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "migration-apiserver", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// The swagger 2.0 document of every group-version (served as JSON only).
+pub fn v2_document(kinds: &[Arc<dyn Strategy>]) -> Value {
+    let mut paths = Map::new();
+    let mut definitions = Map::new();
+    let mut gvs = Vec::new();
+    for k in kinds {
+        for v in k.info().versions {
+            let gv = (k.info().group, *v);
+            if !gvs.contains(&gv) {
+                gvs.push(gv);
+            }
+        }
+    }
+    for (g, v) in gvs {
+        let mut doc = v3_document(kinds, g, v);
+        rewrite_refs(&mut doc, "#/components/schemas/", "#/definitions/");
+        if let Some(Value::Object(p)) = doc.get_mut("paths").map(Value::take) {
+            for (path, mut item) in p {
+                // v2 has body parameters instead of requestBody, and responses with a schema.
+                if let Some(ops) = item.as_object_mut() {
+                    for (_, o) in ops.iter_mut() {
+                        if let Some(o) = o.as_object_mut() {
+                            if let Some(rb) = o.remove("requestBody") {
+                                let schema = rb["content"]
+                                    .as_object()
+                                    .and_then(|c| c.values().next())
+                                    .map(|c| c["schema"].clone());
+                                if let Some(Value::Array(params)) = o.get_mut("parameters") {
+                                    params.push(
+                                        json!({"name": "body", "in": "body", "required": true, "schema": schema}),
+                                    );
+                                }
+                            }
+                            if let Some(Value::Object(rs)) = o.get_mut("responses") {
+                                for (_, r) in rs.iter_mut() {
+                                    if let Some(s) = r.pointer("/content/application~1json/schema").cloned() {
+                                        *r = json!({"description": "OK", "schema": s});
+                                    }
+                                }
+                            }
+                            if let Some(Value::Array(params)) = o.get_mut("parameters") {
+                                for p in params.iter_mut() {
+                                    if let Some(t) = p.get("schema").and_then(|s| s.get("type")).cloned() {
+                                        if let Some(po) = p.as_object_mut() {
+                                            po.remove("schema");
+                                            po.insert("type".into(), t);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                paths.insert(path, item);
+            }
+        }
+        if let Some(Value::Object(s)) = doc.pointer_mut("/components/schemas").map(Value::take) {
+            for (n, mut schema) in s {
+                // Two versions share a schema name; merge their GVK lists.
+                if let (Some(existing), Some(Value::Array(new_gvk))) =
+                    (definitions.get_mut(&n), schema.get_mut("x-kubernetes-group-version-kind").map(Value::take))
+                {
+                    if let Some(Value::Array(gvk)) = existing.get_mut("x-kubernetes-group-version-kind") {
+                        gvk.extend(new_gvk);
+                    }
+                    continue;
+                }
+                definitions.entry(n).or_insert(schema);
+            }
+        }
+    }
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "migration-apiserver", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "definitions": definitions,
+    })
+}
+
+/// All documents, prepared once.
+pub struct OpenApi {
+    pub v2: bytes::Bytes,
+    /// `apis/<g>/<v>` -> (document, upper-case hex SHA-512 of it).
+    pub v3: BTreeMap<String, (bytes::Bytes, String)>,
+    pub v3_root: bytes::Bytes,
+}
+
+impl OpenApi {
+    pub fn build(kinds: &[Arc<dyn Strategy>]) -> OpenApi {
+        let mut v3 = BTreeMap::new();
+        let mut root = Map::new();
+        for k in kinds {
+            for v in k.info().versions {
+                let key = format!("apis/{}/{v}", k.info().group);
+                if v3.contains_key(&key) {
+                    continue;
+                }
+                let body = serde_json::to_vec(&v3_document(kinds, k.info().group, v)).unwrap_or_default();
+                let hash = format!("{:X}", Sha512::digest(&body));
+                root.insert(key.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={hash}")}));
+                v3.insert(key, (body.into(), hash));
+            }
+        }
+        OpenApi {
+            v2: serde_json::to_vec(&v2_document(kinds)).unwrap_or_default().into(),
+            v3,
+            v3_root: serde_json::to_vec(&json!({"paths": root})).unwrap_or_default().into(),
+        }
+    }
+}

@@ -1,0 +1,522 @@
+//! The REST surface under /apis: parse the request (path, query, media types, body), call the registry, render
+//! the result. Thin by design: every decision about objects is the registry's or the kind's.
+
+use super::negotiate::{negotiate, Output};
+use super::table::{partial_metadata, table, IncludeObject};
+use super::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::registry::selectors::{FieldSelector, LabelSelector};
+use crate::registry::{
+    decode::parse_json, DeleteOptions, FieldValidation, ListOut, ListParams, PatchType, Resource, WatchOut,
+    WatchParams, WriteOptions,
+};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// kube-apiserver's limit on request bodies.
+pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
+
+/// What a request was about, for metrics (set as a response extension).
+#[derive(Clone, Debug, Default)]
+pub struct RequestLabels {
+    pub verb: &'static str,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub scope: &'static str,
+}
+
+/// A parsed `/apis/<g>/<v>/[namespaces/<ns>/]<resource>[/<name>[/<subresource>]]`.
+struct Target {
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    resource: String,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+fn parse_target(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if segs.len() < 4 || segs[0] != "apis" || segs.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let (group, version) = (segs[1].to_string(), segs[2].to_string());
+    let (namespace, rest) = if segs[3] == "namespaces" && segs.len() >= 6 {
+        (Some(segs[4].to_string()), &segs[5..])
+    } else {
+        (None, &segs[3..])
+    };
+    if rest.len() > 3 {
+        return None;
+    }
+    Some(Target {
+        group,
+        version,
+        namespace,
+        resource: rest[0].to_string(),
+        name: rest.get(1).map(|s| s.to_string()),
+        subresource: rest.get(2).map(|s| s.to_string()),
+    })
+}
+
+fn query_map(query: Option<&str>) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        m.entry(k.into_owned()).or_insert_with(|| v.into_owned());
+    }
+    m
+}
+
+fn flag(q: &HashMap<String, String>, k: &str) -> bool {
+    matches!(q.get(k).map(String::as_str), Some("true") | Some("1") | Some("True"))
+}
+
+fn dry_run(q: &HashMap<String, String>) -> ApiResult<bool> {
+    match q.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Invalid dryRun value: dryRun: Unsupported value: {other:?}: supported values: \"All\""
+        ))),
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(q: &HashMap<String, String>, k: &str) -> ApiResult<Option<T>> {
+    match q.get(k).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid value {v:?} for query parameter {k}"))),
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Reads the body, refusing more than [`MAX_REQUEST_BODY`] with 413 before buffering it all.
+async fn read_body(body: Body, headers: &HeaderMap) -> ApiResult<Bytes> {
+    let too_large = || ApiError::too_large(format!("Request entity too large: limit is {MAX_REQUEST_BODY}"));
+    if let Some(len) = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > MAX_REQUEST_BODY {
+            return Err(too_large());
+        }
+    }
+    let limited = http_body_util::Limited::new(body, MAX_REQUEST_BODY);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) => Err(ApiError::bad_request(format!("error reading request body: {e}"))),
+    }
+}
+
+fn json_response(code: StatusCode, body: &Value, content_type: &'static str, warnings: &[String]) -> Response {
+    let mut r = (code, serde_json::to_vec(body).unwrap_or_default()).into_response();
+    let h = r.headers_mut();
+    h.insert("content-type", HeaderValue::from_static(content_type));
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            h.append("warning", v);
+        }
+    }
+    r
+}
+
+const JSON: &str = "application/json";
+
+fn content_type_for(out: Output) -> &'static str {
+    match out {
+        Output::Json => JSON,
+        Output::Table("v1beta1") => "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
+        Output::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        Output::Metadata(_) => JSON,
+    }
+}
+
+pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let mut labels = RequestLabels::default();
+    let result =
+        dispatch(&st, &parts.method, parts.uri.path(), parts.uri.query(), &parts.headers, body, &mut labels).await;
+    let mut resp = result.unwrap_or_else(IntoResponse::into_response);
+    resp.extensions_mut().insert(labels);
+    resp
+}
+
+async fn dispatch(
+    st: &Arc<AppState>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+    labels: &mut RequestLabels,
+) -> ApiResult<Response> {
+    let Some(t) = parse_target(path) else {
+        return super::discovery_response(st, method, path, headers);
+    };
+    let res = st.registry.resource(&t.group, &t.version, &t.resource).ok_or_else(ApiError::path_not_found)?.clone();
+    let info = res.strategy.info();
+    // A namespaced kind is reachable by name only inside a namespace; a cluster-scoped one never inside one.
+    if (info.namespaced && t.name.is_some() && t.namespace.is_none()) || (!info.namespaced && t.namespace.is_some()) {
+        return Err(ApiError::path_not_found());
+    }
+    let status = match t.subresource.as_deref() {
+        None => false,
+        Some("status") if info.has_status => true,
+        Some(_) => return Err(ApiError::path_not_found()),
+    };
+    let q = query_map(query);
+    let ns = t.namespace.as_deref();
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok());
+    labels.group = t.group.clone();
+    labels.version = t.version.clone();
+    labels.resource = t.resource.clone();
+    labels.subresource = t.subresource.clone().unwrap_or_default();
+    labels.scope = if t.name.is_some() {
+        "resource"
+    } else if ns.is_some() {
+        "namespace"
+    } else {
+        "cluster"
+    };
+    let v = t.version.as_str();
+    let method_not_allowed = |verb: &str| ApiError::method_not_allowed(verb, info.group, info.plural);
+    match (method.clone(), t.name.as_deref()) {
+        (Method::GET, Some(name)) => {
+            labels.verb = if flag(&q, "watch") { "WATCH" } else { "GET" };
+            if flag(&q, "watch") {
+                // A watch on one object: the collection watch pinned by name.
+                let mut wq = q.clone();
+                wq.insert("fieldSelector".into(), format!("metadata.name={name}"));
+                return watch(st, &res, ns, v, &wq, accept).await;
+            }
+            let out = negotiate(accept, true)?;
+            let obj = res.get(ns, name, v).await?;
+            render_one(&res, obj, out, &q)
+        }
+        (Method::GET, None) => {
+            if flag(&q, "watch") {
+                labels.verb = "WATCH";
+                return watch(st, &res, ns, v, &q, accept).await;
+            }
+            labels.verb = "LIST";
+            let out = negotiate(accept, true)?;
+            let list = res.list(ns, v, &list_params(&q)?).await?;
+            render_list(&res, v, list, out, &q)
+        }
+        (Method::POST, None) => {
+            labels.verb = "POST";
+            let out = negotiate(accept, false)?;
+            let (obj, dups) = json_body(body, headers).await?;
+            let opts = write_options(&q)?;
+            let w = res.create(ns, v, obj, &dups, &opts).await?;
+            let _ = out;
+            Ok(json_response(StatusCode::CREATED, &w.object, JSON, &w.warnings))
+        }
+        (Method::PUT, Some(name)) => {
+            labels.verb = "PUT";
+            negotiate(accept, false)?;
+            let (obj, dups) = json_body(body, headers).await?;
+            let w = res.update(ns, name, v, obj, dups, status, &write_options(&q)?).await?;
+            let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
+            Ok(json_response(code, &w.object, JSON, &w.warnings))
+        }
+        (Method::PATCH, Some(name)) => {
+            labels.verb = "PATCH";
+            negotiate(accept, false)?;
+            let ct = content_type(headers);
+            let pt = match ct.as_str() {
+                "application/json-patch+json" => PatchType::Json,
+                "application/merge-patch+json" => PatchType::Merge,
+                _ => {
+                    return Err(ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json (got {ct:?})"),
+                    ))
+                }
+            };
+            let raw = read_body(body, headers).await?;
+            let (patch, _) = parse_json(&raw)?;
+            let w = res.patch(ns, name, v, pt, patch, status, &write_options(&q)?).await?;
+            Ok(json_response(StatusCode::OK, &w.object, JSON, &w.warnings))
+        }
+        (Method::DELETE, Some(name)) => {
+            labels.verb = "DELETE";
+            if status {
+                return Err(method_not_allowed("delete"));
+            }
+            let opts = delete_options(body, headers, &q).await?;
+            let obj = res.delete(ns, name, v, &opts).await?;
+            Ok(json_response(StatusCode::OK, &obj, JSON, &[]))
+        }
+        (Method::DELETE, None) => {
+            labels.verb = "DELETECOLLECTION";
+            let opts = delete_options(body, headers, &q).await?;
+            let list = res.delete_collection(ns, v, &list_params(&q)?, &opts).await?;
+            render_list(&res, v, list, Output::Json, &q)
+        }
+        (m, _) => {
+            labels.verb = "UNKNOWN";
+            Err(method_not_allowed(&m.to_string().to_lowercase()))
+        }
+    }
+}
+
+async fn json_body(body: Body, headers: &HeaderMap) -> ApiResult<(Value, Vec<String>)> {
+    let ct = content_type(headers);
+    if !(ct.is_empty() || ct == "application/json" || ct == "*/*") {
+        return Err(ApiError::unsupported_media_type(&ct));
+    }
+    let raw = read_body(body, headers).await?;
+    if raw.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    parse_json(&raw)
+}
+
+fn write_options(q: &HashMap<String, String>) -> ApiResult<WriteOptions> {
+    Ok(WriteOptions {
+        dry_run: dry_run(q)?,
+        field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
+    })
+}
+
+async fn delete_options(body: Body, headers: &HeaderMap, q: &HashMap<String, String>) -> ApiResult<DeleteOptions> {
+    let raw = read_body(body, headers).await?;
+    let mut opts = DeleteOptions { dry_run: dry_run(q)?, ..Default::default() };
+    opts.propagation_policy = q.get("propagationPolicy").cloned();
+    if !raw.iter().all(u8::is_ascii_whitespace) {
+        let (v, _) = parse_json(&raw)?;
+        if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
+            for x in d {
+                match x.as_str() {
+                    Some("All") => opts.dry_run = true,
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "Invalid dryRun value: dryRun: Unsupported value: {:?}: supported values: \"All\"",
+                            other.unwrap_or_default()
+                        )))
+                    }
+                }
+            }
+        }
+        if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
+            opts.propagation_policy = Some(p.to_string());
+        }
+        opts.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        opts.resource_version = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+    }
+    if let Some(p) = opts.propagation_policy.as_deref() {
+        if !matches!(p, "Orphan" | "Background" | "Foreground") {
+            return Err(ApiError::invalid(
+                "DeleteOptions",
+                "meta.k8s.io",
+                "",
+                vec![crate::error::FieldError::not_supported(
+                    "propagationPolicy",
+                    p,
+                    &["Background", "Foreground", "Orphan"],
+                )],
+            ));
+        }
+    }
+    Ok(opts)
+}
+
+fn list_params(q: &HashMap<String, String>) -> ApiResult<ListParams> {
+    Ok(ListParams {
+        label_selector: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?,
+        field_selector: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))?,
+        limit: parse_num::<i64>(q, "limit")?.filter(|l| *l > 0).map(|l| l as usize).unwrap_or(0),
+        continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+        resource_version: q.get("resourceVersion").cloned(),
+        resource_version_match: q.get("resourceVersionMatch").filter(|c| !c.is_empty()).cloned(),
+    })
+}
+
+fn render_one(res: &Resource, obj: Value, out: Output, q: &HashMap<String, String>) -> ApiResult<Response> {
+    let body = match out {
+        Output::Json => obj,
+        Output::Metadata(mv) => partial_metadata(&obj, mv),
+        Output::Table(mv) => {
+            let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+            let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+            table(res.strategy.as_ref(), &[obj], include, mv, json!({"resourceVersion": rv}), true)
+        }
+    };
+    Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
+}
+
+fn render_list(
+    res: &Resource,
+    version: &str,
+    list: ListOut,
+    out: Output,
+    q: &HashMap<String, String>,
+) -> ApiResult<Response> {
+    let info = res.strategy.info();
+    let mut meta = json!({"resourceVersion": list.revision.to_string()});
+    if let Some(c) = &list.continue_token {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = list.remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    let body = match out {
+        Output::Json => {
+            json!({"apiVersion": info.api_version(version), "kind": info.list_kind, "metadata": meta, "items": list.items})
+        }
+        Output::Metadata(mv) => json!({
+            "apiVersion": format!("meta.k8s.io/{mv}"), "kind": "PartialObjectMetadataList", "metadata": meta,
+            "items": list.items.iter().map(|o| partial_metadata(o, mv)).collect::<Vec<_>>(),
+        }),
+        Output::Table(mv) => {
+            let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+            table(res.strategy.as_ref(), &list.items, include, mv, meta, true)
+        }
+    };
+    Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
+}
+
+async fn watch(
+    st: &Arc<AppState>,
+    res: &Arc<Resource>,
+    ns: Option<&str>,
+    version: &str,
+    q: &HashMap<String, String>,
+    accept: Option<&str>,
+) -> ApiResult<Response> {
+    let out = negotiate(accept, true)?;
+    let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+    let lp = list_params(q)?;
+    let send_initial = match q.get("sendInitialEvents").map(String::as_str) {
+        None | Some("") => None,
+        Some(s) => Some(matches!(s, "true" | "1")),
+    };
+    let params = WatchParams {
+        label_selector: lp.label_selector,
+        field_selector: lp.field_selector,
+        resource_version: lp.resource_version,
+        resource_version_match: lp.resource_version_match,
+        send_initial_events: send_initial,
+        allow_bookmarks: flag(q, "allowWatchBookmarks"),
+        bookmark_interval: st.bookmark_interval,
+    };
+    let timeout = match parse_num::<u64>(q, "timeoutSeconds")? {
+        Some(s) => Duration::from_secs(s),
+        // kube-apiserver spreads watch lifetimes over [minRequestTimeout, 2*minRequestTimeout).
+        None => Duration::from_secs(1800 + u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 7),
+    };
+    let rx = res.watch(ns, version, params).await?;
+    let res = res.clone();
+    let info = res.strategy.info();
+    let api_version = info.api_version(version);
+    let deadline = tokio::time::Instant::now() + timeout;
+    struct S {
+        rx: tokio::sync::mpsc::Receiver<WatchOut>,
+        first: bool,
+        done: bool,
+    }
+    let stream = futures::stream::unfold(S { rx, first: true, done: false }, move |mut s| {
+        let res = res.clone();
+        let api_version = api_version.clone();
+        async move {
+            if s.done {
+                return None;
+            }
+            let item = tokio::time::timeout_at(deadline, s.rx.recv()).await.ok().flatten()?;
+            let ev = match item {
+                WatchOut::Event { kind, object } => {
+                    let object = match out {
+                        Output::Json => object,
+                        Output::Metadata(mv) => partial_metadata(&object, mv),
+                        Output::Table(mv) => {
+                            let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+                            let t = table(
+                                res.strategy.as_ref(),
+                                &[object],
+                                include,
+                                mv,
+                                json!({"resourceVersion": rv}),
+                                s.first,
+                            );
+                            s.first = false;
+                            t
+                        }
+                    };
+                    json!({"type": kind, "object": object})
+                }
+                WatchOut::Bookmark { revision, initial_events_end } => {
+                    let mut meta = json!({"resourceVersion": revision.to_string()});
+                    if initial_events_end {
+                        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+                    }
+                    let object = match out {
+                        Output::Table(mv) => {
+                            json!({"kind": "Table", "apiVersion": format!("meta.k8s.io/{mv}"), "metadata": meta, "columnDefinitions": [], "rows": []})
+                        }
+                        Output::Metadata(mv) => {
+                            json!({"kind": "PartialObjectMetadata", "apiVersion": format!("meta.k8s.io/{mv}"), "metadata": meta})
+                        }
+                        Output::Json => {
+                            json!({"kind": res.strategy.info().kind, "apiVersion": api_version, "metadata": meta})
+                        }
+                    };
+                    json!({"type": "BOOKMARK", "object": object})
+                }
+                WatchOut::Error(e) => {
+                    s.done = true;
+                    json!({"type": "ERROR", "object": e.status()})
+                }
+            };
+            let mut line = serde_json::to_vec(&ev).unwrap_or_default();
+            line.push(b'\n');
+            Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), s))
+        }
+    });
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type_for(out)));
+    r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        let t = parse_target("/apis/g/v1/namespaces/ns/things/a/status").unwrap();
+        assert_eq!(
+            (t.namespace.as_deref(), t.resource.as_str(), t.name.as_deref(), t.subresource.as_deref()),
+            (Some("ns"), "things", Some("a"), Some("status"))
+        );
+        let t = parse_target("/apis/g/v1/things").unwrap();
+        assert_eq!((t.namespace, t.name), (None, None));
+        // A cluster-scoped resource literally named "namespaces" would be /apis/g/v/namespaces/<name>.
+        let t = parse_target("/apis/g/v1/namespaces/x").unwrap();
+        assert_eq!((t.resource.as_str(), t.name.as_deref()), ("namespaces", Some("x")));
+        assert!(parse_target("/apis/g/v1").is_none());
+        assert!(parse_target("/apis/g/v1/a/b/c/d").is_none());
+        assert!(parse_target("/apis/g//x").is_none());
+    }
+}

@@ -1,0 +1,199 @@
+//! Test harness: starts the real `migration-apiserver` binary over TLS on a free loopback port, with its own data
+//! and certificate directories, and talks to it with the `kube` crate or real kubectl.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_migration-apiserver");
+
+pub struct Server {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub extra_args: Vec<String>,
+    child: Option<Child>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+impl Server {
+    /// Starts a server in a fresh temporary directory.
+    pub fn start(extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Server {
+            dir,
+            port: free_port(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            _tmp: Some(tmp),
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+    pub fn cert_dir(&self) -> PathBuf {
+        self.dir.join("certs")
+    }
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.cert_dir().join("admin.kubeconfig")
+    }
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).expect("log");
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--secure-port")
+            .arg(self.port.to_string())
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--cert-dir")
+            .arg(self.cert_dir())
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn server");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Polls /readyz until the server answers (deadline 30 s).
+    pub fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    panic!("server exited early with {status}: {}", self.log());
+                }
+            }
+            if self.kubeconfig().exists() {
+                let out = self.kubectl(&["get", "--raw", "/readyz"]);
+                if out.status.success() {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!("server not ready in 30s: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// Stops the server with SIGKILL (no chance to flush anything).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops the server gracefully (SIGTERM) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same directories and port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.stop();
+        self.extra_args = extra.iter().map(|s| s.to_string()).collect();
+        self.spawn();
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        kubectl_with(&self.kubeconfig(), args, None)
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        kubectl_with(&self.kubeconfig(), args, Some(stdin))
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+        kube::Client::try_from(cfg).expect("client")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new("kubectl");
+    // A private discovery cache per server: ports are reused across tests.
+    let cache = kubeconfig.parent().map(|p| p.join("kube-cache")).unwrap_or_default();
+    cmd.arg("--kubeconfig").arg(kubeconfig).arg("--cache-dir").arg(cache).args(args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().expect("kubectl");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        let mut si = child.stdin.take().expect("stdin");
+        si.write_all(input.as_bytes()).expect("write stdin");
+    }
+    child.wait_with_output().expect("kubectl output")
+}
+
+/// Polls `f` until it returns Some or the deadline passes.
+pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
