@@ -69,10 +69,7 @@ impl Default for Authenticator {
 impl Authenticator {
     /// Client certificate authentication only.
     pub fn new() -> Self {
-        Authenticator {
-            client_certs: true,
-            tokens: None,
-        }
+        Authenticator { client_certs: true, tokens: None }
     }
 
     /// Client certificates plus the static tokens of `path` (kube-apiserver's
@@ -94,16 +91,9 @@ impl Authenticator {
     }
 
     /// The user making the request, or `None` when it carries no valid credential.
-    pub fn authenticate(
-        &self,
-        peer: Option<&PeerCertificates>,
-        headers: &HeaderMap,
-    ) -> Option<UserInfo> {
+    pub fn authenticate(&self, peer: Option<&PeerCertificates>, headers: &HeaderMap) -> Option<UserInfo> {
         if self.client_certs {
-            if let Some(user) = peer
-                .and_then(PeerCertificates::end_entity)
-                .and_then(user_from_certificate)
-            {
+            if let Some(user) = peer.and_then(PeerCertificates::end_entity).and_then(user_from_certificate) {
                 return Some(user.with_authenticated_group());
             }
         }
@@ -139,17 +129,8 @@ pub fn user_from_certificate(cert: &CertificateDer<'_>) -> Option<UserInfo> {
     if name.is_empty() {
         return None;
     }
-    let groups = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok())
-        .map(str::to_string)
-        .collect();
-    Some(UserInfo {
-        name: name.to_string(),
-        uid: String::new(),
-        groups,
-        extra: BTreeMap::new(),
-    })
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_string).collect();
+    Some(UserInfo { name: name.to_string(), uid: String::new(), groups, extra: BTreeMap::new() })
 }
 
 /// The token of an `Authorization: Bearer <token>` header, parsed as kube-apiserver does
@@ -173,9 +154,7 @@ pub struct StaticTokens {
 
 impl fmt::Debug for StaticTokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StaticTokens")
-            .field("len", &self.by_digest.len())
-            .finish()
+        f.debug_struct("StaticTokens").field("len", &self.by_digest.len()).finish()
     }
 }
 
@@ -217,25 +196,11 @@ impl StaticTokens {
             }
             let groups = fields
                 .get(3)
-                .map(|g| {
-                    g.split(',')
-                        .map(str::trim)
-                        .filter(|g| !g.is_empty())
-                        .map(str::to_string)
-                        .collect()
-                })
+                .map(|g| g.split(',').map(str::trim).filter(|g| !g.is_empty()).map(str::to_string).collect())
                 .unwrap_or_default();
-            let user = UserInfo {
-                name: name.clone(),
-                uid: uid.clone(),
-                groups,
-                extra: BTreeMap::new(),
-            };
+            let user = UserInfo { name: name.clone(), uid: uid.clone(), groups, extra: BTreeMap::new() };
             if tokens.by_digest.insert(digest(token), user).is_some() {
-                tracing::warn!(
-                    line = line_no,
-                    "duplicate token in token file; the last one wins"
-                );
+                tracing::warn!(line = line_no, "duplicate token in token file; the last one wins");
             }
         }
         Ok(tokens)
@@ -287,11 +252,7 @@ fn parse_csv_line(line: &str) -> std::result::Result<Vec<String>, String> {
             match chars.next() {
                 None => return Ok(fields),
                 Some(',') => {}
-                Some(c) => {
-                    return Err(format!(
-                        "field {field_no}: unexpected {c:?} after closing quote"
-                    ))
-                }
+                Some(c) => return Err(format!("field {field_no}: unexpected {c:?} after closing quote")),
             }
         } else {
             let mut field = String::new();
@@ -302,11 +263,7 @@ fn parse_csv_line(line: &str) -> std::result::Result<Vec<String>, String> {
                         end = false;
                         break;
                     }
-                    '"' => {
-                        return Err(format!(
-                            "field {field_no}: bare \" in unquoted field (quote the whole field)"
-                        ))
-                    }
+                    '"' => return Err(format!("field {field_no}: bare \" in unquoted field (quote the whole field)")),
                     c => field.push(c),
                 }
             }
@@ -327,10 +284,7 @@ mod tests {
 
     fn headers(authorization: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_str(authorization).expect("header"),
-        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_str(authorization).expect("header"));
         h
     }
 
@@ -359,22 +313,10 @@ mod tests {
         .expect("parse");
         assert_eq!(tokens.len(), 6);
         assert_eq!(tokens.lookup("token1"), Some(&user("alice", "uid-1", &[])));
-        assert_eq!(
-            tokens.lookup("token2"),
-            Some(&user("bob", "uid-2", &["dev", "ops"]))
-        );
-        assert_eq!(
-            tokens.lookup("token3"),
-            Some(&user("carol", "uid-3", &["single"]))
-        );
-        assert_eq!(
-            tokens.lookup("tok,en4"),
-            Some(&user("dave \"the\" user", "uid-4", &["a", "b"]))
-        );
-        assert_eq!(
-            tokens.lookup("token5"),
-            Some(&user("erin", "uid-5", &["x"]))
-        );
+        assert_eq!(tokens.lookup("token2"), Some(&user("bob", "uid-2", &["dev", "ops"])));
+        assert_eq!(tokens.lookup("token3"), Some(&user("carol", "uid-3", &["single"])));
+        assert_eq!(tokens.lookup("tok,en4"), Some(&user("dave \"the\" user", "uid-4", &["a", "b"])));
+        assert_eq!(tokens.lookup("token5"), Some(&user("erin", "uid-5", &["x"])));
         assert_eq!(tokens.lookup("token6"), Some(&user("frank", "", &[])));
         assert_eq!(tokens.lookup("token"), None);
         assert_eq!(tokens.lookup(""), None);
@@ -387,9 +329,7 @@ mod tests {
         assert_eq!(tokens.len(), 1);
         assert_eq!(tokens.lookup("t").map(|u| u.name.as_str()), Some("second"));
         assert!(StaticTokens::parse("").expect("empty").is_empty());
-        assert!(StaticTokens::parse("# only comments\n\n")
-            .expect("comments")
-            .is_empty());
+        assert!(StaticTokens::parse("# only comments\n\n").expect("comments").is_empty());
     }
 
     #[test]
@@ -404,10 +344,7 @@ mod tests {
             ("t,,uid\n", 1, "empty user name"),
         ] {
             let err = StaticTokens::parse(content).expect_err(content);
-            assert!(
-                err.starts_with(&format!("line {line}: ")),
-                "{content:?}: {err}"
-            );
+            assert!(err.starts_with(&format!("line {line}: ")), "{content:?}: {err}");
             assert!(err.contains(what), "{content:?}: {err}");
         }
     }
@@ -426,10 +363,7 @@ mod tests {
         std::fs::write(&path, "secret,alice\n").expect("write");
         let err = Authenticator::from_token_file(&path).expect_err("malformed");
         let msg = err.to_string();
-        assert!(
-            msg.contains("tokens.csv") && msg.contains("line 1"),
-            "{msg}"
-        );
+        assert!(msg.contains("tokens.csv") && msg.contains("line 1"), "{msg}");
         assert!(Authenticator::from_token_file(&tmp.path().join("missing.csv")).is_err());
     }
 
@@ -447,9 +381,7 @@ mod tests {
 
     #[test]
     fn tokens_authenticate_with_the_authenticated_group_once() {
-        let tokens =
-            StaticTokens::parse("t1,alice,1,\"dev\"\nt2,bob,2,\"system:authenticated,ops\"\n")
-                .expect("parse");
+        let tokens = StaticTokens::parse("t1,alice,1,\"dev\"\nt2,bob,2,\"system:authenticated,ops\"\n").expect("parse");
         let authn = Authenticator::new().with_tokens(tokens);
         assert_eq!(
             authn.authenticate(None, &headers("Bearer t1")),
@@ -462,16 +394,11 @@ mod tests {
         assert_eq!(authn.authenticate(None, &headers("Bearer nope")), None);
         assert_eq!(authn.authenticate(None, &HeaderMap::new()), None);
         // Without a token table, bearer tokens are not accepted.
-        assert_eq!(
-            Authenticator::new().authenticate(None, &headers("Bearer t1")),
-            None
-        );
+        assert_eq!(Authenticator::new().authenticate(None, &headers("Bearer t1")), None);
     }
 
     fn peer(cert_pem: &str) -> PeerCertificates {
-        PeerCertificates(vec![
-            CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("pem")
-        ])
+        PeerCertificates(vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("pem")])
     }
 
     #[test]
@@ -482,15 +409,9 @@ mod tests {
         let authn = Authenticator::new().with_tokens(tokens);
 
         let alice = Some(user("alice", "", &["g1", "g2", GROUP_AUTHENTICATED]));
-        assert_eq!(
-            authn.authenticate(Some(&peer(&cert)), &HeaderMap::new()),
-            alice
-        );
+        assert_eq!(authn.authenticate(Some(&peer(&cert)), &HeaderMap::new()), alice);
         // The certificate takes precedence over a token, as in kube-apiserver.
-        assert_eq!(
-            authn.authenticate(Some(&peer(&cert)), &headers("Bearer t1")),
-            alice
-        );
+        assert_eq!(authn.authenticate(Some(&peer(&cert)), &headers("Bearer t1")), alice);
         // Disabled client certificate authentication falls through to the token.
         assert_eq!(
             authn
@@ -507,29 +428,17 @@ mod tests {
             Some(user("carol", "", &[GROUP_AUTHENTICATED]))
         );
         let (empty_cn, _) = issue_client_cert(&ca, "", &["g"]).expect("issue");
+        assert_eq!(authn.authenticate(Some(&peer(&empty_cn)), &HeaderMap::new()), None);
         assert_eq!(
-            authn.authenticate(Some(&peer(&empty_cn)), &HeaderMap::new()),
+            authn.authenticate(Some(&PeerCertificates(vec![CertificateDer::from(vec![1, 2, 3])])), &HeaderMap::new()),
             None
         );
-        assert_eq!(
-            authn.authenticate(
-                Some(&PeerCertificates(vec![CertificateDer::from(vec![1, 2, 3])])),
-                &HeaderMap::new()
-            ),
-            None
-        );
-        assert_eq!(
-            authn.authenticate(Some(&PeerCertificates(Vec::new())), &HeaderMap::new()),
-            None
-        );
+        assert_eq!(authn.authenticate(Some(&PeerCertificates(Vec::new())), &HeaderMap::new()), None);
     }
 
     #[test]
     fn user_info_json() {
         let json = serde_json::to_value(user("a", "u", &["g"])).expect("json");
-        assert_eq!(
-            json,
-            serde_json::json!({"name": "a", "uid": "u", "groups": ["g"], "extra": {}})
-        );
+        assert_eq!(json, serde_json::json!({"name": "a", "uid": "u", "groups": ["g"], "extra": {}}));
     }
 }

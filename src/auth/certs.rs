@@ -12,9 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue,
-    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, PublicKeyData,
-    SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyIdMethod, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
@@ -63,11 +62,7 @@ impl Default for DevCertOptions {
         DevCertOptions {
             cert_dir: PathBuf::from("apiserver.local.config/certificates"),
             service_name: "migration-apiserver".to_string(),
-            namespaces: vec![
-                "migration-apiserver".to_string(),
-                "kube-system".to_string(),
-                "default".to_string(),
-            ],
+            namespaces: vec!["migration-apiserver".to_string(), "kube-system".to_string(), "default".to_string()],
             extra_sans: Vec::new(),
             kubeconfig_server: "https://127.0.0.1:8443".to_string(),
         }
@@ -158,8 +153,7 @@ pub fn ensure_dev_certs(opts: &DevCertOptions) -> Result<DevCerts> {
             tracing::info!(path = %paths.ca_cert_path.display(), "generated development CA");
             ca = Some(generated);
         }
-        PairState::CertOnly
-            if serving_state == PairState::Present && admin_state == PairState::Present => {}
+        PairState::CertOnly if serving_state == PairState::Present && admin_state == PairState::Present => {}
         PairState::CertOnly | PairState::KeyOnly => {
             return Err(incomplete_pair(&paths.ca_cert_path, &paths.ca_key_path))
         }
@@ -176,12 +170,7 @@ pub fn ensure_dev_certs(opts: &DevCertOptions) -> Result<DevCerts> {
             write_new_file(&paths.serving_cert_path, cert_pem.as_bytes(), false)?;
             tracing::info!(path = %paths.serving_cert_path.display(), "generated serving certificate");
         }
-        _ => {
-            return Err(incomplete_pair(
-                &paths.serving_cert_path,
-                &paths.serving_key_path,
-            ))
-        }
+        _ => return Err(incomplete_pair(&paths.serving_cert_path, &paths.serving_key_path)),
     }
 
     match admin_state {
@@ -193,32 +182,18 @@ pub fn ensure_dev_certs(opts: &DevCertOptions) -> Result<DevCerts> {
             write_new_file(&paths.admin_cert_path, cert_pem.as_bytes(), false)?;
             tracing::info!(path = %paths.admin_cert_path.display(), "generated admin client certificate");
         }
-        _ => {
-            return Err(incomplete_pair(
-                &paths.admin_cert_path,
-                &paths.admin_key_path,
-            ))
-        }
+        _ => return Err(incomplete_pair(&paths.admin_cert_path, &paths.admin_key_path)),
     }
 
     let ca_pem = read_to_string(&paths.ca_cert_path)?;
     let admin_cert_pem = read_to_string(&paths.admin_cert_path)?;
     let admin_key_pem = read_to_string(&paths.admin_key_path)?;
-    write_kubeconfig(
-        &paths.admin_kubeconfig_path,
-        &opts.kubeconfig_server,
-        &ca_pem,
-        &admin_cert_pem,
-        &admin_key_pem,
-    )?;
+    write_kubeconfig(&paths.admin_kubeconfig_path, &opts.kubeconfig_server, &ca_pem, &admin_cert_pem, &admin_key_pem)?;
     Ok(paths)
 }
 
 /// The CA, loaded from its files on first use.
-fn loaded_ca<'a>(
-    slot: &'a mut Option<CertAuthority>,
-    paths: &DevCerts,
-) -> Result<&'a CertAuthority> {
+fn loaded_ca<'a>(slot: &'a mut Option<CertAuthority>, paths: &DevCerts) -> Result<&'a CertAuthority> {
     let ca = match slot.take() {
         Some(ca) => ca,
         None => CertAuthority::load(&paths.ca_cert_path, &paths.ca_key_path)?,
@@ -281,9 +256,7 @@ pub struct CertAuthority {
 
 impl std::fmt::Debug for CertAuthority {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CertAuthority")
-            .field("issuer", &self.issuer)
-            .finish_non_exhaustive()
+        f.debug_struct("CertAuthority").field("issuer", &self.issuer).finish_non_exhaustive()
     }
 }
 
@@ -293,35 +266,22 @@ impl CertAuthority {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
+        params.distinguished_name.push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-        ];
+        params.key_usages =
+            vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         set_validity(&mut params, CA_VALIDITY)?;
         params.serial_number = Some(random_serial());
         let cert = params.self_signed(&key)?;
-        Ok(CertAuthority {
-            cert_pem: cert.pem(),
-            cert_der: cert.der().clone(),
-            issuer: Issuer::new(params, key),
-        })
+        Ok(CertAuthority { cert_pem: cert.pem(), cert_der: cert.der().clone(), issuer: Issuer::new(params, key) })
     }
 
     /// Loads a CA from PEM files (the key must be PKCS#8, `-----BEGIN PRIVATE KEY-----`).
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Self> {
         let cert_pem = read_to_string(cert_path)?;
         let key_pem = read_to_string(key_path)?;
-        Self::from_pem(&cert_pem, &key_pem).map_err(|e| {
-            Error::file(
-                cert_path,
-                format!("loading CA with key {}: {e}", key_path.display()),
-            )
-        })
+        Self::from_pem(&cert_pem, &key_pem)
+            .map_err(|e| Error::file(cert_path, format!("loading CA with key {}: {e}", key_path.display())))
     }
 
     /// A CA from its PEM certificate and PEM (PKCS#8) private key.
@@ -333,9 +293,7 @@ impl CertAuthority {
         let (_, x509) = x509_parser::parse_x509_certificate(&cert_der)
             .map_err(|e| Error::Invalid(format!("invalid CA certificate: {e}")))?;
         if x509.public_key().subject_public_key.data.as_ref() != key.der_bytes() {
-            return Err(Error::Invalid(
-                "CA private key does not match the CA certificate".into(),
-            ));
+            return Err(Error::Invalid("CA private key does not match the CA certificate".into()));
         }
         if !x509.is_ca() {
             return Err(Error::Invalid("certificate is not a CA".into()));
@@ -345,19 +303,13 @@ impl CertAuthority {
         params.key_identifier_method = x509
             .iter_extensions()
             .find_map(|ext| match ext.parsed_extension() {
-                ParsedExtension::SubjectKeyIdentifier(id) => {
-                    Some(KeyIdMethod::PreSpecified(id.0.to_vec()))
-                }
+                ParsedExtension::SubjectKeyIdentifier(id) => Some(KeyIdMethod::PreSpecified(id.0.to_vec())),
                 _ => None,
             })
             .unwrap_or(KeyIdMethod::Sha256);
         let cert_pem = pem_encode_cert(&cert_der);
         let cert_der = cert_der.into_owned();
-        Ok(CertAuthority {
-            cert_pem,
-            cert_der,
-            issuer: Issuer::new(params, key),
-        })
+        Ok(CertAuthority { cert_pem, cert_der, issuer: Issuer::new(params, key) })
     }
 
     /// The CA certificate, PEM encoded.
@@ -383,27 +335,19 @@ pub fn issue_serving_cert(ca: &CertAuthority, sans: &[String]) -> Result<(String
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     let cn = sans.iter().find(|s| s.parse::<IpAddr>().is_err());
-    params.distinguished_name.push(
-        DnType::CommonName,
-        cn.map(String::as_str).unwrap_or("migration-apiserver"),
-    );
-    params.subject_alt_names = sans
-        .iter()
-        .map(|s| -> Result<SanType> {
-            Ok(match s.parse::<IpAddr>() {
-                Ok(ip) => SanType::IpAddress(ip),
-                Err(_) => SanType::DnsName(s.clone().try_into().map_err(|e| {
-                    Error::Invalid(format!(
-                        "invalid DNS name {s:?} for the serving certificate: {e}"
-                    ))
-                })?),
+    params.distinguished_name.push(DnType::CommonName, cn.map(String::as_str).unwrap_or("migration-apiserver"));
+    params.subject_alt_names =
+        sans.iter()
+            .map(|s| -> Result<SanType> {
+                Ok(match s.parse::<IpAddr>() {
+                    Ok(ip) => SanType::IpAddress(ip),
+                    Err(_) => SanType::DnsName(s.clone().try_into().map_err(|e| {
+                        Error::Invalid(format!("invalid DNS name {s:?} for the serving certificate: {e}"))
+                    })?),
+                })
             })
-        })
-        .collect::<Result<_>>()?;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+            .collect::<Result<_>>()?;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     ca.issue(params, LEAF_VALIDITY)
 }
@@ -411,15 +355,9 @@ pub fn issue_serving_cert(ca: &CertAuthority, sans: &[String]) -> Result<(String
 /// Issues a client certificate (client-auth, valid for one year) with subject CN = `cn` (the user
 /// name) and one O (organization) attribute per group, which is how Kubernetes maps client
 /// certificates to users and groups. Returns `(cert_pem, key_pem)`.
-pub fn issue_client_cert<S: AsRef<str>>(
-    ca: &CertAuthority,
-    cn: &str,
-    groups: &[S],
-) -> Result<(String, String)> {
+pub fn issue_client_cert<S: AsRef<str>>(ca: &CertAuthority, cn: &str, groups: &[S]) -> Result<(String, String)> {
     if groups.len() > MAX_CLIENT_CERT_GROUPS {
-        return Err(Error::Invalid(format!(
-            "at most {MAX_CLIENT_CERT_GROUPS} groups per client certificate"
-        )));
+        return Err(Error::Invalid(format!("at most {MAX_CLIENT_CERT_GROUPS} groups per client certificate")));
     }
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
@@ -431,22 +369,14 @@ pub fn issue_client_cert<S: AsRef<str>>(
             0 => DnType::OrganizationName,
             _ => DnType::CustomDnType(placeholder_oid(i)),
         };
-        params
-            .distinguished_name
-            .push(ty, DnValue::Utf8String(group.as_ref().to_string()));
+        params.distinguished_name.push(ty, DnValue::Utf8String(group.as_ref().to_string()));
     }
     params.distinguished_name.push(DnType::CommonName, cn);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let (cert_der, key) = ca.issue_der(params, LEAF_VALIDITY)?;
-    let cert_der = if groups.len() > 1 {
-        ca.resign_placeholder_organizations(&cert_der, groups.len() - 1)?
-    } else {
-        cert_der
-    };
+    let cert_der =
+        if groups.len() > 1 { ca.resign_placeholder_organizations(&cert_der, groups.len() - 1)? } else { cert_der };
     Ok((pem_encode_cert(&cert_der), key.serialize_pem()))
 }
 
@@ -476,10 +406,7 @@ fn der_tlv_len(buf: &[u8]) -> Option<usize> {
     if n == 0 || n > 4 {
         return None;
     }
-    let len = buf
-        .get(2..2 + n)?
-        .iter()
-        .fold(0usize, |acc, b| (acc << 8) | *b as usize);
+    let len = buf.get(2..2 + n)?.iter().fold(0usize, |acc, b| (acc << 8) | *b as usize);
     Some(2 + n + len)
 }
 
@@ -524,11 +451,7 @@ impl CertAuthority {
 
     /// Replaces the placeholder attribute types 1..=`count` in the subject of `der` by
     /// organizationName and signs the certificate again.
-    fn resign_placeholder_organizations(
-        &self,
-        der: &[u8],
-        count: usize,
-    ) -> Result<CertificateDer<'static>> {
+    fn resign_placeholder_organizations(&self, der: &[u8], count: usize) -> Result<CertificateDer<'static>> {
         let malformed = || Error::Invalid("unexpected structure of a generated certificate".into());
         let (_, x509) = x509_parser::parse_x509_certificate(der).map_err(|_| malformed())?;
         let tbs_raw = x509.tbs_certificate.as_ref();
@@ -539,10 +462,7 @@ impl CertAuthority {
         let subject = &mut tbs[subject_start..subject_start + subject_raw.len()];
         for i in 1..=count {
             let pattern = placeholder_oid_tlv(i);
-            let pos = subject
-                .windows(pattern.len())
-                .position(|w| w == pattern)
-                .ok_or_else(malformed)?;
+            let pos = subject.windows(pattern.len()).position(|w| w == pattern).ok_or_else(malformed)?;
             subject[pos..pos + pattern.len()].copy_from_slice(&ORG_NAME_OID_TLV);
         }
         // Outer structure: SEQUENCE { tbsCertificate, signatureAlgorithm, signatureValue }.
@@ -580,9 +500,7 @@ fn random_serial() -> SerialNumber {
     SerialNumber::from_slice(&bytes)
 }
 
-fn distinguished_name_from_x509(
-    name: &x509_parser::x509::X509Name<'_>,
-) -> Result<DistinguishedName> {
+fn distinguished_name_from_x509(name: &x509_parser::x509::X509Name<'_>) -> Result<DistinguishedName> {
     let mut dn = DistinguishedName::new();
     for attr in name.iter_attributes() {
         let oid: Vec<u64> = attr
@@ -591,23 +509,16 @@ fn distinguished_name_from_x509(
             .ok_or_else(|| Error::Invalid("CA subject has an unsupported attribute OID".into()))?
             .collect();
         let data = attr.attr_value().data;
-        let text = std::str::from_utf8(data)
-            .map_err(|_| Error::Invalid("CA subject is not valid UTF-8".into()))?;
+        let text = std::str::from_utf8(data).map_err(|_| Error::Invalid("CA subject is not valid UTF-8".into()))?;
         let value = match attr.attr_value().header.tag() {
             Tag::Utf8String => DnValue::Utf8String(text.to_string()),
-            Tag::PrintableString => DnValue::PrintableString(
-                text.try_into()
-                    .map_err(|e| Error::Invalid(format!("CA subject: {e}")))?,
-            ),
-            Tag::Ia5String => DnValue::Ia5String(
-                text.try_into()
-                    .map_err(|e| Error::Invalid(format!("CA subject: {e}")))?,
-            ),
-            other => {
-                return Err(Error::Invalid(format!(
-                    "CA subject uses unsupported string type {other}"
-                )))
+            Tag::PrintableString => {
+                DnValue::PrintableString(text.try_into().map_err(|e| Error::Invalid(format!("CA subject: {e}")))?)
             }
+            Tag::Ia5String => {
+                DnValue::Ia5String(text.try_into().map_err(|e| Error::Invalid(format!("CA subject: {e}")))?)
+            }
+            other => return Err(Error::Invalid(format!("CA subject uses unsupported string type {other}"))),
         };
         let ty = DnType::from_oid(&oid);
         if dn.get(&ty).is_some() {
@@ -674,10 +585,7 @@ fn check_serving_cert(path: &Path, wanted_sans: &[String]) {
             "the existing serving certificate does not cover these names; delete it to regenerate");
     }
     let not_after = cert.validity().not_after.timestamp();
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     if not_after < now + 30 * DAY.as_secs() as i64 {
         tracing::warn!(path = %path.display(), "the serving certificate expires within 30 days (or has expired)");
     }
@@ -760,14 +668,8 @@ fn write_replace_file(path: &Path, contents: &[u8], private: bool) -> Result<()>
 }
 
 fn write_temp(path: &Path, contents: &[u8], private: bool) -> Result<PathBuf> {
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| Error::file(path, "not a file path"))?
-        .to_string_lossy();
-    let tmp = path.with_file_name(format!(
-        ".{file_name}.tmp-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
+    let file_name = path.file_name().ok_or_else(|| Error::file(path, "not a file path"))?.to_string_lossy();
+    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", uuid::Uuid::new_v4().simple()));
     let result = (|| {
         let mut options = open_options(private);
         options.create_new(true);
@@ -820,9 +722,7 @@ mod tests {
         .expect("verifier");
         let cert = CertificateDer::from_pem_slice(cert_pem).expect("cert PEM");
         let name = ServerName::try_from(name.to_string()).expect("server name");
-        verifier
-            .verify_server_cert(&cert, &[], &name, &[], UnixTime::now())
-            .map(|_| ())
+        verifier.verify_server_cert(&cert, &[], &name, &[], UnixTime::now()).map(|_| ())
     }
 
     fn verify_client(ca_pem: &[u8], cert_pem: &[u8]) -> Result<(), rustls::Error> {
@@ -833,24 +733,14 @@ mod tests {
         .build()
         .expect("verifier");
         let cert = CertificateDer::from_pem_slice(cert_pem).expect("cert PEM");
-        verifier
-            .verify_client_cert(&cert, &[], UnixTime::now())
-            .map(|_| ())
+        verifier.verify_client_cert(&cert, &[], UnixTime::now()).map(|_| ())
     }
 
     fn subject_values(cert_pem: &[u8]) -> (Vec<String>, Vec<String>) {
         let der = CertificateDer::from_pem_slice(cert_pem).expect("cert PEM");
         let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("parse");
-        let cn = cert
-            .subject()
-            .iter_common_name()
-            .map(|a| a.as_str().expect("str").to_string())
-            .collect();
-        let o = cert
-            .subject()
-            .iter_organization()
-            .map(|a| a.as_str().expect("str").to_string())
-            .collect();
+        let cn = cert.subject().iter_common_name().map(|a| a.as_str().expect("str").to_string()).collect();
+        let o = cert.subject().iter_organization().map(|a| a.as_str().expect("str").to_string()).collect();
         (cn, o)
     }
 
@@ -875,12 +765,9 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            for path in [
-                &certs.ca_key_path,
-                &certs.serving_key_path,
-                &certs.admin_key_path,
-                &certs.admin_kubeconfig_path,
-            ] {
+            for path in
+                [&certs.ca_key_path, &certs.serving_key_path, &certs.admin_key_path, &certs.admin_kubeconfig_path]
+            {
                 let mode = fs::metadata(path).expect("metadata").permissions().mode();
                 assert_eq!(mode & 0o777, 0o600, "{}", path.display());
             }
@@ -936,10 +823,7 @@ mod tests {
         let ca = fs::read(&certs.ca_cert_path).expect("ca");
         let admin = fs::read(&certs.admin_cert_path).expect("admin");
         verify_client(&ca, &admin).expect("admin cert verifies as client cert");
-        assert_eq!(
-            subject_values(&admin),
-            (vec![ADMIN_USER.to_string()], vec![ADMIN_GROUP.to_string()])
-        );
+        assert_eq!(subject_values(&admin), (vec![ADMIN_USER.to_string()], vec![ADMIN_GROUP.to_string()]));
     }
 
     #[test]
@@ -1006,10 +890,7 @@ mod tests {
         ensure_dev_certs(&opts).expect("works without ca.key");
         fs::remove_file(&certs.admin_key_path).expect("rm");
         fs::remove_file(&certs.admin_cert_path).expect("rm");
-        assert!(
-            ensure_dev_certs(&opts).is_err(),
-            "cannot issue without ca.key"
-        );
+        assert!(ensure_dev_certs(&opts).is_err(), "cannot issue without ca.key");
     }
 
     #[test]
@@ -1017,10 +898,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let certs = ensure_dev_certs(&options(tmp.path())).expect("ensure_dev_certs");
         let ca = CertAuthority::load(&certs.ca_cert_path, &certs.ca_key_path).expect("load");
-        assert_eq!(
-            ca.cert_pem(),
-            fs::read_to_string(&certs.ca_cert_path).expect("read")
-        );
+        assert_eq!(ca.cert_pem(), fs::read_to_string(&certs.ca_cert_path).expect("read"));
         let (cert, _key) = issue_client_cert(&ca, "alice", &["dev"]).expect("issue");
         verify_client(ca.cert_pem().as_bytes(), cert.as_bytes()).expect("chains");
 
@@ -1031,23 +909,15 @@ mod tests {
     #[test]
     fn client_cert_groups() {
         let ca = CertAuthority::generate("test-ca").expect("ca");
-        for groups in [
-            vec![],
-            vec!["one"],
-            vec!["one", "two"],
-            vec!["system:masters", "b", "c", "d", "e"],
-        ] {
+        for groups in [vec![], vec!["one"], vec!["one", "two"], vec!["system:masters", "b", "c", "d", "e"]] {
             let (cert, key) = issue_client_cert(&ca, "bob", &groups).expect("issue");
-            verify_client(ca.cert_pem().as_bytes(), cert.as_bytes())
-                .unwrap_or_else(|e| panic!("{groups:?}: {e}"));
+            verify_client(ca.cert_pem().as_bytes(), cert.as_bytes()).unwrap_or_else(|e| panic!("{groups:?}: {e}"));
             assert!(KeyPair::from_pem(&key).is_ok());
             let (cn, o) = subject_values(cert.as_bytes());
             assert_eq!(cn, vec!["bob"]);
             assert_eq!(o, groups);
         }
-        let too_many: Vec<String> = (0..=MAX_CLIENT_CERT_GROUPS)
-            .map(|i| i.to_string())
-            .collect();
+        let too_many: Vec<String> = (0..=MAX_CLIENT_CERT_GROUPS).map(|i| i.to_string()).collect();
         assert!(issue_client_cert(&ca, "bob", &too_many).is_err());
     }
 

@@ -37,16 +37,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        Error::Io { path: path.to_path_buf(), source }
     }
 
     pub(crate) fn file(path: &Path, message: impl Into<String>) -> Self {
-        Error::File {
-            path: path.to_path_buf(),
-            message: message.into(),
-        }
+        Error::File { path: path.to_path_buf(), message: message.into() }
     }
 }

@@ -16,9 +16,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{
-    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
-};
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
@@ -43,11 +41,7 @@ pub fn install_default_crypto_provider() {
 /// certificate from `serving_cert`/`serving_key` (PEM; the certificate file may hold a chain),
 /// and, with `client_ca`, client certificates requested (not required) and verified against that
 /// CA bundle.
-pub fn server_config(
-    serving_cert: &Path,
-    serving_key: &Path,
-    client_ca: Option<&Path>,
-) -> Result<Arc<ServerConfig>> {
+pub fn server_config(serving_cert: &Path, serving_key: &Path, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>> {
     Ok(reloadable_server_config(serving_cert, serving_key, client_ca)?.0)
 }
 
@@ -58,14 +52,9 @@ pub fn reloadable_server_config(
     client_ca: Option<&Path>,
 ) -> Result<(Arc<ServerConfig>, TlsReloader)> {
     let provider = crypto_provider();
-    let resolver = Arc::new(ReloadableCertResolver::load(
-        serving_cert,
-        serving_key,
-        provider.clone(),
-    )?);
-    let verifier = client_ca
-        .map(|ca| ReloadableClientVerifier::load(ca, provider.clone()).map(Arc::new))
-        .transpose()?;
+    let resolver = Arc::new(ReloadableCertResolver::load(serving_cert, serving_key, provider.clone())?);
+    let verifier =
+        client_ca.map(|ca| ReloadableClientVerifier::load(ca, provider.clone()).map(Arc::new)).transpose()?;
 
     let builder = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
@@ -76,10 +65,7 @@ pub fn reloadable_server_config(
     let mut config = builder.with_cert_resolver(resolver.clone());
     config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
 
-    let reloader = TlsReloader {
-        serving: resolver,
-        client_ca: verifier,
-    };
+    let reloader = TlsReloader { serving: resolver, client_ca: verifier };
     Ok((Arc::new(config), reloader))
 }
 
@@ -142,10 +128,7 @@ impl ReloadableCertResolver {
 
     /// The certificate currently served.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
@@ -172,17 +155,14 @@ pub struct ReloadableClientVerifier {
 
 impl fmt::Debug for ReloadableClientVerifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReloadableClientVerifier")
-            .field("ca_path", &self.ca_path)
-            .finish_non_exhaustive()
+        f.debug_struct("ReloadableClientVerifier").field("ca_path", &self.ca_path).finish_non_exhaustive()
     }
 }
 
 impl ReloadableClientVerifier {
     pub fn load(ca_path: &Path, provider: Arc<CryptoProvider>) -> Result<Self> {
         let inner = build_client_verifier(ca_path, &provider)?;
-        let hints: &'static [DistinguishedName] =
-            Box::leak(inner.root_hint_subjects().to_vec().into_boxed_slice());
+        let hints: &'static [DistinguishedName] = Box::leak(inner.root_hint_subjects().to_vec().into_boxed_slice());
         Ok(ReloadableClientVerifier {
             ca_path: ca_path.to_path_buf(),
             provider,
@@ -197,11 +177,8 @@ impl ReloadableClientVerifier {
         {
             let mut hints = self.hints.write().unwrap_or_else(PoisonError::into_inner);
             let new_hints = inner.root_hint_subjects();
-            let unchanged = hints.len() == new_hints.len()
-                && hints
-                    .iter()
-                    .zip(new_hints)
-                    .all(|(a, b)| a.as_ref() == b.as_ref());
+            let unchanged =
+                hints.len() == new_hints.len() && hints.iter().zip(new_hints).all(|(a, b)| a.as_ref() == b.as_ref());
             if !unchanged {
                 *hints = Box::leak(inner.root_hint_subjects().to_vec().into_boxed_slice());
             }
@@ -212,10 +189,7 @@ impl ReloadableClientVerifier {
     }
 
     fn current(&self) -> Arc<dyn ClientCertVerifier> {
-        self.inner
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.inner.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
@@ -238,8 +212,7 @@ impl ClientCertVerifier for ReloadableClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.current()
-            .verify_client_cert(end_entity, intermediates, now)
+        self.current().verify_client_cert(end_entity, intermediates, now)
     }
 
     fn verify_tls12_signature(
@@ -282,41 +255,22 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 
 /// Reads the first private key (PKCS#8, PKCS#1 or SEC1) of a PEM file.
 pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
-    PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| Error::file(path, format!("reading PEM private key: {e}")))
+    PrivateKeyDer::from_pem_file(path).map_err(|e| Error::file(path, format!("reading PEM private key: {e}")))
 }
 
-fn load_certified_key(
-    cert_path: &Path,
-    key_path: &Path,
-    provider: &CryptoProvider,
-) -> Result<CertifiedKey> {
+fn load_certified_key(cert_path: &Path, key_path: &Path, provider: &CryptoProvider) -> Result<CertifiedKey> {
     let certs = load_certs(cert_path)?;
     let key = load_private_key(key_path)?;
-    CertifiedKey::from_der(certs, key, provider).map_err(|e| {
-        Error::file(
-            cert_path,
-            format!(
-                "does not form a usable pair with {}: {e}",
-                key_path.display()
-            ),
-        )
-    })
+    CertifiedKey::from_der(certs, key, provider)
+        .map_err(|e| Error::file(cert_path, format!("does not form a usable pair with {}: {e}", key_path.display())))
 }
 
-fn build_client_verifier(
-    ca_path: &Path,
-    provider: &Arc<CryptoProvider>,
-) -> Result<Arc<dyn ClientCertVerifier>> {
+fn build_client_verifier(ca_path: &Path, provider: &Arc<CryptoProvider>) -> Result<Arc<dyn ClientCertVerifier>> {
     let mut roots = RootCertStore::empty();
     for cert in load_certs(ca_path)? {
-        roots
-            .add(cert)
-            .map_err(|e| Error::file(ca_path, format!("invalid CA certificate: {e}")))?;
+        roots.add(cert).map_err(|e| Error::file(ca_path, format!("invalid CA certificate: {e}")))?;
     }
-    Ok(
-        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()?,
-    )
+    Ok(WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()?)
 }

@@ -65,11 +65,7 @@ pub async fn serve_with_options(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .keep_alive(true)
-        .header_read_timeout(options.header_read_timeout);
+    builder.http1().timer(TokioTimer::new()).keep_alive(true).header_read_timeout(options.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -110,10 +106,7 @@ pub async fn serve_with_options(
 
     drop(listener);
     let in_flight = connections.len();
-    tracing::info!(
-        connections = in_flight,
-        "shutting down: no longer accepting connections"
-    );
+    tracing::info!(connections = in_flight, "shutting down: no longer accepting connections");
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(options.shutdown_grace_period, async {
         while let Some(joined) = connections.join_next().await {
@@ -122,10 +115,7 @@ pub async fn serve_with_options(
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(
-            connections = connections.len(),
-            "grace period over, aborting remaining connections"
-        );
+        tracing::warn!(connections = connections.len(), "grace period over, aborting remaining connections");
         connections.shutdown().await;
     }
 }
@@ -203,10 +193,7 @@ fn log_join_error(joined: Result<(), tokio::task::JoinError>) {
 
 fn is_connection_error(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
-    matches!(
-        e.kind(),
-        ConnectionRefused | ConnectionAborted | ConnectionReset
-    )
+    matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset)
 }
 
 #[cfg(test)]
@@ -214,12 +201,9 @@ mod tests {
     use super::*;
     use crate::auth::authn::{Authenticator, StaticTokens};
     use crate::auth::certs::{
-        ensure_dev_certs, issue_client_cert, issue_serving_cert, CertAuthority, DevCertOptions,
-        DevCerts,
+        ensure_dev_certs, issue_client_cert, issue_serving_cert, CertAuthority, DevCertOptions, DevCerts,
     };
-    use crate::auth::tls::{
-        install_default_crypto_provider, reloadable_server_config, TlsReloader,
-    };
+    use crate::auth::tls::{install_default_crypto_provider, reloadable_server_config, TlsReloader};
     use axum::extract::State;
     use axum::http::{header, HeaderMap, StatusCode};
     use axum::response::{IntoResponse, Response};
@@ -278,11 +262,8 @@ mod tests {
             })
             .expect("certs");
             let token_file = dir.path().join("tokens.csv");
-            std::fs::write(
-                &token_file,
-                "# test tokens\nsecret-token,token-user,uid-42,\"team-a,team-b\"\n",
-            )
-            .expect("token file");
+            std::fs::write(&token_file, "# test tokens\nsecret-token,token-user,uid-42,\"team-a,team-b\"\n")
+                .expect("token file");
             let authn = Arc::new(Authenticator::from_token_file(&token_file).expect("tokens"));
             let (tls, reloader) = reloadable_server_config(
                 &certs.serving_cert_path,
@@ -290,10 +271,7 @@ mod tests {
                 Some(&certs.client_ca_path),
             )
             .expect("tls");
-            let app = axum::Router::new()
-                .route("/whoami", get(whoami))
-                .route("/slow", get(slow))
-                .with_state(authn);
+            let app = axum::Router::new().route("/whoami", get(whoami)).route("/slow", get(slow)).with_state(authn);
             let (stop, stopped) = oneshot::channel::<()>();
             let task = tokio::spawn(serve_with_options(
                 listener,
@@ -304,14 +282,7 @@ mod tests {
                 },
                 options,
             ));
-            TestServer {
-                addr,
-                certs,
-                reloader,
-                stop: Some(stop),
-                task,
-                _dir: dir,
-            }
+            TestServer { addr, certs, reloader, stop: Some(stop), task, _dir: dir }
         }
 
         fn ca_pem(&self) -> Vec<u8> {
@@ -326,10 +297,7 @@ mod tests {
             if let Some(stop) = self.stop.take() {
                 let _ = stop.send(());
             }
-            tokio::time::timeout(Duration::from_secs(10), self.task)
-                .await
-                .expect("server stops")
-                .expect("server task");
+            tokio::time::timeout(Duration::from_secs(10), self.task).await.expect("server stops").expect("server task");
         }
     }
 
@@ -343,13 +311,7 @@ mod tests {
 
     impl<'a> Client<'a> {
         fn new(ca_pem: &'a [u8]) -> Self {
-            Client {
-                ca_pem,
-                identity: None,
-                server_name: "localhost",
-                alpn: b"http/1.1",
-                tls12_only: false,
-            }
+            Client { ca_pem, identity: None, server_name: "localhost", alpn: b"http/1.1", tls12_only: false }
         }
 
         async fn connect(&self, addr: SocketAddr) -> Result<TlsStream<TcpStream>, BoxError> {
@@ -376,9 +338,7 @@ mod tests {
             config.alpn_protocols = vec![self.alpn.to_vec()];
             let tcp = TcpStream::connect(addr).await?;
             let name = ServerName::try_from(self.server_name.to_string())?;
-            Ok(TlsConnector::from(Arc::new(config))
-                .connect(name, tcp)
-                .await?)
+            Ok(TlsConnector::from(Arc::new(config)).connect(name, tcp).await?)
         }
 
         /// GET `path` on a fresh connection; returns status and body.
@@ -400,8 +360,7 @@ mod tests {
             let req = req.body(Empty::<Bytes>::new())?;
             let resp = if h2 {
                 let (mut sender, conn) =
-                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                        .await?;
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await?;
                 let conn = tokio::spawn(conn);
                 match sender.send_request(req).await {
                     Ok(resp) => resp,
@@ -409,22 +368,14 @@ mod tests {
                     Err(e) => return Err(conn.await?.err().map_or(e, Into::into).into()),
                 }
             } else {
-                let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+                let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
                 let conn = tokio::spawn(conn);
                 match sender.send_request(req).await {
                     Ok(resp) => resp,
                     Err(e) => return Err(conn.await?.err().map_or(e, Into::into).into()),
                 }
             };
-            assert_eq!(
-                resp.version(),
-                if h2 {
-                    axum::http::Version::HTTP_2
-                } else {
-                    axum::http::Version::HTTP_11
-                }
-            );
+            assert_eq!(resp.version(), if h2 { axum::http::Version::HTTP_2 } else { axum::http::Version::HTTP_11 });
             let status = resp.status();
             let body = resp.into_body().collect().await?.to_bytes();
             Ok((status, String::from_utf8_lossy(&body).into_owned()))
@@ -448,22 +399,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kube_client_with_admin_kubeconfig() {
         let server = TestServer::start(ServeOptions::default()).await;
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(&server.certs.admin_kubeconfig_path).expect("read");
-        let config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .expect("config");
+        let kubeconfig = kube::config::Kubeconfig::read_from(&server.certs.admin_kubeconfig_path).expect("read");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
         let client = kube::Client::try_from(config).expect("client");
         for _ in 0..3 {
             let body = client
-                .request_text(
-                    axum::http::Request::get("/whoami")
-                        .body(Vec::new())
-                        .expect("request"),
-                )
+                .request_text(axum::http::Request::get("/whoami").body(Vec::new()).expect("request"))
                 .await
                 .expect("whoami");
             assert_eq!(
@@ -495,17 +438,10 @@ mod tests {
             .await
             .expect("run kubectl");
         let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "kubectl failed: {}\n{stdout}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert!(output.status.success(), "kubectl failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
         let user = json(&stdout);
         assert_eq!(user["name"], "migration-admin");
-        assert_eq!(
-            user["groups"],
-            serde_json::json!(["system:masters", "system:authenticated"])
-        );
+        assert_eq!(user["groups"], serde_json::json!(["system:masters", "system:authenticated"]));
         server.stop().await;
     }
 
@@ -514,14 +450,8 @@ mod tests {
         let server = TestServer::start(ServeOptions::default()).await;
         let ca = server.ca_pem();
         for alpn in [&b"http/1.1"[..], b"h2"] {
-            let client = Client {
-                alpn,
-                ..Client::new(&ca)
-            };
-            let (status, body) = client
-                .get(server.addr, "/whoami", Some("secret-token"))
-                .await
-                .expect("request");
+            let client = Client { alpn, ..Client::new(&ca) };
+            let (status, body) = client.get(server.addr, "/whoami", Some("secret-token")).await.expect("request");
             assert_eq!(status, StatusCode::OK, "{body}");
             assert_eq!(
                 json(&body),
@@ -532,15 +462,9 @@ mod tests {
                     "extra": {},
                 })
             );
-            let (status, _) = client
-                .get(server.addr, "/whoami", Some("wrong-token"))
-                .await
-                .expect("request");
+            let (status, _) = client.get(server.addr, "/whoami", Some("wrong-token")).await.expect("request");
             assert_eq!(status, StatusCode::UNAUTHORIZED);
-            let (status, _) = client
-                .get(server.addr, "/whoami", None)
-                .await
-                .expect("request");
+            let (status, _) = client.get(server.addr, "/whoami", None).await.expect("request");
             assert_eq!(status, StatusCode::UNAUTHORIZED);
         }
         server.stop().await;
@@ -553,23 +477,12 @@ mod tests {
         let identity = issue_client_cert(&server.ca(), "alice", &["dev", "ops"]).expect("issue");
         for tls12_only in [false, true] {
             for alpn in [&b"http/1.1"[..], b"h2"] {
-                let client = Client {
-                    identity: Some(identity.clone()),
-                    alpn,
-                    tls12_only,
-                    ..Client::new(&ca_pem)
-                };
-                let (status, body) = client
-                    .get(server.addr, "/whoami", Some("secret-token"))
-                    .await
-                    .expect("request");
+                let client = Client { identity: Some(identity.clone()), alpn, tls12_only, ..Client::new(&ca_pem) };
+                let (status, body) = client.get(server.addr, "/whoami", Some("secret-token")).await.expect("request");
                 assert_eq!(status, StatusCode::OK);
                 let user = json(&body);
                 assert_eq!(user["name"], "alice", "tls12_only={tls12_only}");
-                assert_eq!(
-                    user["groups"],
-                    serde_json::json!(["dev", "ops", "system:authenticated"])
-                );
+                assert_eq!(user["groups"], serde_json::json!(["dev", "ops", "system:authenticated"]));
             }
         }
         server.stop().await;
@@ -582,35 +495,24 @@ mod tests {
         // A CA with an unrelated name (UnknownCA), and an impostor CA with the same subject as
         // ours, where the issuer is found by name but the signature does not verify
         // (DecryptError).
-        for (ca_name, alert) in [
-            ("someone-else-ca", "AlertReceived(UnknownCA)"),
-            ("migration-apiserver-ca", "AlertReceived(DecryptError)"),
-        ] {
+        for (ca_name, alert) in
+            [("someone-else-ca", "AlertReceived(UnknownCA)"), ("migration-apiserver-ca", "AlertReceived(DecryptError)")]
+        {
             let other = CertAuthority::generate(ca_name).expect("other CA");
-            let identity =
-                issue_client_cert(&other, "mallory", &["system:masters"]).expect("issue");
+            let identity = issue_client_cert(&other, "mallory", &["system:masters"]).expect("issue");
             for tls12_only in [false, true] {
-                let client = Client {
-                    identity: Some(identity.clone()),
-                    tls12_only,
-                    ..Client::new(&ca_pem)
-                };
+                let client = Client { identity: Some(identity.clone()), tls12_only, ..Client::new(&ca_pem) };
                 let err = client
                     .get(server.addr, "/whoami", None)
                     .await
                     .expect_err("a certificate from another CA must fail the TLS handshake");
                 let chain = error_chain(&err);
-                assert!(
-                    chain.contains(alert),
-                    "{ca_name} tls12_only={tls12_only}: {chain}"
-                );
+                assert!(chain.contains(alert), "{ca_name} tls12_only={tls12_only}: {chain}");
             }
         }
         // The server is unaffected.
-        let (status, _) = Client::new(&ca_pem)
-            .get(server.addr, "/whoami", Some("secret-token"))
-            .await
-            .expect("request");
+        let (status, _) =
+            Client::new(&ca_pem).get(server.addr, "/whoami", Some("secret-token")).await.expect("request");
         assert_eq!(status, StatusCode::OK);
         server.stop().await;
     }
@@ -620,23 +522,14 @@ mod tests {
         let server = TestServer::start(ServeOptions::default()).await;
         let ca_pem = server.ca_pem();
         for name in ["localhost", "127.0.0.1", "migration-apiserver.default.svc"] {
-            let client = Client {
-                server_name: name,
-                ..Client::new(&ca_pem)
-            };
+            let client = Client { server_name: name, ..Client::new(&ca_pem) };
             let tls = client.connect(server.addr).await.expect(name);
             assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
         }
-        let wrong_name = Client {
-            server_name: "example.com",
-            ..Client::new(&ca_pem)
-        };
+        let wrong_name = Client { server_name: "example.com", ..Client::new(&ca_pem) };
         assert!(wrong_name.connect(server.addr).await.is_err());
         let other = CertAuthority::generate("other").expect("other CA");
-        assert!(Client::new(other.cert_pem().as_bytes())
-            .connect(server.addr)
-            .await
-            .is_err());
+        assert!(Client::new(other.cert_pem().as_bytes()).connect(server.addr).await.is_err());
         server.stop().await;
     }
 
@@ -682,14 +575,7 @@ mod tests {
         };
         let in_flight_h2 = {
             let ca_pem = ca_pem.clone();
-            tokio::spawn(async move {
-                Client {
-                    alpn: b"h2",
-                    ..Client::new(&ca_pem)
-                }
-                .get(addr, "/slow", None)
-                .await
-            })
+            tokio::spawn(async move { Client { alpn: b"h2", ..Client::new(&ca_pem) }.get(addr, "/slow", None).await })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         server.stop().await;
@@ -709,8 +595,7 @@ mod tests {
         .await;
         let addr = server.addr;
         let ca_pem = server.ca_pem();
-        let in_flight =
-            tokio::spawn(async move { Client::new(&ca_pem).get(addr, "/slow", None).await });
+        let in_flight = tokio::spawn(async move { Client::new(&ca_pem).get(addr, "/slow", None).await });
         tokio::time::sleep(Duration::from_millis(200)).await;
         let started = std::time::Instant::now();
         server.stop().await;
@@ -723,41 +608,21 @@ mod tests {
         let server = TestServer::start(ServeOptions::default()).await;
         let ca_pem = server.ca_pem();
         let ca = server.ca();
-        let served = |tls: &TlsStream<TcpStream>| {
-            tls.get_ref().1.peer_certificates().expect("server certs")[0].clone()
-        };
+        let served = |tls: &TlsStream<TcpStream>| tls.get_ref().1.peer_certificates().expect("server certs")[0].clone();
 
-        let before = served(
-            &Client::new(&ca_pem)
-                .connect(server.addr)
-                .await
-                .expect("connect"),
-        );
+        let before = served(&Client::new(&ca_pem).connect(server.addr).await.expect("connect"));
         let (cert, key) = issue_serving_cert(&ca, &["localhost".to_string()]).expect("issue");
         std::fs::write(&server.certs.serving_cert_path, &cert).expect("write");
         std::fs::write(&server.certs.serving_key_path, &key).expect("write");
         server.reloader.reload().expect("reload");
-        let after = served(
-            &Client::new(&ca_pem)
-                .connect(server.addr)
-                .await
-                .expect("connect"),
-        );
+        let after = served(&Client::new(&ca_pem).connect(server.addr).await.expect("connect"));
         assert_ne!(before, after);
-        assert_eq!(
-            after,
-            CertificateDer::from_pem_slice(cert.as_bytes()).expect("pem")
-        );
+        assert_eq!(after, CertificateDer::from_pem_slice(cert.as_bytes()).expect("pem"));
 
         // A broken file keeps the current certificate.
         std::fs::write(&server.certs.serving_key_path, "garbage").expect("write");
         assert!(server.reloader.serving.reload().is_err());
-        let still = served(
-            &Client::new(&ca_pem)
-                .connect(server.addr)
-                .await
-                .expect("connect"),
-        );
+        let still = served(&Client::new(&ca_pem).connect(server.addr).await.expect("connect"));
         assert_eq!(still, after);
 
         // Switch the client CA to another CA: its users are accepted, the old ones rejected.
@@ -768,25 +633,16 @@ mod tests {
             let ca_pem = ca_pem.clone();
             let addr = server.addr;
             async move {
-                Client {
-                    identity: Some(identity),
-                    ..Client::new(&ca_pem)
-                }
-                .get(addr, "/whoami", None)
-                .await
-                .map(|(_, body)| json(&body)["name"].clone())
+                Client { identity: Some(identity), ..Client::new(&ca_pem) }
+                    .get(addr, "/whoami", None)
+                    .await
+                    .map(|(_, body)| json(&body)["name"].clone())
             }
         };
         assert_eq!(get_as(old_user.clone()).await.expect("old CA"), "old-user");
         assert!(get_as(new_user.clone()).await.is_err());
         std::fs::write(&server.certs.client_ca_path, other.cert_pem()).expect("write");
-        server
-            .reloader
-            .client_ca
-            .as_ref()
-            .expect("client CA")
-            .reload()
-            .expect("reload");
+        server.reloader.client_ca.as_ref().expect("client CA").reload().expect("reload");
         assert_eq!(get_as(new_user).await.expect("new CA"), "new-user");
         assert!(get_as(old_user).await.is_err());
         server.stop().await;
@@ -796,23 +652,15 @@ mod tests {
     async fn no_client_ca_means_no_client_certificates() {
         install_default_crypto_provider();
         let dir = tempfile::tempdir().expect("tempdir");
-        let certs = ensure_dev_certs(&DevCertOptions {
-            cert_dir: dir.path().to_path_buf(),
-            ..DevCertOptions::default()
-        })
-        .expect("certs");
-        let tls = crate::auth::tls::server_config(
-            &certs.serving_cert_path,
-            &certs.serving_key_path,
-            None,
-        )
-        .expect("tls");
+        let certs =
+            ensure_dev_certs(&DevCertOptions { cert_dir: dir.path().to_path_buf(), ..DevCertOptions::default() })
+                .expect("certs");
+        let tls =
+            crate::auth::tls::server_config(&certs.serving_cert_path, &certs.serving_key_path, None).expect("tls");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let authn = Arc::new(Authenticator::new().with_tokens(StaticTokens::default()));
-        let app = axum::Router::new()
-            .route("/whoami", get(whoami))
-            .with_state(authn);
+        let app = axum::Router::new().route("/whoami", get(whoami)).with_state(authn);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(serve(listener, tls, app, async {
             let _ = stopped.await;
@@ -822,13 +670,8 @@ mod tests {
             std::fs::read_to_string(&certs.admin_cert_path).expect("cert"),
             std::fs::read_to_string(&certs.admin_key_path).expect("key"),
         );
-        let (status, _) = Client {
-            identity: Some(admin),
-            ..Client::new(&ca_pem)
-        }
-        .get(addr, "/whoami", None)
-        .await
-        .expect("request");
+        let (status, _) =
+            Client { identity: Some(admin), ..Client::new(&ca_pem) }.get(addr, "/whoami", None).await.expect("request");
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         let _ = stop.send(());
         task.await.expect("server");

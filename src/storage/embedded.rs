@@ -8,15 +8,11 @@
 //! durably, publishes the events to the hub, and only then replies: an acknowledged write has been fsynced.
 
 use super::hub::{WatchHub, DEFAULT_HISTORY};
-use super::{
-    Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError,
-    WatchItem,
-};
+use super::{Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use async_trait::async_trait;
 use bytes::Bytes;
 use redb::{
-    AccessGuard, Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase,
-    ReadableTable, TableDefinition,
+    AccessGuard, Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
 };
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -49,10 +45,7 @@ pub struct EmbeddedOptions {
 impl Default for EmbeddedOptions {
     fn default() -> Self {
         // etcd's default request size limit.
-        Self {
-            history: DEFAULT_HISTORY,
-            max_value_bytes: 1536 * 1024,
-        }
+        Self { history: DEFAULT_HISTORY, max_value_bytes: 1536 * 1024 }
     }
 }
 
@@ -68,19 +61,9 @@ pub struct EmbeddedStorage {
 }
 
 enum OpKind {
-    Create {
-        key: String,
-        value: Bytes,
-    },
-    Update {
-        key: String,
-        value: Bytes,
-        expected: Revision,
-    },
-    Delete {
-        key: String,
-        expected: Option<Revision>,
-    },
+    Create { key: String, value: Bytes },
+    Update { key: String, value: Bytes, expected: Revision },
+    Delete { key: String, expected: Option<Revision> },
 }
 
 struct Op {
@@ -101,20 +84,9 @@ fn encode(create_revision: Revision, mod_revision: Revision, value: &[u8]) -> Ve
 }
 
 fn decode(key: &str, raw: &[u8]) -> Result<KeyValue> {
-    let corrupt = || {
-        StorageError::Internal(format!(
-            "stored value of {key} is corrupt ({} bytes)",
-            raw.len()
-        ))
-    };
-    let create = raw
-        .get(0..8)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .ok_or_else(corrupt)?;
-    let modr = raw
-        .get(8..16)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .ok_or_else(corrupt)?;
+    let corrupt = || StorageError::Internal(format!("stored value of {key} is corrupt ({} bytes)", raw.len()));
+    let create = raw.get(0..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(corrupt)?;
+    let modr = raw.get(8..16).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(corrupt)?;
     Ok(KeyValue {
         key: key.to_owned(),
         value: Bytes::copy_from_slice(&raw[HEADER..]),
@@ -125,10 +97,7 @@ fn decode(key: &str, raw: &[u8]) -> Result<KeyValue> {
 
 fn read_revision(txn: &ReadTransaction) -> Result<Revision> {
     let meta = txn.open_table(META).map_err(unavailable)?;
-    let rev = meta
-        .get(META_REVISION)
-        .map_err(unavailable)?
-        .map(|g| g.value());
+    let rev = meta.get(META_REVISION).map_err(unavailable)?.map(|g| g.value());
     Ok(rev.unwrap_or(0))
 }
 
@@ -138,17 +107,13 @@ impl EmbeddedStorage {
         std::fs::create_dir_all(dir)
             .map_err(|e| StorageError::Unavailable(format!("creating {}: {e}", dir.display())))?;
         let path = dir.join("store.redb");
-        let db = Database::create(&path)
-            .map_err(|e| unavailable(format_args!("opening {}: {e}", path.display())))?;
+        let db = Database::create(&path).map_err(|e| unavailable(format_args!("opening {}: {e}", path.display())))?;
 
         let txn = db.begin_write().map_err(unavailable)?;
         let revision = {
             txn.open_table(OBJECTS).map_err(unavailable)?;
             let meta = txn.open_table(META).map_err(unavailable)?;
-            let rev = meta
-                .get(META_REVISION)
-                .map_err(unavailable)?
-                .map(|g| g.value());
+            let rev = meta.get(META_REVISION).map_err(unavailable)?.map(|g| g.value());
             rev.unwrap_or(0)
         };
         txn.commit().map_err(unavailable)?;
@@ -157,26 +122,13 @@ impl EmbeddedStorage {
         let hub = Arc::new(WatchHub::new(revision, opts.history));
         let current = Arc::new(AtomicU64::new(revision));
         let (tx, rx) = mpsc::channel(QUEUE);
-        let writer = Writer {
-            db: db.clone(),
-            hub: hub.clone(),
-            current: current.clone(),
-            revision,
-        };
+        let writer = Writer { db: db.clone(), hub: hub.clone(), current: current.clone(), revision };
         let handle = std::thread::Builder::new()
             .name("storage-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StorageError::Internal(format!("starting the writer thread: {e}")))?;
         tracing::info!(path = %path.display(), revision, "opened embedded storage");
-        Ok(Arc::new(Self {
-            db,
-            hub,
-            revision: current,
-            ops: Some(tx),
-            writer: Some(handle),
-            opts,
-            path,
-        }))
+        Ok(Arc::new(Self { db, hub, revision: current, ops: Some(tx), writer: Some(handle), opts, path }))
     }
 
     /// The database file.
@@ -199,10 +151,7 @@ impl EmbeddedStorage {
 
     fn check_size(&self, value: &Bytes) -> Result<()> {
         if value.len() > self.opts.max_value_bytes {
-            return Err(StorageError::TooLarge {
-                size: value.len(),
-                limit: self.opts.max_value_bytes,
-            });
+            return Err(StorageError::TooLarge { size: value.len(), limit: self.opts.max_value_bytes });
         }
         Ok(())
     }
@@ -269,18 +218,15 @@ impl Writer {
     /// Applies `ops` in one transaction and commits it durably (when anything changed).
     fn apply(&self, ops: &[Op]) -> Result<Applied> {
         let mut txn = self.db.begin_write().map_err(unavailable)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(unavailable)?;
+        txn.set_durability(Durability::Immediate).map_err(unavailable)?;
         let mut rev = self.revision;
         let mut results = Vec::with_capacity(ops.len());
         let mut events = Vec::new();
         {
             let mut objects = txn.open_table(OBJECTS).map_err(unavailable)?;
             for op in ops {
-                let current = objects
-                    .get(op.kind.key())
-                    .map_err(unavailable)?
-                    .map(|raw| decode(op.kind.key(), raw.value()));
+                let current =
+                    objects.get(op.kind.key()).map_err(unavailable)?.map(|raw| decode(op.kind.key(), raw.value()));
                 let current = match current.transpose() {
                     Ok(c) => c,
                     Err(e) => {
@@ -289,14 +235,10 @@ impl Writer {
                     }
                 };
                 let result = match (&op.kind, current) {
-                    (OpKind::Create { key, .. }, Some(_)) => {
-                        Err(StorageError::AlreadyExists { key: key.clone() })
-                    }
+                    (OpKind::Create { key, .. }, Some(_)) => Err(StorageError::AlreadyExists { key: key.clone() }),
                     (OpKind::Create { key, value }, None) => {
                         rev += 1;
-                        objects
-                            .insert(key.as_str(), encode(rev, rev, value).as_slice())
-                            .map_err(unavailable)?;
+                        objects.insert(key.as_str(), encode(rev, rev, value).as_slice()).map_err(unavailable)?;
                         events.push(Event {
                             kind: EventKind::Created,
                             revision: rev,
@@ -304,31 +246,18 @@ impl Writer {
                             value: value.clone(),
                             prev: None,
                         });
-                        Ok(KeyValue {
-                            key: key.clone(),
-                            value: value.clone(),
-                            create_revision: rev,
-                            mod_revision: rev,
-                        })
+                        Ok(KeyValue { key: key.clone(), value: value.clone(), create_revision: rev, mod_revision: rev })
                     }
                     (OpKind::Update { key, .. } | OpKind::Delete { key, .. }, None) => {
                         Err(StorageError::NotFound { key: key.clone() })
                     }
-                    (OpKind::Update { key, expected, .. }, Some(prev))
-                        if prev.mod_revision != *expected =>
-                    {
-                        Err(StorageError::Conflict {
-                            key: key.clone(),
-                            current: prev.mod_revision,
-                        })
+                    (OpKind::Update { key, expected, .. }, Some(prev)) if prev.mod_revision != *expected => {
+                        Err(StorageError::Conflict { key: key.clone(), current: prev.mod_revision })
                     }
                     (OpKind::Update { key, value, .. }, Some(prev)) => {
                         rev += 1;
                         objects
-                            .insert(
-                                key.as_str(),
-                                encode(prev.create_revision, rev, value).as_slice(),
-                            )
+                            .insert(key.as_str(), encode(prev.create_revision, rev, value).as_slice())
                             .map_err(unavailable)?;
                         let kv = KeyValue {
                             key: key.clone(),
@@ -345,23 +274,15 @@ impl Writer {
                         });
                         Ok(kv)
                     }
-                    (
-                        OpKind::Delete {
-                            key,
-                            expected: Some(expected),
-                        },
-                        Some(prev),
-                    ) if prev.mod_revision != *expected => Err(StorageError::Conflict {
-                        key: key.clone(),
-                        current: prev.mod_revision,
-                    }),
+                    (OpKind::Delete { key, expected: Some(expected) }, Some(prev))
+                        if prev.mod_revision != *expected =>
+                    {
+                        Err(StorageError::Conflict { key: key.clone(), current: prev.mod_revision })
+                    }
                     (OpKind::Delete { key, .. }, Some(prev)) => {
                         rev += 1;
                         objects.remove(key.as_str()).map_err(unavailable)?;
-                        let deleted = KeyValue {
-                            mod_revision: rev,
-                            ..prev.clone()
-                        };
+                        let deleted = KeyValue { mod_revision: rev, ..prev.clone() };
                         events.push(Event {
                             kind: EventKind::Deleted,
                             revision: rev,
@@ -384,20 +305,14 @@ impl Writer {
         } else {
             txn.commit().map_err(unavailable)?;
         }
-        Ok(Applied {
-            results,
-            events,
-            revision: rev,
-        })
+        Ok(Applied { results, events, revision: rev })
     }
 }
 
 impl OpKind {
     fn key(&self) -> &str {
         match self {
-            OpKind::Create { key, .. }
-            | OpKind::Update { key, .. }
-            | OpKind::Delete { key, .. } => key,
+            OpKind::Create { key, .. } | OpKind::Update { key, .. } | OpKind::Delete { key, .. } => key,
         }
     }
 }
@@ -409,18 +324,13 @@ fn build_overlay(history: &[Arc<Event>]) -> Overlay {
     let mut overlay = Overlay::new();
     for ev in history {
         // The earliest change after the old revision carries the value at it.
-        overlay
-            .entry(ev.key.clone())
-            .or_insert_with(|| ev.prev.clone());
+        overlay.entry(ev.key.clone()).or_insert_with(|| ev.prev.clone());
     }
     overlay
 }
 
 /// A key and its raw value, as a range over `objects` yields them.
-type StoredEntry = (
-    AccessGuard<'static, &'static str>,
-    AccessGuard<'static, &'static [u8]>,
-);
+type StoredEntry = (AccessGuard<'static, &'static str>, AccessGuard<'static, &'static [u8]>);
 
 /// Reads a page of keys under `prefix` from `objects`, with `overlay` (if any) replacing the values of the keys
 /// it holds.
@@ -435,9 +345,7 @@ fn list_page(
         Some(s) if s >= prefix => Bound::Excluded(s),
         _ => Bound::Included(prefix),
     };
-    let mut db_iter = objects
-        .range::<&str>((lower, Bound::Unbounded))
-        .map_err(unavailable)?;
+    let mut db_iter = objects.range::<&str>((lower, Bound::Unbounded)).map_err(unavailable)?;
     // The next stored entry under the prefix whose key the overlay does not replace.
     let mut next_db = || -> Result<Option<StoredEntry>> {
         for entry in db_iter.by_ref() {
@@ -506,11 +414,7 @@ impl Storage for EmbeddedStorage {
                 // Every event up to the snapshot must be in the ring before it can be rolled back to `r`.
                 tokio::time::timeout(PUBLISH_TIMEOUT, self.hub.wait_published(snapshot))
                     .await
-                    .map_err(|_| {
-                        StorageError::Unavailable(format!(
-                            "revision {snapshot} was not published in time"
-                        ))
-                    })?;
+                    .map_err(|_| StorageError::Unavailable(format!("revision {snapshot} was not published in time")))?;
                 let history = self.hub.history_between(r, snapshot, prefix)?;
                 (build_overlay(&history), r)
             }
@@ -519,49 +423,25 @@ impl Storage for EmbeddedStorage {
         let objects = txn.open_table(OBJECTS).map_err(unavailable)?;
         let prefix = prefix.to_owned();
         let (items, remaining) = tokio::task::spawn_blocking(move || {
-            list_page(
-                &objects,
-                &prefix,
-                opts.start_after.as_deref(),
-                opts.limit,
-                &overlay,
-            )
+            list_page(&objects, &prefix, opts.start_after.as_deref(), opts.limit, &overlay)
         })
         .await
         .map_err(|e| StorageError::Internal(format!("list task failed: {e}")))??;
-        Ok(ListResult {
-            items,
-            revision,
-            more: remaining > 0,
-            remaining,
-        })
+        Ok(ListResult { items, revision, more: remaining > 0, remaining })
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
         self.check_size(&value)?;
-        self.submit(OpKind::Create {
-            key: key.to_owned(),
-            value,
-        })
-        .await
+        self.submit(OpKind::Create { key: key.to_owned(), value }).await
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
         self.check_size(&value)?;
-        self.submit(OpKind::Update {
-            key: key.to_owned(),
-            value,
-            expected,
-        })
-        .await
+        self.submit(OpKind::Update { key: key.to_owned(), value, expected }).await
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
-        self.submit(OpKind::Delete {
-            key: key.to_owned(),
-            expected,
-        })
-        .await
+        self.submit(OpKind::Delete { key: key.to_owned(), expected }).await
     }
 
     fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
@@ -583,10 +463,7 @@ mod tests {
     use std::collections::HashSet;
 
     fn opts(history: usize) -> EmbeddedOptions {
-        EmbeddedOptions {
-            history,
-            max_value_bytes: 1024,
-        }
+        EmbeddedOptions { history, max_value_bytes: 1024 }
     }
 
     fn open(dir: &Path, history: usize) -> Arc<EmbeddedStorage> {
@@ -598,11 +475,7 @@ mod tests {
     }
 
     fn page(start_after: Option<&str>, limit: usize, revision: Option<Revision>) -> ListOptions {
-        ListOptions {
-            start_after: start_after.map(str::to_owned),
-            limit,
-            revision,
-        }
+        ListOptions { start_after: start_after.map(str::to_owned), limit, revision }
     }
 
     fn keys(r: &ListResult) -> Vec<&str> {
@@ -625,59 +498,24 @@ mod tests {
 
         let a = s.create("/a", b("1")).await.expect("create");
         assert_eq!((a.create_revision, a.mod_revision), (1, 1));
-        assert_eq!(
-            s.create("/a", b("x")).await,
-            Err(StorageError::AlreadyExists { key: "/a".into() })
-        );
+        assert_eq!(s.create("/a", b("x")).await, Err(StorageError::AlreadyExists { key: "/a".into() }));
         assert_eq!(s.get("/a").await, Ok(Some(a.clone())));
 
         let a2 = s.update("/a", b("2"), 1).await.expect("update");
-        assert_eq!(
-            (a2.create_revision, a2.mod_revision, a2.value.clone()),
-            (1, 2, b("2"))
-        );
-        assert_eq!(
-            s.update("/a", b("3"), 1).await,
-            Err(StorageError::Conflict {
-                key: "/a".into(),
-                current: 2
-            })
-        );
-        assert_eq!(
-            s.update("/nope", b("3"), 1).await,
-            Err(StorageError::NotFound {
-                key: "/nope".into()
-            })
-        );
-        assert_eq!(
-            s.delete("/a", Some(1)).await,
-            Err(StorageError::Conflict {
-                key: "/a".into(),
-                current: 2
-            })
-        );
+        assert_eq!((a2.create_revision, a2.mod_revision, a2.value.clone()), (1, 2, b("2")));
+        assert_eq!(s.update("/a", b("3"), 1).await, Err(StorageError::Conflict { key: "/a".into(), current: 2 }));
+        assert_eq!(s.update("/nope", b("3"), 1).await, Err(StorageError::NotFound { key: "/nope".into() }));
+        assert_eq!(s.delete("/a", Some(1)).await, Err(StorageError::Conflict { key: "/a".into(), current: 2 }));
         // Failed preconditions consume no revision.
         assert_eq!(s.current_revision(), 2);
 
         let big = Bytes::from(vec![0u8; 1025]);
-        assert_eq!(
-            s.create("/big", big).await,
-            Err(StorageError::TooLarge {
-                size: 1025,
-                limit: 1024
-            })
-        );
+        assert_eq!(s.create("/big", big).await, Err(StorageError::TooLarge { size: 1025, limit: 1024 }));
 
         let d = s.delete("/a", Some(2)).await.expect("delete");
-        assert_eq!(
-            (d.create_revision, d.mod_revision, d.value.clone()),
-            (1, 3, b("2"))
-        );
+        assert_eq!((d.create_revision, d.mod_revision, d.value.clone()), (1, 3, b("2")));
         assert_eq!(s.get("/a").await, Ok(None));
-        assert_eq!(
-            s.delete("/a", None).await,
-            Err(StorageError::NotFound { key: "/a".into() })
-        );
+        assert_eq!(s.delete("/a", None).await, Err(StorageError::NotFound { key: "/a".into() }));
 
         let a = s.create("/a", b("again")).await.expect("recreate");
         assert_eq!((a.create_revision, a.mod_revision), (4, 4));
@@ -704,13 +542,7 @@ mod tests {
         let c = s.create("/c", b("1")).await.expect("create");
         assert_eq!(c.mod_revision, 4);
         // History before the reopen is gone, but watching from the open revision works.
-        assert!(matches!(
-            s.watch("/", 2),
-            Err(StorageError::Expired {
-                requested: 2,
-                oldest: 3
-            })
-        ));
+        assert!(matches!(s.watch("/", 2), Err(StorageError::Expired { requested: 2, oldest: 3 })));
         let mut rx = s.watch("/", 3).expect("watch");
         assert_eq!(next_event(&mut rx).await.revision, 4);
     }
@@ -730,36 +562,21 @@ mod tests {
         let p1 = s.list("/p/", page(None, 2, None)).await.expect("list");
         assert_eq!(keys(&p1), ["/p/a", "/p/b"]);
         assert_eq!((p1.more, p1.remaining), (true, 3));
-        let p2 = s
-            .list("/p/", page(Some("/p/b"), 2, None))
-            .await
-            .expect("list");
+        let p2 = s.list("/p/", page(Some("/p/b"), 2, None)).await.expect("list");
         assert_eq!(keys(&p2), ["/p/c", "/p/d"]);
         assert_eq!((p2.more, p2.remaining), (true, 1));
-        let p3 = s
-            .list("/p/", page(Some("/p/d"), 2, None))
-            .await
-            .expect("list");
+        let p3 = s.list("/p/", page(Some("/p/d"), 2, None)).await.expect("list");
         assert_eq!(keys(&p3), ["/p/e"]);
         assert_eq!((p3.more, p3.remaining), (false, 0));
         let exact = s.list("/p/", page(None, 5, None)).await.expect("list");
         assert_eq!((exact.items.len(), exact.more), (5, false));
 
         // A continue key before the prefix starts at the prefix; one after it yields nothing.
-        let before = s
-            .list("/p/", page(Some("/a"), 0, None))
-            .await
-            .expect("list");
+        let before = s.list("/p/", page(Some("/a"), 0, None)).await.expect("list");
         assert_eq!(before.items.len(), 5);
-        let after = s
-            .list("/p/", page(Some("/z"), 0, None))
-            .await
-            .expect("list");
+        let after = s.list("/p/", page(Some("/z"), 0, None)).await.expect("list");
         assert!(after.items.is_empty() && !after.more);
-        let none = s
-            .list("/nothing/", page(None, 0, None))
-            .await
-            .expect("list");
+        let none = s.list("/nothing/", page(None, 0, None)).await.expect("list");
         assert!(none.items.is_empty());
         let everything = s.list("", page(None, 0, None)).await.expect("list");
         assert_eq!(everything.items.len(), 7);
@@ -788,37 +605,22 @@ mod tests {
         s.create("/p/e", b("newer")).await.expect("create");
         s.create("/q/y", b("other")).await.expect("create");
 
-        let p2 = s
-            .list("/p/", page(Some("/p/b"), 2, Some(p1.revision)))
-            .await
-            .expect("list");
+        let p2 = s.list("/p/", page(Some("/p/b"), 2, Some(p1.revision))).await.expect("list");
         assert_eq!(p2.revision, 6);
         assert_eq!(keys(&p2), ["/p/c", "/p/d"]);
         assert!(p2.items.iter().all(|kv| kv.value == b("old")));
-        assert_eq!(
-            (p2.items[0].create_revision, p2.items[0].mod_revision),
-            (3, 3)
-        );
+        assert_eq!((p2.items[0].create_revision, p2.items[0].mod_revision), (3, 3));
         assert_eq!((p2.more, p2.remaining), (true, 1));
-        let p3 = s
-            .list("/p/", page(Some("/p/d"), 2, Some(6)))
-            .await
-            .expect("list");
+        let p3 = s.list("/p/", page(Some("/p/d"), 2, Some(6))).await.expect("list");
         assert_eq!(keys(&p3), ["/p/e"]);
-        assert_eq!(
-            (p3.items[0].value.clone(), p3.items[0].mod_revision),
-            (b("old"), 5)
-        );
+        assert_eq!((p3.items[0].value.clone(), p3.items[0].mod_revision), (b("old"), 5));
         assert!(!p3.more);
         let whole = s.list("/p/", page(None, 0, Some(6))).await.expect("list");
         assert_eq!(keys(&whole), ["/p/a", "/p/b", "/p/c", "/p/d", "/p/e"]);
 
         let latest = s.list("/p/", page(None, 0, None)).await.expect("list");
         assert_eq!(latest.revision, 15);
-        assert_eq!(
-            keys(&latest),
-            ["/p/a", "/p/b", "/p/bb", "/p/c", "/p/e", "/p/f"]
-        );
+        assert_eq!(keys(&latest), ["/p/a", "/p/b", "/p/bb", "/p/c", "/p/e", "/p/f"]);
         // A revision at or beyond the snapshot reads the latest.
         let same = s.list("/p/", page(None, 0, Some(15))).await.expect("list");
         assert_eq!(keys(&same), keys(&latest));
@@ -833,26 +635,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = open(dir.path(), 10);
         for i in 0..30 {
-            s.create(&format!("/k/{i:02}"), b("v"))
-                .await
-                .expect("create");
+            s.create(&format!("/k/{i:02}"), b("v")).await.expect("create");
         }
         assert_eq!(s.hub().compacted_revision(), 20);
         let err = s.list("/k/", page(None, 5, Some(5))).await.err();
-        assert_eq!(
-            err,
-            Some(StorageError::Expired {
-                requested: 5,
-                oldest: 20
-            })
-        );
-        assert!(matches!(
-            s.watch("/k/", 19),
-            Err(StorageError::Expired {
-                requested: 19,
-                oldest: 20
-            })
-        ));
+        assert_eq!(err, Some(StorageError::Expired { requested: 5, oldest: 20 }));
+        assert!(matches!(s.watch("/k/", 19), Err(StorageError::Expired { requested: 19, oldest: 20 })));
         let ok = s.list("/k/", page(None, 0, Some(25))).await.expect("list");
         assert_eq!((ok.items.len(), ok.revision), (25, 25));
         let mut rx = s.watch("/k/", 20).expect("watch");
@@ -874,9 +662,7 @@ mod tests {
                     for i in 0..100 {
                         let key = format!("/w/{t}/{i}");
                         let kv = s.create(&key, b("1")).await.expect("create");
-                        s.update(&key, b("2"), kv.mod_revision)
-                            .await
-                            .expect("update");
+                        s.update(&key, b("2"), kv.mod_revision).await.expect("update");
                     }
                 })
             })
@@ -937,9 +723,7 @@ mod tests {
                 let s = s.clone();
                 tokio::spawn(async move {
                     for i in 0..100 {
-                        s.create(&format!("/k/{t}/{i}"), b("v"))
-                            .await
-                            .expect("create");
+                        s.create(&format!("/k/{t}/{i}"), b("v")).await.expect("create");
                     }
                 })
             })
@@ -949,16 +733,8 @@ mod tests {
                 w.await.expect("writer");
             }
         };
-        tokio::time::timeout(Duration::from_secs(60), all)
-            .await
-            .expect("writers finished");
-        assert_eq!(
-            tokio::time::timeout(Duration::from_secs(10), reader)
-                .await
-                .expect("reader")
-                .expect("join"),
-            3000
-        );
+        tokio::time::timeout(Duration::from_secs(60), all).await.expect("writers finished");
+        assert_eq!(tokio::time::timeout(Duration::from_secs(10), reader).await.expect("reader").expect("join"), 3000);
 
         let mut events = 0;
         let mut error = None;
@@ -969,10 +745,7 @@ mod tests {
             }
         }
         assert_eq!(events, crate::storage::hub::DEFAULT_WATCH_BUFFER);
-        assert!(
-            matches!(error, Some(StorageError::Expired { .. })),
-            "{error:?}"
-        );
+        assert!(matches!(error, Some(StorageError::Expired { .. })), "{error:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -985,12 +758,7 @@ mod tests {
                 tokio::spawn(async move {
                     let mut revs = Vec::new();
                     for i in 0..50 {
-                        revs.push(
-                            s.create(&format!("/g/{t}/{i}"), b("v"))
-                                .await
-                                .expect("create")
-                                .mod_revision,
-                        );
+                        revs.push(s.create(&format!("/g/{t}/{i}"), b("v")).await.expect("create").mod_revision);
                     }
                     // Conflicting creates in the same batches fail without consuming revisions.
                     assert!(s.create(&format!("/g/{t}/0"), b("v")).await.is_err());
@@ -1017,9 +785,7 @@ mod tests {
     async fn bench_creates() {
         const TASKS: usize = 64;
         const TOTAL: usize = 20_000;
-        let base = std::env::var_os("BENCH_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
+        let base = std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
         let dir = tempfile::tempdir_in(base).expect("tempdir");
         let s = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).expect("open");
         let value = Bytes::from(vec![b'x'; 1024]);
@@ -1029,9 +795,7 @@ mod tests {
                 let (s, value) = (s.clone(), value.clone());
                 tokio::spawn(async move {
                     for i in (t..TOTAL).step_by(TASKS) {
-                        s.create(&format!("/registry/bench/ns/obj-{i}"), value.clone())
-                            .await
-                            .expect("create");
+                        s.create(&format!("/registry/bench/ns/obj-{i}"), value.clone()).await.expect("create");
                     }
                 })
             })
@@ -1041,9 +805,6 @@ mod tests {
         }
         let secs = start.elapsed().as_secs_f64();
         assert_eq!(s.current_revision(), TOTAL as u64);
-        println!(
-            "{TOTAL} durable creates by {TASKS} tasks in {secs:.2}s: {:.0} creates/s",
-            TOTAL as f64 / secs
-        );
+        println!("{TOTAL} durable creates by {TASKS} tasks in {secs:.2}s: {:.0} creates/s", TOTAL as f64 / secs);
     }
 }

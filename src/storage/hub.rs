@@ -64,9 +64,7 @@ impl WatchHub {
 
     fn lock(&self) -> MutexGuard<'_, HubState> {
         // Nothing under this lock panics; if something did, the state is still consistent enough to go on.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Records committed events (in revision order) and sends them to the watchers.
@@ -100,18 +98,10 @@ impl WatchHub {
     pub fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
         let mut st = self.lock();
         if after < st.compacted {
-            return Err(StorageError::Expired {
-                requested: after,
-                oldest: st.compacted,
-            });
+            return Err(StorageError::Expired { requested: after, oldest: st.compacted });
         }
         let start = st.ring.partition_point(|e| e.revision <= after);
-        let replay: Vec<Arc<Event>> = st
-            .ring
-            .range(start..)
-            .filter(|e| e.key.starts_with(prefix))
-            .cloned()
-            .collect();
+        let replay: Vec<Arc<Event>> = st.ring.range(start..).filter(|e| e.key.starts_with(prefix)).cloned().collect();
         // Room for the whole replay, the live buffer, and one slot reserved for the final error.
         let (tx, rx) = mpsc::channel(replay.len() + self.buffer + 1);
         for ev in replay {
@@ -122,29 +112,17 @@ impl WatchHub {
         // committed but not yet published) is skipped over by `deliver`.
         let newest = st.ring.back().map_or(after, |e| e.revision);
         st.watchers.retain(|w| !w.tx.is_closed());
-        st.watchers.push(Watcher {
-            prefix: prefix.to_owned(),
-            sent_upto: after.max(newest),
-            tx,
-        });
+        st.watchers.push(Watcher { prefix: prefix.to_owned(), sent_upto: after.max(newest), tx });
         Ok(rx)
     }
 
     /// Events under `prefix` with `after < revision <= upto`, in revision order. `Expired` when `after` is older
     /// than the retained history; `Unavailable` when `upto` has not been published yet (see
     /// [`WatchHub::wait_published`]).
-    pub fn history_between(
-        &self,
-        after: Revision,
-        upto: Revision,
-        prefix: &str,
-    ) -> Result<Vec<Arc<Event>>> {
+    pub fn history_between(&self, after: Revision, upto: Revision, prefix: &str) -> Result<Vec<Arc<Event>>> {
         let st = self.lock();
         if after < st.compacted {
-            return Err(StorageError::Expired {
-                requested: after,
-                oldest: st.compacted,
-            });
+            return Err(StorageError::Expired { requested: after, oldest: st.compacted });
         }
         let published = *self.progress.borrow();
         if upto > published {
@@ -197,10 +175,7 @@ impl Watcher {
             }
             // Keep the last slot for the error, so a watcher that falls behind always learns why its stream ends.
             if self.tx.capacity() <= 1 {
-                let expired = StorageError::Expired {
-                    requested: self.sent_upto,
-                    oldest: compacted,
-                };
+                let expired = StorageError::Expired { requested: self.sent_upto, oldest: compacted };
                 let _ = self.tx.try_send(WatchItem::Error(expired));
                 return false;
             }
@@ -282,25 +257,13 @@ mod tests {
         let hub = WatchHub::new(0, 3);
         hub.publish((1..=5).map(|r| ev(r, "/k")).collect());
         assert_eq!(hub.compacted_revision(), 2);
-        assert_eq!(
-            hub.watch("/", 1).err(),
-            Some(StorageError::Expired {
-                requested: 1,
-                oldest: 2
-            })
-        );
+        assert_eq!(hub.watch("/", 1).err(), Some(StorageError::Expired { requested: 1, oldest: 2 }));
         let mut rx = hub.watch("/", 2).expect("watch");
         assert_eq!(revs(&mut rx), vec![3, 4, 5]);
-        assert!(matches!(
-            hub.history_between(0, 5, "/"),
-            Err(StorageError::Expired { .. })
-        ));
+        assert!(matches!(hub.history_between(0, 5, "/"), Err(StorageError::Expired { .. })));
         let h = hub.history_between(3, 4, "/").expect("history");
         assert_eq!(h.iter().map(|e| e.revision).collect::<Vec<_>>(), vec![4]);
-        assert!(matches!(
-            hub.history_between(3, 6, "/"),
-            Err(StorageError::Unavailable(_))
-        ));
+        assert!(matches!(hub.history_between(3, 6, "/"), Err(StorageError::Unavailable(_))));
     }
 
     #[tokio::test]
@@ -318,10 +281,7 @@ mod tests {
             items.push(item);
         }
         assert_eq!(items.len(), 5);
-        assert!(matches!(
-            items.last(),
-            Some(WatchItem::Error(StorageError::Expired { requested: 4, .. }))
-        ));
+        assert!(matches!(items.last(), Some(WatchItem::Error(StorageError::Expired { requested: 4, .. }))));
         // The stream ends after the error.
         assert!(slow.recv().await.is_none());
     }
@@ -384,10 +344,7 @@ mod tests {
             latencies.push(worst);
         }
         latencies.sort();
-        println!(
-            "100 watchers, publish to last delivery: median {:?}, max {:?}",
-            latencies[10], latencies[19]
-        );
+        println!("100 watchers, publish to last delivery: median {:?}, max {:?}", latencies[10], latencies[19]);
         assert!(latencies[10] < std::time::Duration::from_millis(50));
     }
 }
