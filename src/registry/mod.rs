@@ -199,6 +199,15 @@ fn spec_equal(a: &Value, b: &Value) -> bool {
     strip(a) == strip(b)
 }
 
+/// The 410 for a continue token whose revision was compacted, with the inconsistent continuation to go on.
+fn expired_continue(prefix: &str, start_after: &Option<String>) -> ApiError {
+    let start =
+        start_after.as_deref().map(|s| s.strip_prefix(prefix).unwrap_or(s).to_string()).unwrap_or_default();
+    let mut e = ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.");
+    e.continue_token = Some(ContinueToken { revision: None, start }.encode().into());
+    e
+}
+
 fn parse_rv(s: &str) -> ApiResult<u64> {
     s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))
 }
@@ -862,7 +871,7 @@ impl Resource {
                 .list(&prefix, ListOptions { start_after: start_after.clone(), limit: p.limit, revision: read_at })
                 .await
                 .map_err(|e| match e {
-                    StorageError::Expired { .. } if p.continue_token.is_some() => self.expired_continue(&start_after),
+                    StorageError::Expired { .. } if p.continue_token.is_some() => expired_continue(&prefix, &start_after),
                     StorageError::Expired { requested, oldest } => {
                         ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
                     }
@@ -901,16 +910,6 @@ impl Resource {
         };
         let remaining = (more && !filtered).then_some(remaining as i64);
         Ok(ListOut { items, revision, continue_token, remaining })
-    }
-
-    /// The 410 for a continue token whose revision was compacted, with the inconsistent continuation to go on.
-    fn expired_continue(&self, start_after: &Option<String>) -> ApiError {
-        let prefix = self.prefix(None);
-        let start =
-            start_after.as_deref().map(|s| s.strip_prefix(&prefix).unwrap_or(s).to_string()).unwrap_or_default();
-        let mut e = ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.");
-        e.continue_token = Some(ContinueToken { revision: None, start }.encode().into());
-        e
     }
 
     /// Opens a watch; events arrive on the returned channel until the client goes away.
