@@ -325,7 +325,12 @@ impl Resource {
         problems.extend(dups.iter().map(|f| format!("duplicate field {f:?}")));
         let warnings = match fv {
             FieldValidation::Strict if !problems.is_empty() => {
-                return Err(ApiError::bad_request(format!("strict decoding error: {}", problems.join(", "))));
+                // kube-apiserver's wording, which clients and tools match on.
+                return Err(ApiError::bad_request(format!(
+                    "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                    problems.join(", "),
+                    kind = i.kind
+                )));
             }
             FieldValidation::Warn => problems,
             _ => Vec::new(),
@@ -470,7 +475,7 @@ impl Resource {
             // A no-op write whose encoding matches what is stored is skipped (no new revision), as kube-apiserver
             // does; a stale encoding (older storage version) is rewritten.
             let bytes = self.encode(&new)?;
-            if bytes == cur_kv.value {
+            if bytes == cur_kv.value && !cur_kv.stale {
                 return Ok(Written { object: cur, warnings, created: false });
             }
             let finalize = !meta_str(&new, "deletionTimestamp").is_empty()

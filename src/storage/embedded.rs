@@ -92,6 +92,7 @@ fn decode(key: &str, raw: &[u8]) -> Result<KeyValue> {
         value: Bytes::copy_from_slice(&raw[HEADER..]),
         create_revision: u64::from_le_bytes(create),
         mod_revision: u64::from_le_bytes(modr),
+        stale: false,
     })
 }
 
@@ -246,7 +247,7 @@ impl Writer {
                             value: value.clone(),
                             prev: None,
                         });
-                        Ok(KeyValue { key: key.clone(), value: value.clone(), create_revision: rev, mod_revision: rev })
+                        Ok(KeyValue { key: key.clone(), value: value.clone(), create_revision: rev, mod_revision: rev, stale: false })
                     }
                     (OpKind::Update { key, .. } | OpKind::Delete { key, .. }, None) => {
                         Err(StorageError::NotFound { key: key.clone() })
@@ -264,6 +265,7 @@ impl Writer {
                             value: value.clone(),
                             create_revision: prev.create_revision,
                             mod_revision: rev,
+                            stale: false,
                         };
                         events.push(Event {
                             kind: EventKind::Updated,

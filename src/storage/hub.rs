@@ -215,6 +215,7 @@ mod tests {
                 value: Bytes::from(format!("v{prev_rev}")),
                 create_revision: prev_rev,
                 mod_revision: prev_rev,
+                stale: false,
             }),
         }
     }

@@ -22,6 +22,9 @@ pub struct KeyValue {
     pub value: Bytes,
     pub create_revision: Revision,
     pub mod_revision: Revision,
+    /// The stored encoding is out of date (an older encryption key or provider, or unencrypted where encryption is
+    /// configured): a no-op rewrite must write it again. Backends set it false; transformers set it.
+    pub stale: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
