@@ -7,6 +7,8 @@ use crate::registry::{Registry, RegistryConfig};
 use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+use crate::storage::encryption::{EncryptedStorage, EncryptionConfig};
+use crate::storage::Storage;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +29,57 @@ pub enum Command {
     Serve(ServeArgs),
     /// Generate the development CA, serving and admin certificates and admin.kubeconfig (existing files are kept).
     Certs(CertsArgs),
+    /// Print the CustomResourceDefinitions of the served kinds (the CRD deployment form), or write manifests/crds/.
+    Crds(CrdsArgs),
+    /// Offline tools for the embedded store (run them while the server is stopped).
+    #[command(subcommand)]
+    Storage(StorageCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum StorageCommand {
+    /// List the stored keys with their revision, encryption, apiVersion and size (never their values).
+    Inspect(InspectArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum InspectOutput {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct InspectArgs {
+    /// Directory of the embedded store.
+    #[arg(long, default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// The server's EncryptionConfiguration: decrypts values in memory to show their apiVersion.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
+    /// Only keys under this prefix.
+    #[arg(long, default_value = "/registry/")]
+    pub prefix: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = InspectOutput::Table)]
+    pub output: InspectOutput,
+}
+
+/// `storage inspect`.
+pub fn storage(command: StorageCommand) -> anyhow::Result<()> {
+    match command {
+        StorageCommand::Inspect(a) => {
+            let config = a.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
+            let entries = crate::storage::inspect::inspect(&a.data_dir, config.as_ref(), &a.prefix)?;
+            print!(
+                "{}",
+                match a.output {
+                    InspectOutput::Table => crate::storage::inspect::table(&entries),
+                    InspectOutput::Json => crate::storage::inspect::json(&entries),
+                }
+            );
+            Ok(())
+        }
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -58,6 +111,27 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
     println!("CA:          {}", dev.ca_cert_path.display());
     println!("serving:     {} / {}", dev.serving_cert_path.display(), dev.serving_key_path.display());
     println!("kubeconfig:  {}", dev.admin_kubeconfig_path.display());
+    Ok(())
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CrdsArgs {
+    /// Write one file per CRD and a kustomization.yaml here instead of printing them.
+    #[arg(long)]
+    pub output_dir: Option<PathBuf>,
+}
+
+/// `crds`: the CRDs generated from the kinds' types (see `server::crd`).
+pub fn crds(args: CrdsArgs) -> anyhow::Result<()> {
+    let kinds = kinds(&HashMap::new()).map_err(anyhow::Error::msg)?;
+    match args.output_dir {
+        Some(dir) => {
+            for name in crate::server::crd::write(&kinds, &dir)? {
+                println!("{}", dir.join(name).display());
+            }
+        }
+        None => print!("{}", crate::server::crd::stream(&kinds).map_err(anyhow::Error::msg)?),
+    }
     Ok(())
 }
 
@@ -112,6 +186,9 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Encryption at rest: a kube-apiserver EncryptionConfiguration (apiserver.config.k8s.io/v1) file.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 fn parse_storage_version(s: &str) -> Result<(String, String), String> {
@@ -148,6 +225,8 @@ pub fn init_logging(format: LogFormat) {
 
 /// Assembles and runs the server until SIGINT/SIGTERM.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // First, so that an invalid config fails the start before anything is bound, generated or opened.
+    let encryption = args.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
     crate::auth::tls::install_default_crypto_provider();
     let addr = SocketAddr::new(args.bind_address, args.secure_port);
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -174,6 +253,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         &args.data_dir,
         EmbeddedOptions { history: args.watch_history, max_value_bytes: args.max_object_bytes.max(1) + 64 * 1024 },
     )?;
+    let storage: Arc<dyn Storage> = match encryption {
+        Some(config) => {
+            tracing::info!(resources = ?config.describe(), "encryption at rest enabled");
+            Arc::new(EncryptedStorage::new(storage, config))
+        }
+        None => storage,
+    };
     let overrides: HashMap<String, String> = args.storage_version.iter().cloned().collect();
     let kinds = kinds(&overrides).map_err(anyhow::Error::msg)?;
     let registry =

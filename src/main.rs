@@ -17,6 +17,8 @@ fn main() -> std::process::ExitCode {
                 cli::serve(a).await
             }
             Command::Certs(a) => cli::certs(a),
+            Command::Crds(a) => cli::crds(a),
+            Command::Storage(c) => cli::storage(c),
         }
     });
     match result {

@@ -4,6 +4,7 @@
 
 pub mod meta;
 pub mod printers;
+pub mod shoot_state;
 pub mod storage_state;
 pub mod storage_version_migration;
 
@@ -31,6 +32,10 @@ pub struct KindInfo {
     pub versions: &'static [&'static str],
     /// Whether the kind has a `/status` subresource (then main-resource writes ignore status).
     pub has_status: bool,
+    /// Syntax of object names.
+    pub name_rule: meta::NameRule,
+    /// Whether a PUT without resourceVersion is allowed (last write wins); otherwise it is 422.
+    pub unconditional_update: bool,
 }
 
 impl KindInfo {
@@ -55,11 +60,19 @@ pub struct Column {
     pub format: &'static str,
     pub description: &'static str,
     pub priority: i32,
+    /// The same cell as a JSONPath into the object, for the column of a CRD (`additionalPrinterColumns`); None
+    /// when the cell is computed and no path expresses it (the CRD then goes without that column).
+    #[serde(skip)]
+    pub json_path: Option<&'static str>,
 }
 
 impl Column {
     pub const fn new(name: &'static str, type_: &'static str, description: &'static str) -> Self {
-        Column { name, type_, format: "", description, priority: 0 }
+        Column { name, type_, format: "", description, priority: 0, json_path: None }
+    }
+    pub const fn json_path(mut self, path: &'static str) -> Self {
+        self.json_path = Some(path);
+        self
     }
 }
 
@@ -228,6 +241,7 @@ pub fn kinds(storage_versions: &std::collections::HashMap<String, String>) -> Re
     let all = vec![
         make::<storage_version_migration::StorageVersionMigration>(storage_versions, "v1alpha1")?,
         make::<storage_state::StorageState>(storage_versions, "v1alpha1")?,
+        make::<shoot_state::ShootState>(storage_versions, "v1beta1")?,
     ];
     for key in storage_versions.keys() {
         if !all.iter().any(|k| &k.info().qualified_resource() == key) {

@@ -110,6 +110,8 @@ static INFO: KindInfo = KindInfo {
     categories: &["migration"],
     versions: &["v1alpha1"],
     has_status: true,
+    name_rule: crate::api::meta::NameRule::Subdomain,
+    unconditional_update: true,
 };
 
 impl StorageState {
@@ -189,9 +191,12 @@ impl Kind for StorageState {
     }
     fn columns() -> Vec<Column> {
         vec![
-            Column::new("Current", "string", "The current storage version hash of the resource."),
-            Column::new("Persisted", "string", "The storage version hashes objects may still be stored in."),
-            Column::new("Heartbeat", "date", "The last time the trigger confirmed the current storage version hash."),
+            Column::new("Current", "string", "The current storage version hash of the resource.")
+                .json_path(".status.currentStorageVersionHash"),
+            Column::new("Persisted", "string", "The storage version hashes objects may still be stored in.")
+                .json_path(".status.persistedStorageVersionHashes"),
+            Column::new("Heartbeat", "date", "The last time the trigger confirmed the current storage version hash.")
+                .json_path(".status.lastHeartbeatTime"),
         ]
     }
     fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {

@@ -193,6 +193,8 @@ static INFO: KindInfo = KindInfo {
     categories: &["migration"],
     versions: &["v1alpha1"],
     has_status: true,
+    name_rule: crate::api::meta::NameRule::Subdomain,
+    unconditional_update: true,
 };
 
 impl Kind for StorageVersionMigration {
@@ -237,9 +239,13 @@ impl Kind for StorageVersionMigration {
     }
     fn columns() -> Vec<Column> {
         vec![
-            Column::new("Resource", "string", "The resource being migrated: resource.version.group."),
-            Column::new("Status", "string", "Pending, Running, Succeeded or Failed."),
-            Column::new("Migrated", "integer", "Objects migrated so far."),
+            // In CRD form: the resource name only (a JSONPath cannot join resource, version and group).
+            Column::new("Resource", "string", "The resource being migrated: resource.version.group.")
+                .json_path(".spec.resource.resource"),
+            // In CRD form: the type of the condition that is True (empty while pending).
+            Column::new("Status", "string", "Pending, Running, Succeeded or Failed.")
+                .json_path(".status.conditions[?(@.status==\"True\")].type"),
+            Column::new("Migrated", "integer", "Objects migrated so far.").json_path(".status.migratedObjects"),
         ]
     }
     fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {

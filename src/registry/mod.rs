@@ -3,11 +3,12 @@
 //! status-subresource split, selectors, chunking and dry-run; everything kind-specific comes from the kind's
 //! [`Strategy`]. It knows no kind by name.
 
+pub mod admission;
 pub mod continue_token;
 pub mod decode;
 pub mod selectors;
 
-use crate::api::meta::{validate_object_meta, NameRule};
+use crate::api::meta::validate_object_meta;
 use crate::api::Strategy;
 use crate::error::{ApiError, ApiResult, FieldError};
 use crate::storage::{EventKind, KeyValue, ListOptions, Storage, StorageError, WatchItem};
@@ -201,8 +202,7 @@ fn spec_equal(a: &Value, b: &Value) -> bool {
 
 /// The 410 for a continue token whose revision was compacted, with the inconsistent continuation to go on.
 fn expired_continue(prefix: &str, start_after: &Option<String>) -> ApiError {
-    let start =
-        start_after.as_deref().map(|s| s.strip_prefix(prefix).unwrap_or(s).to_string()).unwrap_or_default();
+    let start = start_after.as_deref().map(|s| s.strip_prefix(prefix).unwrap_or(s).to_string()).unwrap_or_default();
     let mut e = ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.");
     e.continue_token = Some(ContinueToken { revision: None, start }.encode().into());
     e
@@ -364,7 +364,7 @@ impl Resource {
     }
 
     fn validate_meta(&self, obj: &Value) -> Vec<FieldError> {
-        validate_object_meta(obj.get("metadata").unwrap_or(&Value::Null), self.info().namespaced, NameRule::Subdomain)
+        validate_object_meta(obj.get("metadata").unwrap_or(&Value::Null), self.info().namespaced, self.info().name_rule)
     }
 
     pub async fn get(&self, namespace: Option<&str>, name: &str, version: &str) -> ApiResult<Value> {
@@ -415,6 +415,13 @@ impl Resource {
             let key = self.key(namespace, &name);
             let bytes = self.encode(&obj)?;
             if opts.dry_run {
+                // Like kube-apiserver's dry-run storage: a name that is taken fails as the real create would.
+                if self.storage.get(&key).await?.is_some() {
+                    if generate && attempt < 7 {
+                        continue;
+                    }
+                    return Err(ApiError::already_exists(self.info().group, self.info().plural, &name));
+                }
                 return Ok(Written { object: obj, warnings, created: true });
             }
             match self.storage.create(&key, bytes).await {
@@ -432,8 +439,9 @@ impl Resource {
         Err(ApiError::internal("could not generate a unique name"))
     }
 
-    /// Update semantics shared by PUT and PATCH: `desired` computes the client's object from the current one;
-    /// retried on a storage conflict unless the client pinned a resourceVersion.
+    /// Update semantics shared by PUT and PATCH: `desired` computes the client's object from the current one, and
+    /// says whether its resourceVersion is the client's precondition (PUT with one, a patch that sets it) rather
+    /// than the current object's. Retried on a storage conflict unless the client pinned the resourceVersion.
     #[allow(clippy::too_many_arguments)]
     async fn guaranteed_update<F>(
         &self,
@@ -445,16 +453,16 @@ impl Resource {
         mut desired: F,
     ) -> ApiResult<Written>
     where
-        F: FnMut(&Value) -> ApiResult<(Value, Vec<String>)>,
+        F: FnMut(&Value) -> ApiResult<(Value, Vec<String>, bool)>,
     {
         let key = self.key(namespace, name);
         loop {
             let cur_kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
             let cur = self.decode_stored(&cur_kv, version)?;
-            let (body, dups) = desired(&cur)?;
-            let pinned = match body.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
-                Some(rv) if !rv.is_empty() => {
-                    if parse_rv(rv).map_err(|_| {
+            let (body, dups, precondition) = desired(&cur)?;
+            match body.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|rv| !rv.is_empty()) {
+                Some(rv) => {
+                    let wanted = parse_rv(rv).map_err(|_| {
                         self.invalid(
                             name,
                             vec![FieldError::invalid(
@@ -463,14 +471,23 @@ impl Resource {
                                 "must be a valid resource version",
                             )],
                         )
-                    })? != cur_kv.mod_revision
-                    {
+                    })?;
+                    if wanted != cur_kv.mod_revision {
                         return Err(self.conflict(name));
                     }
-                    true
                 }
-                _ => false,
-            };
+                None if !self.info().unconditional_update => {
+                    return Err(self.invalid(
+                        name,
+                        vec![FieldError::invalid_value(
+                            "metadata.resourceVersion",
+                            &Value::from(0),
+                            "must be specified for an update",
+                        )],
+                    ))
+                }
+                None => {}
+            }
             let (new, warnings) = self.prepare_update(namespace, name, version, &cur, body, &dups, status, opts)?;
             // A no-op write whose encoding matches what is stored is skipped (no new revision), as kube-apiserver
             // does; a stale encoding (older storage version) is rewritten.
@@ -494,7 +511,7 @@ impl Resource {
                     meta_mut(&mut new).insert("resourceVersion".into(), Value::String(rev.to_string()));
                     return Ok(Written { object: new, warnings, created: false });
                 }
-                Err(StorageError::Conflict { .. }) if !pinned => continue,
+                Err(StorageError::Conflict { .. }) if !precondition => continue,
                 Err(StorageError::Conflict { .. }) => return Err(self.conflict(name)),
                 Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
                 Err(e) => return Err(e.into()),
@@ -623,7 +640,12 @@ impl Resource {
         status: bool,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
-        self.guaranteed_update(namespace, name, version, status, opts, |_| Ok((body.clone(), dups.clone()))).await
+        let precondition =
+            body.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
+        self.guaranteed_update(namespace, name, version, status, opts, |_| {
+            Ok((body.clone(), dups.clone(), precondition))
+        })
+        .await
     }
 
     /// PATCH with a JSON patch or a JSON merge patch.
@@ -650,25 +672,25 @@ impl Resource {
                 None
             }
         };
+        // The patch pins a resourceVersion only if it sets one itself.
+        let precondition = match &json_patch {
+            Some(p) => p.0.iter().any(|op| op.path().as_str() == "/metadata/resourceVersion"),
+            None => patch.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null()),
+        };
         self.guaranteed_update(namespace, name, version, status, opts, |cur| {
             let mut doc = cur.clone();
             match &json_patch {
+                // kube-apiserver: a patch that cannot be applied (failed test, missing path) is 422.
                 Some(p) => json_patch::patch(&mut doc, p).map_err(|e| {
-                    // kube-apiserver: a failed "test" or a missing path is 422, malformed operations 400.
-                    ApiError::invalid(
-                        self.info().kind,
-                        self.info().group,
-                        name,
-                        vec![FieldError::invalid(
-                            "",
-                            "",
-                            &format!("the server rejected our request due to an error in our request: {e}"),
-                        )],
+                    ApiError::new(
+                        422,
+                        "Invalid",
+                        format!("the server rejected our request due to an error in our request: {e}"),
                     )
                 })?,
                 None => json_patch::merge(&mut doc, &patch),
             }
-            Ok((doc, Vec::new()))
+            Ok((doc, Vec::new(), precondition))
         })
         .await
     }
@@ -876,7 +898,9 @@ impl Resource {
                 .list(&prefix, ListOptions { start_after: start_after.clone(), limit: p.limit, revision: read_at })
                 .await
                 .map_err(|e| match e {
-                    StorageError::Expired { .. } if p.continue_token.is_some() => expired_continue(&prefix, &start_after),
+                    StorageError::Expired { .. } if p.continue_token.is_some() => {
+                        expired_continue(&prefix, &start_after)
+                    }
                     StorageError::Expired { requested, oldest } => {
                         ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
                     }

@@ -1,5 +1,7 @@
 //! The HTTP surface: routing, discovery, OpenAPI, health, metrics and authentication around the REST handlers.
 
+pub mod admission;
+pub mod crd;
 pub mod discovery;
 pub mod metrics;
 pub mod negotiate;
@@ -67,6 +69,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v2", get(openapi_v2))
         .route("/openapi/v3", get(openapi_v3_root))
         .route("/openapi/v3/{*gv}", get(openapi_v3))
+        .merge(admission::routes())
         .fallback(rest::handle)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate_and_measure))
         .with_state(state)

@@ -320,17 +320,22 @@ pub fn v2_document(kinds: &[Arc<dyn Strategy>]) -> Value {
             }
         }
         if let Some(Value::Object(s)) = doc.pointer_mut("/components/schemas").map(Value::take) {
-            for (n, mut schema) in s {
+            for (n, schema) in s {
                 // Two versions share a schema name; merge their GVK lists.
-                if let (Some(existing), Some(Value::Array(new_gvk))) =
-                    (definitions.get_mut(&n), schema.get_mut("x-kubernetes-group-version-kind").map(Value::take))
-                {
-                    if let Some(Value::Array(gvk)) = existing.get_mut("x-kubernetes-group-version-kind") {
-                        gvk.extend(new_gvk);
+                if let Some(existing) = definitions.get_mut(&n) {
+                    if let (Some(Value::Array(gvk)), Some(Value::Array(new_gvk))) = (
+                        existing.get_mut("x-kubernetes-group-version-kind"),
+                        schema.get("x-kubernetes-group-version-kind"),
+                    ) {
+                        for g in new_gvk {
+                            if !gvk.contains(g) {
+                                gvk.push(g.clone());
+                            }
+                        }
                     }
                     continue;
                 }
-                definitions.entry(n).or_insert(schema);
+                definitions.insert(n, schema);
             }
         }
     }

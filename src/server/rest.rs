@@ -109,21 +109,40 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// Reads the body, refusing more than [`MAX_REQUEST_BODY`] with 413 before buffering it all.
-async fn read_body(body: Body, headers: &HeaderMap) -> ApiResult<Bytes> {
-    let too_large = || ApiError::too_large(format!("Request entity too large: limit is {MAX_REQUEST_BODY}"));
-    if let Some(len) = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok())
-    {
-        if len > MAX_REQUEST_BODY {
-            return Err(too_large());
+/// How much of an oversized body is read and discarded so the client, still sending, gets to see the 413.
+const MAX_DRAIN: usize = 32 * 1024 * 1024;
+
+/// Reads and discards the rest of a body, up to [`MAX_DRAIN`]: never buffered.
+async fn drain(mut body: Body, mut seen: usize) {
+    while seen < MAX_DRAIN {
+        match body.frame().await {
+            Some(Ok(f)) => seen += f.data_ref().map(|d| d.len()).unwrap_or(0),
+            _ => return,
         }
     }
-    let limited = http_body_util::Limited::new(body, MAX_REQUEST_BODY);
-    match limited.collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
-        Err(e) => Err(ApiError::bad_request(format!("error reading request body: {e}"))),
+}
+
+/// Reads the body, refusing more than [`MAX_REQUEST_BODY`] with 413 without buffering more than that.
+pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> ApiResult<Bytes> {
+    let too_large = || ApiError::too_large(format!("Request entity too large: limit is {MAX_REQUEST_BODY}"));
+    let declared = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > MAX_REQUEST_BODY) {
+        drain(body, 0).await;
+        return Err(too_large());
     }
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("error reading request body: {e}")))?;
+        if let Some(d) = frame.data_ref() {
+            if buf.len() + d.len() > MAX_REQUEST_BODY {
+                drain(body, buf.len() + d.len()).await;
+                return Err(too_large());
+            }
+            buf.extend_from_slice(d);
+        }
+    }
+    Ok(buf.freeze())
 }
 
 fn json_response(code: StatusCode, body: &Value, content_type: &'static str, warnings: &[String]) -> Response {

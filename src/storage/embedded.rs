@@ -247,7 +247,13 @@ impl Writer {
                             value: value.clone(),
                             prev: None,
                         });
-                        Ok(KeyValue { key: key.clone(), value: value.clone(), create_revision: rev, mod_revision: rev, stale: false })
+                        Ok(KeyValue {
+                            key: key.clone(),
+                            value: value.clone(),
+                            create_revision: rev,
+                            mod_revision: rev,
+                            stale: false,
+                        })
                     }
                     (OpKind::Update { key, .. } | OpKind::Delete { key, .. }, None) => {
                         Err(StorageError::NotFound { key: key.clone() })
@@ -456,6 +462,50 @@ impl Storage for EmbeddedStorage {
 
     fn current_revision(&self) -> Revision {
         self.revision.load(Ordering::Acquire)
+    }
+}
+
+impl EmbeddedStorage {
+    /// Every stored key under `prefix`, with its revisions and its value exactly as stored (possibly encrypted),
+    /// read from the store in `dir` without starting a writer: for offline tools (`storage inspect`), while the
+    /// server is stopped. A store that was not shut down cleanly is repaired by redb first (as the server would do).
+    pub fn scan(dir: &Path, prefix: &str) -> Result<Vec<KeyValue>> {
+        let path = dir.join("store.redb");
+        if !path.is_file() {
+            return Err(StorageError::Unavailable(format!("no store at {}", path.display())));
+        }
+        let in_use =
+            || StorageError::Unavailable(format!("{} is in use by a running server; stop it first", path.display()));
+        let read = |txn: ReadTransaction| -> Result<Vec<KeyValue>> {
+            let objects = match txn.open_table(OBJECTS) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(unavailable(e)),
+            };
+            let mut out = Vec::new();
+            for entry in objects.range::<&str>(prefix..).map_err(unavailable)? {
+                let (k, v) = entry.map_err(unavailable)?;
+                if !k.value().starts_with(prefix) {
+                    break;
+                }
+                out.push(decode(k.value(), v.value())?);
+            }
+            Ok(out)
+        };
+        match redb::ReadOnlyDatabase::open(&path) {
+            Ok(db) => read(db.begin_read().map_err(unavailable)?),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(in_use()),
+            Err(redb::DatabaseError::RepairAborted) => {
+                // Not shut down cleanly: only a writable open repairs it (data is unchanged).
+                let db = match Database::open(&path) {
+                    Ok(db) => db,
+                    Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(in_use()),
+                    Err(e) => return Err(unavailable(format_args!("opening {}: {e}", path.display()))),
+                };
+                read(db.begin_read().map_err(unavailable)?)
+            }
+            Err(e) => Err(unavailable(format_args!("opening {}: {e}", path.display()))),
+        }
     }
 }
 

@@ -4,7 +4,9 @@
 //! the revision of the last modification as the object's resourceVersion. Nothing here knows what an object is.
 
 pub mod embedded;
+pub mod encryption;
 mod hub;
+pub mod inspect;
 
 use async_trait::async_trait;
 use bytes::Bytes;

@@ -1,0 +1,303 @@
+//! ShootState (core.gardener.cloud v1alpha1 and v1beta1, the same JSON): the state Gardener needs to move a
+//! shoot's control plane to another seed. Namespaced, no status; validation as gardener-apiserver's.
+
+use super::{Column, Kind, KindInfo};
+use crate::api::meta::NameRule;
+use crate::error::FieldError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+
+/// ShootState contains the state of a Shoot cluster required to migrate the Shoot's control plane to a new Seed.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ShootState")]
+pub struct ShootState {
+    /// Standard object metadata. The name is a DNS label (the Shoot's name).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Specification of the ShootState.
+    #[serde(default)]
+    pub spec: ShootStateSpec,
+}
+
+/// ShootStateSpec is the specification of the ShootState.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ShootStateSpec")]
+pub struct ShootStateSpec {
+    /// Gardener holds the data required to generate resources deployed by the gardenlet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gardener: Vec<GardenerResourceData>,
+    /// Extensions holds the state of custom resources reconciled by extension controllers in the seed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<ExtensionResourceState>,
+    /// Resources holds the data of resources referred to by extension controller states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceData>,
+}
+
+/// GardenerResourceData holds the data which is used to generate resources, deployed in the Shoot's control plane.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.GardenerResourceData")]
+pub struct GardenerResourceData {
+    /// Name of the object required to generate resources.
+    #[serde(default)]
+    pub name: String,
+    /// Type of the object ("secret", "machine-state", ...).
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    /// Data contains the payload required to generate resources.
+    #[serde(default)]
+    #[schemars(extend("type" = "object", "x-kubernetes-preserve-unknown-fields" = true))]
+    pub data: Value,
+    /// Labels are labels of the object.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// ExtensionResourceState contains the kind of the extension custom resource and its last observed state.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ExtensionResourceState")]
+pub struct ExtensionResourceState {
+    /// Kind (type) of the extension custom resource.
+    #[serde(default)]
+    pub kind: String,
+    /// Name of the extension custom resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Purpose of the extension custom resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// State of the extension resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("type" = "object", "x-kubernetes-preserve-unknown-fields" = true))]
+    pub state: Option<Value>,
+    /// Resources holds a list of named resource references that can be referred to in the state by their names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<NamedResourceReference>,
+}
+
+/// NamedResourceReference is a named reference to a resource.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.NamedResourceReference")]
+pub struct NamedResourceReference {
+    /// Name of the resource reference.
+    #[serde(default)]
+    pub name: String,
+    /// ResourceRef is a reference to a resource.
+    #[serde(default)]
+    pub resource_ref: CrossVersionObjectReference,
+}
+
+/// CrossVersionObjectReference contains enough information to let you identify the referred resource.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.api.autoscaling.v1.CrossVersionObjectReference")]
+pub struct CrossVersionObjectReference {
+    /// Kind of the referent.
+    #[serde(default)]
+    pub kind: String,
+    /// Name of the referent.
+    #[serde(default)]
+    pub name: String,
+    /// API version of the referent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+}
+
+/// ResourceData holds the data of a resource referred to by an extension controller state.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ResourceData")]
+pub struct ResourceData {
+    /// Kind of the referent.
+    #[serde(default)]
+    pub kind: String,
+    /// Name of the referent.
+    #[serde(default)]
+    pub name: String,
+    /// API version of the referent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// Data of the resource.
+    #[serde(default)]
+    #[schemars(extend("type" = "object", "x-kubernetes-preserve-unknown-fields" = true))]
+    pub data: Value,
+}
+
+static INFO: KindInfo = KindInfo {
+    group: "core.gardener.cloud",
+    kind: "ShootState",
+    list_kind: "ShootStateList",
+    plural: "shootstates",
+    singular: "shootstate",
+    namespaced: true,
+    short_names: &[],
+    categories: &[],
+    versions: &["v1beta1", "v1alpha1"],
+    has_status: false,
+    name_rule: NameRule::Label,
+    unconditional_update: false,
+};
+
+/// Resource references may only point at these (apiVersion, kind).
+const ALLOWED_REFERENCES: &[(&str, &str)] = &[("v1", "Secret"), ("v1", "ConfigMap")];
+
+fn validate_references(refs: &[NamedResourceReference], path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let mut names = HashSet::new();
+    for (i, r) in refs.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        if r.name.is_empty() {
+            errs.push(FieldError::required(format!("{p}.name")));
+        } else if !names.insert(r.name.as_str()) {
+            errs.push(FieldError::duplicate(format!("{p}.name"), &r.name));
+        }
+        let rr = &r.resource_ref;
+        for (field, v) in [("apiVersion", &rr.api_version), ("kind", &rr.kind), ("name", &rr.name)] {
+            if v.is_empty() {
+                errs.push(FieldError::required(format!("{p}.resourceRef.{field}")));
+            }
+        }
+        if !rr.api_version.is_empty()
+            && !rr.kind.is_empty()
+            && !ALLOWED_REFERENCES.contains(&(rr.api_version.as_str(), rr.kind.as_str()))
+        {
+            errs.push(FieldError::invalid(
+                format!("{p}.resourceRef"),
+                &format!("{}/{}", rr.api_version, rr.kind),
+                "unsupported resource reference: only v1 Secret and v1 ConfigMap are allowed",
+            ));
+        }
+    }
+    errs
+}
+
+/// Bytes as kubectl users read sizes: 512B, 12Ki, 1.5Mi.
+fn human_bytes(n: usize) -> String {
+    const KI: f64 = 1024.0;
+    let f = n as f64;
+    if f < KI {
+        format!("{n}B")
+    } else if f < KI * KI {
+        format!("{:.1}Ki", f / KI).replace(".0Ki", "Ki")
+    } else {
+        format!("{:.1}Mi", f / KI / KI).replace(".0Mi", "Mi")
+    }
+}
+
+impl Kind for ShootState {
+    fn info() -> &'static KindInfo {
+        &INFO
+    }
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let mut names = HashSet::new();
+        for (i, g) in self.spec.gardener.iter().enumerate() {
+            let p = format!("spec.gardener[{i}].name");
+            if g.name.is_empty() {
+                errs.push(FieldError::required_msg(p, "name of data required to generate resources cannot be empty"));
+            } else if !names.insert(g.name.as_str()) {
+                errs.push(FieldError::duplicate(p, &g.name));
+            }
+        }
+        for (i, e) in self.spec.extensions.iter().enumerate() {
+            let p = format!("spec.extensions[{i}]");
+            if e.kind.is_empty() {
+                errs.push(FieldError::required_msg(format!("{p}.kind"), "extension resource kind cannot be empty"));
+            }
+            if e.purpose.as_deref() == Some("") {
+                errs.push(FieldError::invalid(
+                    format!("{p}.purpose"),
+                    "",
+                    "extension resource purpose cannot be empty",
+                ));
+            }
+            errs.extend(validate_references(&e.resources, &format!("{p}.resources")));
+        }
+        errs
+    }
+    fn columns() -> Vec<Column> {
+        vec![
+            Column::new("Gardener Data", "integer", "Number of gardener data entries."),
+            Column::new("Extensions", "integer", "Number of extension resource states."),
+            Column::new("Size", "string", "Size of the object as stored (JSON)."),
+        ]
+    }
+    fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        let size = serde_json::to_vec(self).map(|b| b.len()).unwrap_or(0);
+        vec![
+            Value::from(self.spec.gardener.len()),
+            Value::from(self.spec.extensions.len()),
+            Value::from(human_bytes(size)),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn shoot(spec: Value) -> ShootState {
+        serde_json::from_value(json!({"metadata": {"name": "s", "namespace": "garden-dev"}, "spec": spec})).unwrap()
+    }
+
+    fn fields(errs: &[FieldError]) -> Vec<&str> {
+        errs.iter().map(|e| e.field.as_str()).collect()
+    }
+
+    #[test]
+    fn gardener_rules() {
+        let s =
+            shoot(json!({"gardener": [{"name": "ca", "type": "secret", "data": {}}, {"name": ""}, {"name": "ca"}]}));
+        let errs = s.validate();
+        assert_eq!(fields(&errs), ["spec.gardener[1].name", "spec.gardener[2].name"]);
+        assert_eq!(errs[0].reason, "FieldValueRequired");
+        assert_eq!(errs[1].reason, "FieldValueDuplicate");
+    }
+
+    #[test]
+    fn extension_rules() {
+        let s = shoot(json!({"extensions": [
+            {"kind": "", "purpose": ""},
+            {"kind": "Infrastructure", "resources": [
+                {"name": "r", "resourceRef": {"apiVersion": "v1", "kind": "Secret", "name": "x"}},
+                {"name": "r", "resourceRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "y"}},
+                {"name": "", "resourceRef": {}}
+            ]}
+        ]}));
+        let errs = s.validate();
+        assert_eq!(
+            fields(&errs),
+            [
+                "spec.extensions[0].kind",
+                "spec.extensions[0].purpose",
+                "spec.extensions[1].resources[1].name",
+                "spec.extensions[1].resources[1].resourceRef",
+                "spec.extensions[1].resources[2].name",
+                "spec.extensions[1].resources[2].resourceRef.apiVersion",
+                "spec.extensions[1].resources[2].resourceRef.kind",
+                "spec.extensions[1].resources[2].resourceRef.name",
+            ]
+        );
+        assert!(shoot(json!({"extensions": [{"kind": "Worker", "purpose": "x", "state": {"a": [1]}}]}))
+            .validate()
+            .is_empty());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(human_bytes(10), "10B");
+        assert_eq!(human_bytes(2048), "2Ki");
+        assert_eq!(human_bytes(1536 * 1024), "1.5Mi");
+    }
+}

@@ -1,0 +1,308 @@
+//! Admission webhooks on the API's own TLS server: `POST /mutate` defaults and `POST /validate` validates objects of
+//! our kinds that kube-apiserver stores as CRDs, answering AdmissionReview admission.k8s.io/v1. The decisions are
+//! the registry's ([`crate::registry::admission`]), made with each kind's own strategy — the one the aggregated API
+//! uses — so both deployment forms accept, default and reject the same objects.
+//!
+//! Answers follow what kube-apiserver checks: the response echoes `request.uid`; apiVersion/kind are exactly
+//! `admission.k8s.io/v1` `AdmissionReview`; a mutation is a base64 JSON Patch with `patchType: JSONPatch` (no patch
+//! at all when nothing changes); validating answers never carry a patch. A denial's `status` is the 422 Invalid the
+//! aggregated API would answer (kube-apiserver shows it to the user as is). dryRun changes nothing: we have no side
+//! effects. A review that is not one (wrong apiVersion or kind, no request, no uid, bad JSON) is a 400; a body over
+//! the REST limit is a 413. An object of a kind we do not serve is allowed with a warning rather than denied, so a
+//! webhook configuration whose rules are too broad cannot block a cluster's writes.
+
+use super::rest::read_body;
+use super::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::registry::admission::AdmissionWrite;
+use crate::registry::{Registry, Resource};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+pub const ADMISSION_REVIEW: &str = "AdmissionReview";
+
+/// `/mutate` and `/validate` (behind the server's authentication, like every non-public path).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/mutate", post(mutate)).route("/validate", post(validate))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Mutate,
+    Validate,
+}
+
+async fn mutate(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    admit(&st, &headers, body, Mode::Mutate).await
+}
+
+async fn validate(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    admit(&st, &headers, body, Mode::Validate).await
+}
+
+#[derive(Deserialize, Debug, Default)]
+struct GroupVersionKind {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Deserialize, Debug, Default)]
+struct GroupVersionResource {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    resource: String,
+}
+
+/// The fields of `AdmissionRequest` we act on.
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct AdmissionRequest {
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    operation: String,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    /// Read for the log only: without side effects a dry run is answered like any other review.
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+fn malformed(detail: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!("malformed AdmissionReview: {detail}"))
+}
+
+/// The review's request, or the 400 (413) that says why there is none.
+fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
+    let review: Value = serde_json::from_slice(raw).map_err(|e| malformed(format!("invalid JSON: {e}")))?;
+    if !review.is_object() {
+        return Err(malformed("the body must be a JSON object"));
+    }
+    let field = |k: &str| review.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    if api_version != ADMISSION_API_VERSION {
+        return Err(malformed(format!(
+            "apiVersion must be {ADMISSION_API_VERSION:?} (admissionReviewVersions: [v1]), got {api_version:?}"
+        )));
+    }
+    if kind != ADMISSION_REVIEW {
+        return Err(malformed(format!("kind must be {ADMISSION_REVIEW:?}, got {kind:?}")));
+    }
+    let request = match review.get("request") {
+        Some(r @ Value::Object(_)) => r,
+        Some(Value::Null) | None => return Err(malformed("request is missing")),
+        Some(_) => return Err(malformed("request must be an object")),
+    };
+    let req: AdmissionRequest = serde_path_to_error::deserialize(request).map_err(|e| {
+        let path = e.path().to_string();
+        malformed(format!("request.{path}: {}", e.into_inner()))
+    })?;
+    if req.uid.is_empty() {
+        return Err(malformed("request.uid is missing"));
+    }
+    let op = req.operation.as_str();
+    if !matches!(op, "CREATE" | "UPDATE" | "DELETE" | "CONNECT") {
+        return Err(malformed(format!(
+            "request.operation: Unsupported value: {op:?}: supported values: \"CREATE\", \"UPDATE\", \"DELETE\", \"CONNECT\""
+        )));
+    }
+    if matches!(op, "CREATE" | "UPDATE") && !req.object.as_ref().is_some_and(Value::is_object) {
+        return Err(malformed(format!("request.object is required for {op}")));
+    }
+    if op == "UPDATE" && !req.old_object.as_ref().is_some_and(Value::is_object) {
+        return Err(malformed("request.oldObject is required for UPDATE"));
+    }
+    let has_kind = req.kind.as_ref().is_some_and(|k| !k.kind.is_empty());
+    let has_resource = req.resource.as_ref().is_some_and(|r| !r.resource.is_empty());
+    if !has_kind && !has_resource {
+        return Err(malformed("request.kind (or request.resource) is required"));
+    }
+    Ok(req)
+}
+
+/// The `response` of an AdmissionReview.
+#[derive(Debug, Default)]
+struct Answer {
+    allowed: bool,
+    /// Base64 of the JSON Patch (mutating only).
+    patch: Option<String>,
+    warnings: Vec<String>,
+    status: Option<Value>,
+}
+
+impl Answer {
+    fn allow(warnings: Vec<String>) -> Self {
+        Answer { allowed: true, warnings, ..Default::default() }
+    }
+    fn deny(e: &ApiError) -> Self {
+        Answer { allowed: false, status: Some(e.status()), ..Default::default() }
+    }
+    fn review(self, uid: &str) -> Value {
+        let mut r = json!({"uid": uid, "allowed": self.allowed});
+        if let Some(p) = self.patch {
+            r["patchType"] = json!("JSONPatch");
+            r["patch"] = json!(p);
+        }
+        if !self.warnings.is_empty() {
+            r["warnings"] = json!(self.warnings);
+        }
+        if let Some(s) = self.status {
+            r["status"] = s;
+        }
+        json!({"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_REVIEW, "response": r})
+    }
+}
+
+/// The served resource the review is about (by `request.kind`, else `request.resource`), with the version its
+/// objects are in; Err(warning) when it is not ours.
+fn target<'a>(registry: &'a Registry, req: &'a AdmissionRequest) -> Result<(&'a Arc<Resource>, &'a str), String> {
+    let unserved = |what: String| {
+        format!("migration-apiserver does not serve {what}: admitted unchecked (check the rules of the webhook configuration)")
+    };
+    if let Some(k) = req.kind.as_ref().filter(|k| !k.kind.is_empty()) {
+        let gv = if k.group.is_empty() { k.version.clone() } else { format!("{}/{}", k.group, k.version) };
+        return registry
+            .resource_for_kind(&k.group, &k.version, &k.kind)
+            .map(|r| (r, k.version.as_str()))
+            .ok_or_else(|| unserved(format!("{gv}, Kind={}", k.kind)));
+    }
+    let r =
+        req.resource.as_ref().filter(|r| !r.resource.is_empty()).ok_or_else(|| unserved("an unnamed kind".into()))?;
+    registry
+        .resource(&r.group, &r.version, &r.resource)
+        .map(|res| (res, r.version.as_str()))
+        .ok_or_else(|| unserved(format!("{}/{}, Resource={}", r.group, r.version, r.resource)))
+}
+
+fn decide(registry: &Registry, req: &AdmissionRequest, mode: Mode) -> Answer {
+    // Deletes and connects carry nothing to default or validate.
+    let (object, old_object) = match (req.operation.as_str(), &req.object, &req.old_object) {
+        ("CREATE", Some(o), _) => (o, None),
+        ("UPDATE", Some(o), Some(old)) => (o, Some(old)),
+        _ => return Answer::allow(Vec::new()),
+    };
+    let (res, version) = match target(registry, req) {
+        Ok(t) => t,
+        Err(warning) => return Answer::allow(vec![warning]),
+    };
+    let info = res.strategy.info();
+    let status = match req.sub_resource.as_deref().unwrap_or_default() {
+        "" => false,
+        "status" if info.has_status && old_object.is_some() => true,
+        other => {
+            return Answer::allow(vec![format!(
+                "migration-apiserver does not handle {} {:?}: admitted unchecked",
+                info.qualified_resource(),
+                format!("{}/{other}", req.operation.to_lowercase())
+            )])
+        }
+    };
+    let write = match old_object {
+        None => AdmissionWrite::Create { object },
+        Some(old_object) => AdmissionWrite::Update { object, old_object, status },
+    };
+    match mode {
+        Mode::Mutate => match res.admission_default(version, write) {
+            Ok(d) if d.patch.0.is_empty() => Answer::allow(d.warnings),
+            Ok(d) => match serde_json::to_vec(&d.patch) {
+                Ok(bytes) => Answer {
+                    allowed: true,
+                    patch: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                    warnings: d.warnings,
+                    status: None,
+                },
+                Err(e) => Answer::deny(&ApiError::internal(format!("encoding the patch: {e}"))),
+            },
+            Err(e) => Answer::deny(&e),
+        },
+        Mode::Validate => {
+            let ns = req.namespace.as_deref().filter(|n| !n.is_empty());
+            match res.admission_validate(version, ns, write) {
+                Ok(warnings) => Answer::allow(warnings),
+                Err(e) => Answer::deny(&e),
+            }
+        }
+    }
+}
+
+async fn admit(st: &AppState, headers: &HeaderMap, body: Body, mode: Mode) -> Response {
+    let req = match read_body(body, headers).await.and_then(|raw: bytes::Bytes| parse_review(raw.as_ref())) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let answer = decide(&st.registry, &req, mode);
+    tracing::debug!(
+        uid = %req.uid,
+        operation = %req.operation,
+        name = req.name.as_deref().unwrap_or_default(),
+        namespace = req.namespace.as_deref().unwrap_or_default(),
+        dry_run = req.dry_run.unwrap_or(false),
+        ?mode,
+        allowed = answer.allowed,
+        patched = answer.patch.is_some(),
+        "admission review"
+    );
+    let mut r = axum::Json(answer.review(&req.uid)).into_response();
+    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_reviews_say_why() {
+        let msg = |body: &str| parse_review(body.as_bytes()).unwrap_err().message;
+        assert!(msg("{").contains("invalid JSON"));
+        assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#).contains("apiVersion"));
+        assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"Review"}"#).contains("kind must be"));
+        assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).contains("request is missing"));
+        assert!(msg(
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"DELETE"}}"#
+        )
+        .contains("request.uid"));
+        assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":5}}"#)
+            .contains("request.uid: invalid type"));
+    }
+
+    #[test]
+    fn answers_have_the_shape_kube_apiserver_checks() {
+        let v = Answer::allow(vec![]).review("u1");
+        assert_eq!(
+            v,
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u1", "allowed": true}})
+        );
+        let v = Answer { allowed: true, patch: Some("W10=".into()), ..Default::default() }.review("u2");
+        assert_eq!(v["response"]["patchType"], "JSONPatch");
+        assert_eq!(v["response"]["patch"], "W10=");
+    }
+}

@@ -1,0 +1,1039 @@
+//! Encryption at rest, as kube-apiserver does it: the `EncryptionConfiguration` file (`--encryption-provider-config`),
+//! its providers (aesgcm, aescbc, secretbox, identity) with kube-apiserver's on-disk format, and [`EncryptedStorage`],
+//! the transformer between the registry and a backend.
+//!
+//! Stored values are `k8s:enc:<provider>:v1:<keyname>:` followed by
+//! - aesgcm: a 12-byte random nonce, then the AES-GCM ciphertext and tag; the additional authenticated data is the
+//!   storage key, so a value copied to another key does not decrypt;
+//! - aescbc: a 16-byte random IV, then the AES-CBC ciphertext of the PKCS#7-padded value;
+//! - secretbox: a 24-byte random nonce, then NaCl's secretbox (Poly1305 tag, then XSalsa20 ciphertext).
+//!
+//! A value without the `k8s:enc:` prefix is plaintext (identity). Per resource, the first provider and its first key
+//! write; every key of every provider listed for the resource reads. A value not written by the current writer is
+//! marked [`KeyValue::stale`], so that a no-op rewrite re-encrypts it (key rotation, enabling encryption).
+
+use super::{KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
+use aes_gcm::aead::rand_core::RngCore;
+use aes_gcm::aead::{Aead, KeyInit, OsRng, Payload};
+use aes_gcm::{Aes128Gcm, Aes256Gcm, AesGcm};
+use async_trait::async_trait;
+use base64::Engine;
+use bytes::Bytes;
+use cbc::cipher::block_padding::Pkcs7;
+use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit};
+use crypto_secretbox::XSalsa20Poly1305;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// What every encrypted value starts with.
+pub const ENCRYPTED_PREFIX: &str = "k8s:enc:";
+
+const API_VERSION: &str = "apiserver.config.k8s.io/v1";
+const KIND: &str = "EncryptionConfiguration";
+const GCM_NONCE: usize = 12;
+const GCM_TAG: usize = 16;
+const CBC_IV: usize = 16;
+const SECRETBOX_NONCE: usize = 24;
+const SECRETBOX_TAG: usize = 16;
+/// Events a watch buffers between the backend's stream and the consumer.
+const WATCH_BUFFER: usize = 128;
+
+type Aes192Gcm = AesGcm<aes::Aes192, aes_gcm::aead::consts::U12>;
+
+/// An invalid or unreadable `--encryption-provider-config`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading the encryption provider config {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("parsing the encryption provider config: {0}")]
+    Parse(String),
+    #[error("invalid encryption provider config: {field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { field: field.into(), message: message.into() }
+}
+
+// --- The file format (kube-apiserver's apiserver.config.k8s.io/v1 EncryptionConfiguration) ---
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileConfig {
+    api_version: Option<String>,
+    kind: Option<String>,
+    #[serde(default)]
+    resources: Vec<FileResources>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileResources {
+    #[serde(default)]
+    resources: Vec<String>,
+    #[serde(default)]
+    providers: Vec<FileProvider>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProvider {
+    aesgcm: Option<FileKeys>,
+    aescbc: Option<FileKeys>,
+    secretbox: Option<FileKeys>,
+    identity: Option<FileIdentity>,
+    kms: Option<serde_yaml_ng::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKeys {
+    #[serde(default)]
+    keys: Vec<FileKey>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKey {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    secret: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileIdentity {}
+
+// --- Providers and keys ---
+
+/// The encrypting providers (identity is the absence of one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    AesGcm,
+    AesCbc,
+    Secretbox,
+}
+
+impl Provider {
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::AesGcm => "aesgcm",
+            Provider::AesCbc => "aescbc",
+            Provider::Secretbox => "secretbox",
+        }
+    }
+}
+
+enum Cipher {
+    Gcm128(Box<Aes128Gcm>),
+    Gcm192(Box<Aes192Gcm>),
+    Gcm256(Box<Aes256Gcm>),
+    Cbc128(aes::Aes128),
+    Cbc192(aes::Aes192),
+    Cbc256(aes::Aes256),
+    Secretbox(Box<XSalsa20Poly1305>),
+}
+
+/// One named key of one provider, with the prefix its values carry.
+struct DataKey {
+    provider: Provider,
+    name: String,
+    /// `k8s:enc:<provider>:v1:<name>:`
+    prefix: Vec<u8>,
+    cipher: Cipher,
+}
+
+impl DataKey {
+    fn new(provider: Provider, name: &str, secret: &[u8]) -> std::result::Result<Self, String> {
+        let sizes = match provider {
+            Provider::AesGcm | Provider::AesCbc => "16, 24 or 32",
+            Provider::Secretbox => "32",
+        };
+        let wrong_size = || format!("key must be {sizes} bytes, got {} bytes", secret.len());
+        let cipher = match (provider, secret.len()) {
+            (Provider::AesGcm, 16) => {
+                Cipher::Gcm128(Box::new(Aes128Gcm::new_from_slice(secret).map_err(|_| wrong_size())?))
+            }
+            (Provider::AesGcm, 24) => {
+                Cipher::Gcm192(Box::new(Aes192Gcm::new_from_slice(secret).map_err(|_| wrong_size())?))
+            }
+            (Provider::AesGcm, 32) => {
+                Cipher::Gcm256(Box::new(Aes256Gcm::new_from_slice(secret).map_err(|_| wrong_size())?))
+            }
+            (Provider::AesCbc, 16) => Cipher::Cbc128(aes::Aes128::new_from_slice(secret).map_err(|_| wrong_size())?),
+            (Provider::AesCbc, 24) => Cipher::Cbc192(aes::Aes192::new_from_slice(secret).map_err(|_| wrong_size())?),
+            (Provider::AesCbc, 32) => Cipher::Cbc256(aes::Aes256::new_from_slice(secret).map_err(|_| wrong_size())?),
+            (Provider::Secretbox, 32) => {
+                Cipher::Secretbox(Box::new(XSalsa20Poly1305::new_from_slice(secret).map_err(|_| wrong_size())?))
+            }
+            _ => return Err(wrong_size()),
+        };
+        let prefix = format!("{ENCRYPTED_PREFIX}{}:v1:{name}:", provider.name()).into_bytes();
+        Ok(Self { provider, name: name.to_owned(), prefix, cipher })
+    }
+
+    /// `aesgcm:v1:key1`
+    fn label(&self) -> String {
+        format!("{}:v1:{}", self.provider.name(), self.name)
+    }
+
+    fn nonce_len(&self) -> usize {
+        match self.provider {
+            Provider::AesGcm => GCM_NONCE,
+            Provider::AesCbc => CBC_IV,
+            Provider::Secretbox => SECRETBOX_NONCE,
+        }
+    }
+
+    /// The stored form of `plaintext` under `key`, with a fresh random nonce.
+    fn encrypt(&self, key: &str, plaintext: &[u8]) -> Result<Vec<u8>> {
+        let mut nonce = vec![0u8; self.nonce_len()];
+        OsRng
+            .try_fill_bytes(&mut nonce)
+            .map_err(|e| StorageError::Internal(format!("no randomness for an encryption nonce: {e}")))?;
+        self.encrypt_with_nonce(key, plaintext, &nonce)
+    }
+
+    /// `prefix || nonce || ciphertext` (see the module documentation for each provider's layout).
+    fn encrypt_with_nonce(&self, key: &str, plaintext: &[u8], nonce: &[u8]) -> Result<Vec<u8>> {
+        let failed = || StorageError::Internal(format!("encrypting {key} with {} failed", self.label()));
+        let aad = Payload { msg: plaintext, aad: key.as_bytes() };
+        let sealed = match &self.cipher {
+            Cipher::Gcm128(c) => c.encrypt(nonce.into(), aad).map_err(|_| failed())?,
+            Cipher::Gcm192(c) => c.encrypt(nonce.into(), aad).map_err(|_| failed())?,
+            Cipher::Gcm256(c) => c.encrypt(nonce.into(), aad).map_err(|_| failed())?,
+            Cipher::Cbc128(c) => {
+                cbc_encryptor(c, nonce).map_err(|_| failed())?.encrypt_padded_vec_mut::<Pkcs7>(plaintext)
+            }
+            Cipher::Cbc192(c) => {
+                cbc_encryptor(c, nonce).map_err(|_| failed())?.encrypt_padded_vec_mut::<Pkcs7>(plaintext)
+            }
+            Cipher::Cbc256(c) => {
+                cbc_encryptor(c, nonce).map_err(|_| failed())?.encrypt_padded_vec_mut::<Pkcs7>(plaintext)
+            }
+            Cipher::Secretbox(c) => c.encrypt(nonce.into(), plaintext).map_err(|_| failed())?,
+        };
+        let mut out = Vec::with_capacity(self.prefix.len() + nonce.len() + sealed.len());
+        out.extend_from_slice(&self.prefix);
+        out.extend_from_slice(nonce);
+        out.extend_from_slice(&sealed);
+        Ok(out)
+    }
+
+    /// The plaintext of `data` (the stored value after the prefix) stored under `key`.
+    fn decrypt(&self, key: &str, data: &[u8]) -> Result<Vec<u8>> {
+        let failed = |why: &str| {
+            StorageError::Internal(format!(
+                "cannot decrypt {key} with encryption key {:?} ({}): {why}",
+                self.name,
+                self.label()
+            ))
+        };
+        let n = self.nonce_len();
+        let min = match self.provider {
+            Provider::AesGcm => n + GCM_TAG,
+            Provider::AesCbc => n + CBC_IV,
+            Provider::Secretbox => n + SECRETBOX_TAG,
+        };
+        if data.len() < min {
+            return Err(failed("the stored value is too short"));
+        }
+        let (nonce, sealed) = data.split_at(n);
+        let wrong = "wrong key or corrupt data";
+        let payload = Payload { msg: sealed, aad: key.as_bytes() };
+        match &self.cipher {
+            Cipher::Gcm128(c) => c.decrypt(nonce.into(), payload).map_err(|_| failed(wrong)),
+            Cipher::Gcm192(c) => c.decrypt(nonce.into(), payload).map_err(|_| failed(wrong)),
+            Cipher::Gcm256(c) => c.decrypt(nonce.into(), payload).map_err(|_| failed(wrong)),
+            Cipher::Cbc128(c) => cbc_decrypt(c, nonce, sealed).ok_or_else(|| failed(wrong)),
+            Cipher::Cbc192(c) => cbc_decrypt(c, nonce, sealed).ok_or_else(|| failed(wrong)),
+            Cipher::Cbc256(c) => cbc_decrypt(c, nonce, sealed).ok_or_else(|| failed(wrong)),
+            Cipher::Secretbox(c) => c.decrypt(nonce.into(), sealed).map_err(|_| failed(wrong)),
+        }
+    }
+}
+
+fn cbc_encryptor<C>(cipher: &C, iv: &[u8]) -> std::result::Result<cbc::Encryptor<C>, cbc::cipher::InvalidLength>
+where
+    C: Clone + cbc::cipher::BlockEncryptMut + cbc::cipher::BlockCipher,
+{
+    cbc::Encryptor::inner_iv_slice_init(cipher.clone(), iv)
+}
+
+fn cbc_decrypt<C>(cipher: &C, iv: &[u8], sealed: &[u8]) -> Option<Vec<u8>>
+where
+    C: Clone + cbc::cipher::BlockDecryptMut + cbc::cipher::BlockCipher,
+{
+    if sealed.is_empty() || !sealed.len().is_multiple_of(CBC_IV) {
+        return None;
+    }
+    let dec = cbc::Decryptor::inner_iv_slice_init(cipher.clone(), iv).ok()?;
+    dec.decrypt_padded_vec_mut::<Pkcs7>(sealed).ok()
+}
+
+/// How a stored value is encoded, from its prefix alone (no key needed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// No `k8s:enc:` prefix: plaintext.
+    Identity,
+    /// `k8s:enc:<provider>:<version>:<key>:`; `len` is the prefix length.
+    Encrypted { provider: String, version: String, key: String, len: usize },
+    /// Starts with `k8s:enc:` but the rest of the prefix is not well-formed.
+    Malformed,
+}
+
+impl Encoding {
+    pub fn of(value: &[u8]) -> Encoding {
+        let Some(rest) = value.strip_prefix(ENCRYPTED_PREFIX.as_bytes()) else {
+            return Encoding::Identity;
+        };
+        // Provider, version and key name are short colon-terminated fields; never look far into the ciphertext.
+        let mut fields = Vec::with_capacity(3);
+        let mut start = 0;
+        for (i, &b) in rest.iter().enumerate().take(512) {
+            if b == b':' {
+                match std::str::from_utf8(&rest[start..i]) {
+                    Ok(f) if !f.is_empty() => fields.push(f.to_owned()),
+                    _ => return Encoding::Malformed,
+                }
+                start = i + 1;
+                if fields.len() == 3 {
+                    let key = fields.pop().unwrap_or_default();
+                    let version = fields.pop().unwrap_or_default();
+                    let provider = fields.pop().unwrap_or_default();
+                    return Encoding::Encrypted { provider, version, key, len: ENCRYPTED_PREFIX.len() + start };
+                }
+            }
+        }
+        Encoding::Malformed
+    }
+
+    /// `identity`, `aesgcm:v1:key1`, or `malformed`: what `storage inspect` prints.
+    pub fn label(&self) -> String {
+        match self {
+            Encoding::Identity => "identity".into(),
+            Encoding::Encrypted { provider, version, key, .. } => format!("{provider}:{version}:{key}"),
+            Encoding::Malformed => "malformed".into(),
+        }
+    }
+}
+
+/// The providers of one `resources` entry: the writer and every key that reads.
+struct Transformer {
+    /// The first provider's first key; `None` when identity writes.
+    writer: Option<Arc<DataKey>>,
+    /// By `<provider>:v1:<name>`.
+    readers: HashMap<String, Arc<DataKey>>,
+}
+
+impl Transformer {
+    fn identity() -> Self {
+        Self { writer: None, readers: HashMap::new() }
+    }
+}
+
+/// One `resources` pattern: `shootstates.core.gardener.cloud`, `*.core.gardener.cloud`, `*.*`, `secrets`, `*.`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Pattern {
+    All,
+    /// Every resource of a group (`""` is the core group).
+    Group(String),
+    /// One resource of a group.
+    Resource {
+        resource: String,
+        group: String,
+    },
+}
+
+impl Pattern {
+    fn parse(s: &str) -> std::result::Result<Pattern, String> {
+        if s.is_empty() {
+            return Err("must not be empty".into());
+        }
+        if s != s.to_ascii_lowercase() {
+            return Err(format!("{s:?} must be lowercase (resource.group, as in shootstates.core.gardener.cloud)"));
+        }
+        if s == "*.*" {
+            return Ok(Pattern::All);
+        }
+        let (resource, group) = s.split_once('.').unwrap_or((s, ""));
+        if group.contains('*') || (resource.contains('*') && resource != "*") || resource.is_empty() {
+            return Err(format!("{s:?} is not a resource: use <resource>.<group>, *.<group> or *.*"));
+        }
+        if resource == "*" {
+            return Ok(Pattern::Group(group.to_owned()));
+        }
+        Ok(Pattern::Resource { resource: resource.to_owned(), group: group.to_owned() })
+    }
+
+    /// Whether the storage key `/registry/<group>/<resource>/...` (`/registry/<resource>/...` for the core group)
+    /// belongs to this pattern.
+    fn matches(&self, key: &str) -> bool {
+        let Some(rest) = key.strip_prefix("/registry/") else {
+            return matches!(self, Pattern::All);
+        };
+        let first = rest.split('/').next().unwrap_or_default();
+        match self {
+            Pattern::All => true,
+            // Group names have a dot, core resources do not.
+            Pattern::Group(g) if g.is_empty() => !first.contains('.'),
+            Pattern::Group(g) => first == g,
+            Pattern::Resource { resource, group } if group.is_empty() => first == resource,
+            Pattern::Resource { resource, group } => {
+                first == group
+                    && rest[first.len()..].strip_prefix('/').and_then(|r| r.split('/').next()) == Some(resource)
+            }
+        }
+    }
+}
+
+/// The result of reading a stored value.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Decrypted {
+    pub value: Bytes,
+    /// Not written by the current writer for its resource: a rewrite would change the stored encoding.
+    pub stale: bool,
+}
+
+/// A parsed, validated `EncryptionConfiguration`.
+pub struct EncryptionConfig {
+    rules: Vec<(Vec<Pattern>, Transformer)>,
+    identity: Transformer,
+}
+
+impl std::fmt::Debug for EncryptionConfig {
+    // Never print keys.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncryptionConfig").field("resources", &self.describe()).finish()
+    }
+}
+
+impl EncryptionConfig {
+    pub fn from_file(path: &Path) -> std::result::Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), message: e.to_string() })?;
+        Self::from_yaml(&text)
+    }
+
+    pub fn from_yaml(text: &str) -> std::result::Result<Self, ConfigError> {
+        let file: FileConfig = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        match file.kind.as_deref() {
+            Some(KIND) => {}
+            other => return Err(invalid("kind", format!("must be {KIND}, got {:?}", other.unwrap_or_default()))),
+        }
+        match file.api_version.as_deref() {
+            Some(API_VERSION) => {}
+            other => {
+                return Err(invalid(
+                    "apiVersion",
+                    format!("must be {API_VERSION}, got {:?}", other.unwrap_or_default()),
+                ))
+            }
+        }
+        if file.resources.is_empty() {
+            return Err(invalid("resources", "must list at least one resources entry"));
+        }
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut rules = Vec::new();
+        for (i, entry) in file.resources.iter().enumerate() {
+            let field = format!("resources[{i}]");
+            if entry.resources.is_empty() {
+                return Err(invalid(format!("{field}.resources"), "must list at least one resource"));
+            }
+            let mut patterns = Vec::new();
+            for (j, r) in entry.resources.iter().enumerate() {
+                let p = Pattern::parse(r).map_err(|m| invalid(format!("{field}.resources[{j}]"), m))?;
+                if patterns.contains(&p) {
+                    return Err(invalid(format!("{field}.resources[{j}]"), format!("{r:?} is listed twice")));
+                }
+                patterns.push(p);
+            }
+            if entry.providers.is_empty() {
+                return Err(invalid(format!("{field}.providers"), "must list at least one provider"));
+            }
+            let mut t = Transformer::identity();
+            for (j, p) in entry.providers.iter().enumerate() {
+                let field = format!("{field}.providers[{j}]");
+                let set = [p.aesgcm.is_some(), p.aescbc.is_some(), p.secretbox.is_some(), p.identity.is_some()];
+                if p.kms.is_some() {
+                    return Err(invalid(
+                        format!("{field}.kms"),
+                        "the kms provider is not supported (use aesgcm, aescbc, secretbox or identity)",
+                    ));
+                }
+                if set.iter().filter(|s| **s).count() != 1 {
+                    return Err(invalid(
+                        field,
+                        "exactly one of aesgcm, aescbc, secretbox or identity ({}) must be set",
+                    ));
+                }
+                let (provider, keys) = match (&p.aesgcm, &p.aescbc, &p.secretbox) {
+                    (Some(k), _, _) => (Provider::AesGcm, k),
+                    (_, Some(k), _) => (Provider::AesCbc, k),
+                    (_, _, Some(k)) => (Provider::Secretbox, k),
+                    // identity: reads plaintext (always readable) and, when first, writes it.
+                    _ => continue,
+                };
+                let field = format!("{field}.{}.keys", provider.name());
+                if keys.keys.is_empty() {
+                    return Err(invalid(field, "must list at least one key"));
+                }
+                for (k, key) in keys.keys.iter().enumerate() {
+                    let field = format!("{field}[{k}]");
+                    if key.name.is_empty() {
+                        return Err(invalid(format!("{field}.name"), "is required"));
+                    }
+                    if key.name.contains(':') || key.name.chars().any(char::is_whitespace) {
+                        return Err(invalid(
+                            format!("{field}.name"),
+                            format!("{:?} must not contain ':' or whitespace", key.name),
+                        ));
+                    }
+                    if key.secret.is_empty() {
+                        return Err(invalid(format!("{field}.secret"), "is required"));
+                    }
+                    let secret = b64.decode(key.secret.trim()).map_err(|e| {
+                        invalid(format!("{field}.secret"), format!("is not valid base64 (key {:?}): {e}", key.name))
+                    })?;
+                    let dk = DataKey::new(provider, &key.name, &secret)
+                        .map_err(|m| invalid(format!("{field}.secret"), format!("{m} (key {:?})", key.name)))?;
+                    let label = dk.label();
+                    if t.readers.contains_key(&label) {
+                        return Err(invalid(
+                            format!("{field}.name"),
+                            format!("{:?} is used twice for {} in this resources entry", key.name, provider.name()),
+                        ));
+                    }
+                    let dk = Arc::new(dk);
+                    let first = j == 0 && k == 0;
+                    if first {
+                        t.writer = Some(dk.clone());
+                    }
+                    t.readers.insert(label, dk);
+                }
+            }
+            rules.push((patterns, t));
+        }
+        Ok(Self { rules, identity: Transformer::identity() })
+    }
+
+    fn transformer(&self, key: &str) -> &Transformer {
+        self.rules.iter().find(|(ps, _)| ps.iter().any(|p| p.matches(key))).map(|(_, t)| t).unwrap_or(&self.identity)
+    }
+
+    /// What writes the values of `key`: `identity` or e.g. `aesgcm:v1:key1`.
+    pub fn writer_for(&self, key: &str) -> String {
+        self.transformer(key).writer.as_ref().map(|w| w.label()).unwrap_or_else(|| "identity".into())
+    }
+
+    /// One line per resources entry (patterns and the writer), for logs. Never includes secrets.
+    pub fn describe(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .map(|(ps, t)| {
+                let names: Vec<String> = ps
+                    .iter()
+                    .map(|p| match p {
+                        Pattern::All => "*.*".to_string(),
+                        Pattern::Group(g) => format!("*.{g}"),
+                        Pattern::Resource { resource, group } if group.is_empty() => resource.clone(),
+                        Pattern::Resource { resource, group } => format!("{resource}.{group}"),
+                    })
+                    .collect();
+                let writer = t.writer.as_ref().map(|w| w.label()).unwrap_or_else(|| "identity".into());
+                format!("{} -> {writer}", names.join(","))
+            })
+            .collect()
+    }
+
+    /// The stored form of `plaintext` under the storage key `key`.
+    pub fn encrypt(&self, key: &str, plaintext: &[u8]) -> Result<Bytes> {
+        match &self.transformer(key).writer {
+            None => Ok(Bytes::copy_from_slice(plaintext)),
+            Some(w) => w.encrypt(key, plaintext).map(Bytes::from),
+        }
+    }
+
+    /// The plaintext of a value stored under `key`, and whether its stored encoding is out of date. A value whose
+    /// prefix names a key this configuration does not have for the resource is an `Internal` error naming that key.
+    pub fn decrypt(&self, key: &str, stored: &Bytes) -> Result<Decrypted> {
+        let t = self.transformer(key);
+        let encoding = Encoding::of(stored);
+        match &encoding {
+            Encoding::Identity => Ok(Decrypted { value: stored.clone(), stale: t.writer.is_some() }),
+            Encoding::Malformed => Err(StorageError::Internal(format!(
+                "cannot decrypt {key}: the stored value starts with {ENCRYPTED_PREFIX:?} but has no valid \
+                 <provider>:<version>:<key>: prefix"
+            ))),
+            Encoding::Encrypted { len, .. } => {
+                let label = encoding.label();
+                let Some(dk) = t.readers.get(&label) else {
+                    return Err(StorageError::Internal(format!(
+                        "cannot decrypt {key}: it is encrypted with {label}, and the encryption provider config has \
+                         no such key for this resource"
+                    )));
+                };
+                let plain = dk.decrypt(key, &stored[*len..])?;
+                let stale = !t.writer.as_ref().is_some_and(|w| Arc::ptr_eq(w, dk));
+                Ok(Decrypted { value: Bytes::from(plain), stale })
+            }
+        }
+    }
+
+    fn decrypt_kv(&self, mut kv: KeyValue) -> Result<KeyValue> {
+        let d = self.decrypt(&kv.key, &kv.value)?;
+        kv.value = d.value;
+        kv.stale = kv.stale || d.stale;
+        Ok(kv)
+    }
+}
+
+/// A [`Storage`] that encrypts values on their way to `inner` and decrypts them on their way back (get, list, the
+/// values a delete returns, and watch events with their previous values).
+pub struct EncryptedStorage {
+    inner: Arc<dyn Storage>,
+    config: Arc<EncryptionConfig>,
+}
+
+impl EncryptedStorage {
+    pub fn new(inner: Arc<dyn Storage>, config: EncryptionConfig) -> Self {
+        Self { inner, config: Arc::new(config) }
+    }
+
+    pub fn config(&self) -> &EncryptionConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl Storage for EncryptedStorage {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.inner.get(key).await?.map(|kv| self.config.decrypt_kv(kv)).transpose()
+    }
+
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        let mut result = self.inner.list(prefix, opts).await?;
+        result.items = std::mem::take(&mut result.items)
+            .into_iter()
+            .map(|kv| self.config.decrypt_kv(kv))
+            .collect::<Result<_>>()?;
+        Ok(result)
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        let stored = self.config.encrypt(key, &value)?;
+        let kv = self.inner.create(key, stored).await?;
+        Ok(KeyValue { value, stale: false, ..kv })
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        let stored = self.config.encrypt(key, &value)?;
+        let kv = self.inner.update(key, stored, expected).await?;
+        Ok(KeyValue { value, stale: false, ..kv })
+    }
+
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
+        let kv = self.inner.delete(key, expected).await?;
+        self.config.decrypt_kv(kv)
+    }
+
+    fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
+        let mut events = self.inner.watch(prefix, after)?;
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let config = self.config.clone();
+        tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    // The consumer went away: stop (and drop the backend's stream).
+                    _ = tx.closed() => return,
+                    item = events.recv() => item,
+                };
+                let Some(item) = item else { return };
+                let item = match item {
+                    WatchItem::Error(e) => WatchItem::Error(e),
+                    WatchItem::Event(ev) => match decrypt_event(&config, &ev) {
+                        Ok(ev) => WatchItem::Event(Arc::new(ev)),
+                        Err(e) => {
+                            // Like kube-apiserver, a value that cannot be decrypted ends the watch with an error.
+                            let _ = tx.send(WatchItem::Error(e)).await;
+                            return;
+                        }
+                    },
+                };
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    fn progress_revision(&self) -> Revision {
+        self.inner.progress_revision()
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.inner.current_revision()
+    }
+}
+
+fn decrypt_event(config: &EncryptionConfig, ev: &super::Event) -> Result<super::Event> {
+    Ok(super::Event {
+        kind: ev.kind,
+        revision: ev.revision,
+        key: ev.key.clone(),
+        value: config.decrypt(&ev.key, &ev.value)?.value,
+        prev: ev.prev.clone().map(|p| config.decrypt_kv(p)).transpose()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+    use crate::storage::EventKind;
+    use std::time::Duration;
+
+    const KEY1: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="; // bytes 0..32
+    const KEY: &str = "/registry/core.gardener.cloud/shootstates/garden/s1";
+    const PLAIN: &[u8] = br#"{"apiVersion":"core.gardener.cloud/v1beta1","kind":"ShootState"}"#;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
+    }
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    fn config(providers: &str) -> EncryptionConfig {
+        let yaml = format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: \
+             [\"*.*\"]\n  providers:\n{providers}"
+        );
+        EncryptionConfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+    }
+
+    fn keys(provider: &str, keys: &[(&str, &str)]) -> String {
+        let mut s = format!("  - {provider}:\n      keys:\n");
+        for (name, secret) in keys {
+            s += &format!("      - name: {name}\n        secret: {secret}\n");
+        }
+        s
+    }
+
+    fn err(yaml: &str) -> String {
+        match EncryptionConfig::from_yaml(yaml) {
+            Ok(_) => panic!("accepted:\n{yaml}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Known answer (computed independently with Python's `cryptography`): AES-256-GCM with key 00..1f,
+    /// nonce 64..6f, AAD = the storage key. kube-apiserver's layout: prefix || nonce || ciphertext || tag.
+    #[test]
+    fn aesgcm_known_answer_with_the_storage_key_as_aad() {
+        let c = config(&keys("aesgcm", &[("key1", KEY1)]));
+        let t = c.transformer(KEY);
+        let w = t.writer.as_ref().expect("writer");
+        let nonce: Vec<u8> = (100..112).collect();
+        let expected_ct = hex(
+            "3339bf1610bf33ec4d0b3086f85f489e2db06324ec0d8116c2bfc93ad5c0c927e18d6fb67d70fe709cc25a13df29a3a17f79a2c5\
+             73222e478ea2d8b79be487f726ac00a4547cb3c418dcb84ba3cf9948",
+        );
+        let mut expected = b"k8s:enc:aesgcm:v1:key1:".to_vec();
+        expected.extend_from_slice(&nonce);
+        expected.extend_from_slice(&expected_ct);
+        assert_eq!(w.encrypt_with_nonce(KEY, PLAIN, &nonce).expect("encrypt"), expected);
+        let d = c.decrypt(KEY, &Bytes::from(expected.clone())).expect("decrypt");
+        assert_eq!((d.value.as_ref(), d.stale), (PLAIN, false));
+
+        // The AAD binds the value to its key: copied elsewhere, it does not decrypt.
+        let moved = c.decrypt("/registry/core.gardener.cloud/shootstates/garden/s2", &Bytes::from(expected));
+        let e = moved.expect_err("decrypts under another key");
+        assert!(e.to_string().contains("key \"key1\""), "{e}");
+
+        // Random nonces: two encryptions differ, both decrypt.
+        let a = c.encrypt(KEY, PLAIN).expect("encrypt");
+        let b = c.encrypt(KEY, PLAIN).expect("encrypt");
+        assert_ne!(a, b);
+        assert_eq!(a.len(), "k8s:enc:aesgcm:v1:key1:".len() + 12 + PLAIN.len() + 16);
+        assert_eq!(c.decrypt(KEY, &a).expect("decrypt").value.as_ref(), PLAIN);
+    }
+
+    /// Known answer (Python `cryptography`): AES-256-CBC, IV c8..d7, PKCS#7.
+    #[test]
+    fn aescbc_known_answer_and_round_trips() {
+        let c = config(&keys("aescbc", &[("k", KEY1)]));
+        let w = c.transformer(KEY).writer.clone().expect("writer");
+        let iv: Vec<u8> = (200..216).collect();
+        let mut expected = b"k8s:enc:aescbc:v1:k:".to_vec();
+        expected.extend_from_slice(&iv);
+        expected.extend_from_slice(&hex(
+            "c04c42b36a57be22518c3d1a5243629434f819e0ea93a0ac064dcf5288855fcdfeef712a82b311a8b5cca0519eba22ce67a78e16\
+             ecc8b48df104846fb9ff08d3db28beafd767526918cfea97c0aefd56",
+        ));
+        assert_eq!(w.encrypt_with_nonce(KEY, PLAIN, &iv).expect("encrypt"), expected);
+        assert_eq!(c.decrypt(KEY, &Bytes::from(expected)).expect("decrypt").value.as_ref(), PLAIN);
+
+        for size in [16usize, 24, 32] {
+            let c = config(&keys("aescbc", &[("k", &b64(&vec![7u8; size]))]));
+            for len in [0usize, 1, 15, 16, 17, 1000] {
+                let plain = vec![b'x'; len];
+                let stored = c.encrypt(KEY, &plain).expect("encrypt");
+                assert!(stored.starts_with(b"k8s:enc:aescbc:v1:k:"));
+                assert!((stored.len() - "k8s:enc:aescbc:v1:k:".len() - 16).is_multiple_of(16));
+                assert_eq!(c.decrypt(KEY, &stored).expect("decrypt").value.as_ref(), plain.as_slice());
+            }
+        }
+        // Truncated or tampered ciphertext is an error, not garbage.
+        let stored = c.encrypt(KEY, PLAIN).expect("encrypt");
+        assert!(c.decrypt(KEY, &stored.slice(..stored.len() - 3)).is_err());
+    }
+
+    /// NaCl's own secretbox test vector (tests/secretbox.c: "firstkey", "nonce", the 131-byte message).
+    #[test]
+    fn secretbox_known_answer_and_round_trips() {
+        let key = hex("1b27556473e985d462cd51197a9a46c76009549eac6474f206c4ee0844f68389");
+        let nonce = hex("69696ee955b62b73cd62bda875fc73d68219e0036b7a0b37");
+        let plain = hex(
+            "be075fc53c81f2d5cf141316ebeb0c7b5228c52a4c62cbd44b66849b64244ffce5ecbaaf33bd751a1ac728d45e6c61296cdc3c01\
+             233561f41db66cce314adb310e3be8250c46f06dceea3a7fa1348057e2f6556ad6b1318a024a838f21af1fde048977eb48f59ffd\
+             4924ca1c60902e52f0a089bc76897040e082f937763848645e0705",
+        );
+        let boxed = hex(
+            "f3ffc7703f9400e52a7dfb4b3d3305d98e993b9f48681273c29650ba32fc76ce48332ea7164d96a4476fb8c531a1186ac0dfc17c\
+             98dce87b4da7f011ec48c97271d2c20f9b928fe2270d6fb863d51738b48eeee314a7cc8ab932164548e526ae90224368517acfea\
+             bd6bb3732bc0e9da99832b61ca01b6de56244a9e88d5f9b37973f622a43d14a6599b1f654cb45a74e355a5",
+        );
+        let c = config(&keys("secretbox", &[("sb", &b64(&key))]));
+        let w = c.transformer(KEY).writer.clone().expect("writer");
+        let mut expected = b"k8s:enc:secretbox:v1:sb:".to_vec();
+        expected.extend_from_slice(&nonce);
+        expected.extend_from_slice(&boxed);
+        assert_eq!(w.encrypt_with_nonce(KEY, &plain, &nonce).expect("encrypt"), expected);
+        assert_eq!(c.decrypt(KEY, &Bytes::from(expected)).expect("decrypt").value.as_ref(), plain.as_slice());
+
+        let stored = c.encrypt(KEY, PLAIN).expect("encrypt");
+        assert_eq!(stored.len(), "k8s:enc:secretbox:v1:sb:".len() + 24 + 16 + PLAIN.len());
+        assert_eq!(c.decrypt(KEY, &stored).expect("decrypt").value.as_ref(), PLAIN);
+        let mut tampered = stored.to_vec();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert!(c.decrypt(KEY, &Bytes::from(tampered)).is_err());
+    }
+
+    #[test]
+    fn aesgcm_key_sizes() {
+        for size in [16usize, 24, 32] {
+            let c = config(&keys("aesgcm", &[("k", &b64(&vec![9u8; size]))]));
+            let stored = c.encrypt(KEY, PLAIN).expect("encrypt");
+            assert_eq!(c.decrypt(KEY, &stored).expect("decrypt").value.as_ref(), PLAIN);
+        }
+    }
+
+    #[test]
+    fn rotation_staleness_and_unknown_keys() {
+        let key2 = b64(&[2u8; 32]);
+        let old = config(&keys("aesgcm", &[("key1", KEY1)]));
+        let rotated = config(&keys("aesgcm", &[("key2", &key2), ("key1", KEY1)]));
+        let by_key1 = old.encrypt(KEY, PLAIN).expect("encrypt");
+        let d = rotated.decrypt(KEY, &by_key1).expect("old key still reads");
+        assert_eq!((d.value.as_ref(), d.stale), (PLAIN, true));
+        let by_key2 = rotated.encrypt(KEY, PLAIN).expect("encrypt");
+        assert!(by_key2.starts_with(b"k8s:enc:aesgcm:v1:key2:"));
+        assert!(!rotated.decrypt(KEY, &by_key2).expect("decrypt").stale);
+
+        // Plaintext reads under any config; it is stale where something encrypts.
+        let plain = Bytes::from_static(PLAIN);
+        assert!(rotated.decrypt(KEY, &plain).expect("plaintext").stale);
+        let identity_first = config(&format!("  - identity: {{}}\n{}", keys("aesgcm", &[("key1", KEY1)])));
+        assert!(!identity_first.decrypt(KEY, &plain).expect("plaintext").stale);
+        assert_eq!(identity_first.encrypt(KEY, PLAIN).expect("identity").as_ref(), PLAIN);
+        // ... and an encrypted value is decrypted by a later provider, and stale (identity writes).
+        let d = identity_first.decrypt(KEY, &by_key1).expect("decrypt");
+        assert_eq!((d.value.as_ref(), d.stale), (PLAIN, true));
+
+        // Another provider type of the same list reads too.
+        let mixed = config(&format!("{}{}", keys("secretbox", &[("sb", &key2)]), keys("aescbc", &[("cbc", KEY1)])));
+        let by_cbc = config(&keys("aescbc", &[("cbc", KEY1)])).encrypt(KEY, PLAIN).expect("encrypt");
+        assert!(mixed.decrypt(KEY, &by_cbc).expect("decrypt").stale);
+
+        // A key the config does not have: a clear error naming it, never garbage.
+        let only2 = config(&keys("aesgcm", &[("key2", &key2)]));
+        let e = only2.decrypt(KEY, &by_key1).expect_err("unknown key");
+        assert!(matches!(&e, StorageError::Internal(m) if m.contains("aesgcm:v1:key1") && m.contains(KEY)), "{e}");
+        // Same name, different secret: authentication fails, with the key name.
+        let wrong = config(&keys("aesgcm", &[("key1", &key2)]));
+        let e = wrong.decrypt(KEY, &by_key1).expect_err("wrong secret");
+        assert!(e.to_string().contains("\"key1\"") && e.to_string().contains("wrong key"), "{e}");
+        let e = old.decrypt(KEY, &Bytes::from_static(b"k8s:enc:aesgcm")).expect_err("malformed");
+        assert!(e.to_string().contains("prefix"), "{e}");
+    }
+
+    #[test]
+    fn resource_matching() {
+        let yaml = format!(
+            r#"apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources: [shootstates.core.gardener.cloud]
+  providers:
+{}- resources: ["*.migration.k8s.io"]
+  providers:
+{}- resources: [secrets]
+  providers:
+{}- resources: ["*.*"]
+  providers:
+  - identity: {{}}
+"#,
+            keys("aesgcm", &[("gcm", KEY1)]),
+            keys("secretbox", &[("sb", KEY1)]),
+            keys("aescbc", &[("cbc", KEY1)])
+        );
+        let c = EncryptionConfig::from_yaml(&yaml).expect("config");
+        assert_eq!(c.writer_for("/registry/core.gardener.cloud/shootstates/garden/a"), "aesgcm:v1:gcm");
+        assert_eq!(c.writer_for("/registry/core.gardener.cloud/shoots/garden/a"), "identity");
+        assert_eq!(c.writer_for("/registry/core.gardener.cloud/shootstatesx/garden/a"), "identity");
+        assert_eq!(c.writer_for("/registry/migration.k8s.io/storagestates/a"), "secretbox:v1:sb");
+        assert_eq!(c.writer_for("/registry/migration.k8s.io/storageversionmigrations/a"), "secretbox:v1:sb");
+        assert_eq!(c.writer_for("/registry/secrets/default/a"), "aescbc:v1:cbc");
+        assert_eq!(c.writer_for("/registry/other.io/things/a"), "identity");
+        // No matching entry at all: identity, and encrypted data is an error rather than garbage.
+        let only = config(&keys("aesgcm", &[("k", KEY1)]));
+        assert_eq!(only.writer_for("/elsewhere"), "aesgcm:v1:k");
+        let narrow = EncryptionConfig::from_yaml(&yaml.replace("\"*.*\"", "nothing.example.com")).expect("config");
+        assert_eq!(narrow.writer_for("/registry/other.io/things/a"), "identity");
+        let stored = narrow.encrypt("/registry/core.gardener.cloud/shootstates/garden/a", PLAIN).expect("encrypt");
+        assert!(narrow.decrypt("/registry/other.io/things/a", &stored).is_err());
+        // First matching entry wins.
+        let first = EncryptionConfig::from_yaml(&format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: \
+             [\"*.*\"]\n  providers:\n  - identity: {{}}\n- resources: [storagestates.migration.k8s.io]\n  \
+             providers:\n{}",
+            keys("aesgcm", &[("k", KEY1)])
+        ))
+        .expect("config");
+        assert_eq!(first.writer_for("/registry/migration.k8s.io/storagestates/a"), "identity");
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected_clearly() {
+        let head = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\n";
+        let with = |providers: &str| format!("{head}resources:\n- resources: [\"*.*\"]\n  providers:\n{providers}");
+        let e = err(&with(&keys("aesgcm", &[("key1", "not base64!")])));
+        assert!(e.contains("resources[0].providers[0].aesgcm.keys[0].secret") && e.contains("base64"), "{e}");
+        let e = err(&with(&keys("aesgcm", &[("key1", &b64(&[1u8; 20]))])));
+        assert!(e.contains("16, 24 or 32 bytes, got 20") && e.contains("key1"), "{e}");
+        let e = err(&with(&keys("secretbox", &[("sb", &b64(&[1u8; 16]))])));
+        assert!(e.contains("must be 32 bytes, got 16"), "{e}");
+        let e = err(&with("  - aesgsm:\n      keys: []\n"));
+        assert!(e.contains("unknown field `aesgsm`"), "{e}");
+        let e = err(&with("  - kms:\n      name: x\n"));
+        assert!(e.contains("kms provider is not supported"), "{e}");
+        let e = err(&format!("{head}resources:\n- resources: [\"*.*\"]\n  providers: []\n"));
+        assert!(e.contains("resources[0].providers: must list at least one provider"), "{e}");
+        let e = err(&format!("{head}resources:\n- resources: [\"*.*\"]\n"));
+        assert!(e.contains("at least one provider"), "{e}");
+        let e = err(&format!("{head}resources: []\n"));
+        assert!(e.contains("resources"), "{e}");
+        let e = err(&with("  - aesgcm:\n      keys: []\n"));
+        assert!(e.contains("aesgcm.keys: must list at least one key"), "{e}");
+        let e = err(&with(&keys("aesgcm", &[("a:b", KEY1)])));
+        assert!(e.contains("must not contain ':'"), "{e}");
+        let e = err(&with(&keys("aesgcm", &[("k", KEY1), ("k", KEY1)])));
+        assert!(e.contains("used twice"), "{e}");
+        let e = err(&with(&format!(
+            "  - identity: {{}}\n    aesgcm:\n      keys:\n      - name: k\n        secret: {KEY1}\n"
+        )));
+        assert!(e.contains("exactly one of"), "{e}");
+        let e = err(&with(&keys("aesgcm", &[("", KEY1)])));
+        assert!(e.contains("keys[0].name: is required"), "{e}");
+        let e = err(&with("  - identity: {}\n").replace("EncryptionConfiguration", "Something"));
+        assert!(e.contains("kind: must be EncryptionConfiguration"), "{e}");
+        let e = err(&with("  - identity: {}\n").replace("/v1\n", "/v9\n"));
+        assert!(e.contains("apiVersion"), "{e}");
+        let e = err(&format!("{head}resources:\n- resources: [\"Secrets\"]\n  providers:\n  - identity: {{}}\n"));
+        assert!(e.contains("lowercase"), "{e}");
+        let e = err(&format!("{head}resources:\n- resources: [\"s*.core\"]\n  providers:\n  - identity: {{}}\n"));
+        assert!(e.contains("not a resource"), "{e}");
+        let e = err("resources: [");
+        assert!(e.starts_with("parsing the encryption provider config"), "{e}");
+        // Debug output never shows secrets.
+        let c = config(&keys("aesgcm", &[("key1", KEY1)]));
+        let dbg = format!("{c:?}");
+        assert!(dbg.contains("aesgcm:v1:key1") && !dbg.contains(KEY1), "{dbg}");
+    }
+
+    #[test]
+    fn encoding_of_stored_values() {
+        assert_eq!(Encoding::of(b"{\"a\":1}"), Encoding::Identity);
+        assert_eq!(Encoding::of(b"k8s:enc:aesgcm:v1:key1:\x00:\x01").label(), "aesgcm:v1:key1");
+        assert!(matches!(Encoding::of(b"k8s:enc:aesgcm:v1:key1:xyz"), Encoding::Encrypted { len: 23, .. }));
+        assert_eq!(Encoding::of(b"k8s:enc:aesgcm:v1"), Encoding::Malformed);
+        assert_eq!(Encoding::of(b"k8s:enc:aesgcm::key:"), Encoding::Malformed);
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<WatchItem>) -> WatchItem {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("in time").expect("open")
+    }
+
+    #[tokio::test]
+    async fn encrypted_storage_over_the_embedded_backend() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inner = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).expect("open");
+        let rotated = || config(&keys("aesgcm", &[("key2", &b64(&[2u8; 32])), ("key1", KEY1)]));
+        let s = EncryptedStorage::new(inner.clone(), config(&keys("aesgcm", &[("key1", KEY1)])));
+        let mut watch = s.watch("/registry/", 0).expect("watch");
+
+        let kv = s.create(KEY, Bytes::from_static(PLAIN)).await.expect("create");
+        assert_eq!((kv.value.as_ref(), kv.stale, kv.mod_revision), (PLAIN, false, 1));
+        let raw = inner.get(KEY).await.expect("get").expect("present");
+        assert!(raw.value.starts_with(b"k8s:enc:aesgcm:v1:key1:"));
+        assert!(!raw.value.windows(9).any(|w| w == b"ShootStat"));
+        assert_eq!(s.get(KEY).await.expect("get"), Some(kv.clone()));
+        let updated = s.update(KEY, Bytes::from_static(b"{\"v\":2}"), 1).await.expect("update");
+        assert_eq!(updated.mod_revision, 2);
+        let listed = s.list("/registry/", ListOptions { start_after: None, limit: 0, revision: None }).await;
+        assert_eq!(listed.expect("list").items[0].value.as_ref(), b"{\"v\":2}");
+        // A consistent list at an older revision reads the (encrypted) history too.
+        let old = s.list("/registry/", ListOptions { start_after: None, limit: 0, revision: Some(1) }).await;
+        assert_eq!(old.expect("list").items[0].value.as_ref(), PLAIN);
+
+        match next(&mut watch).await {
+            WatchItem::Event(e) => assert_eq!((e.kind, e.value.as_ref()), (EventKind::Created, PLAIN)),
+            other => panic!("{other:?}"),
+        }
+        match next(&mut watch).await {
+            WatchItem::Event(e) => {
+                assert_eq!(e.value.as_ref(), b"{\"v\":2}");
+                assert_eq!(e.prev.as_ref().map(|p| p.value.as_ref()), Some(PLAIN));
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // After rotation, the value reads as stale; rewriting it makes it current.
+        let s2 = EncryptedStorage::new(inner.clone(), rotated());
+        let cur = s2.get(KEY).await.expect("get").expect("present");
+        assert!(cur.stale);
+        s2.update(KEY, cur.value.clone(), cur.mod_revision).await.expect("rewrite");
+        assert!(!s2.get(KEY).await.expect("get").expect("present").stale);
+        let raw = inner.get(KEY).await.expect("get").expect("present");
+        assert!(raw.value.starts_with(b"k8s:enc:aesgcm:v1:key2:"));
+
+        // A reader without key2: an Internal error for the get, the list and the watch.
+        let s1 = EncryptedStorage::new(inner.clone(), config(&keys("aesgcm", &[("key1", KEY1)])));
+        let e = s1.get(KEY).await.expect_err("undecryptable");
+        assert!(e.to_string().contains("aesgcm:v1:key2"), "{e}");
+        assert!(s1.list("/registry/", ListOptions { start_after: None, limit: 0, revision: None }).await.is_err());
+        let mut w1 = s1.watch("/registry/", 2).expect("watch");
+        assert!(matches!(next(&mut w1).await, WatchItem::Error(StorageError::Internal(_))));
+
+        let deleted = s2.delete(KEY, None).await.expect("delete");
+        assert_eq!(deleted.value.as_ref(), b"{\"v\":2}");
+    }
+}
