@@ -4,8 +4,11 @@ PORT ?= 8443
 DATA_DIR ?= ./data
 CERT_DIR ?= ./certs
 BIN := target/release/migration-apiserver
+# make deploy: FORM=aggregated (APIServices, default) or crds (CRDs + admission webhooks); IMAGE=<registry>/<name>:<tag>
+FORM ?= aggregated
+IMAGE ?=
 
-.PHONY: build run test deps bench certs lint fmt clean
+.PHONY: build run test deps bench certs deploy lint fmt clean
 
 build:
 	$(CARGO) build --release --bin migration-apiserver
@@ -25,8 +28,15 @@ bench:
 	$(CARGO) build --release --bins
 	./target/release/bench --server $(BIN)
 
+# CA, serving certificate (SANs include migration-apiserver.migration-apiserver.svc, the in-cluster name) and admin
+# client certificate; existing files are kept.
 certs: build
-	$(BIN) certs --cert-dir $(CERT_DIR)
+	$(BIN) certs --cert-dir $(CERT_DIR) --service-namespace migration-apiserver
+
+# Installs into the cluster of the current kubectl context, without cert-manager: the serving certificate of
+# $(CERT_DIR) as Secret, manifests/, and apiservice/ with caBundle = $(CERT_DIR)/ca.crt (see scripts/deploy.sh).
+deploy: certs
+	CERT_DIR=$(CERT_DIR) FORM=$(FORM) IMAGE=$(IMAGE) bash scripts/deploy.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

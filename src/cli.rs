@@ -1,7 +1,6 @@
 //! Command line: `serve` with kube-apiserver-style flags, and how a server is assembled from them.
 
 use crate::api::kinds;
-use crate::auth::authn::{Authenticator, StaticTokens};
 use crate::auth::certs::{ensure_dev_certs, DevCertOptions};
 use crate::registry::{Registry, RegistryConfig};
 use crate::server::metrics::Metrics;
@@ -24,9 +23,11 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once at start: the size of the serve variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Serve the API over TLS.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Generate the development CA, serving and admin certificates and admin.kubeconfig (existing files are kept).
     Certs(CertsArgs),
     /// Print the CustomResourceDefinitions of the served kinds (the CRD deployment form), or write manifests/crds/.
@@ -34,6 +35,72 @@ pub enum Command {
     /// Offline tools for the embedded store (run them while the server is stopped).
     #[command(subcommand)]
     Storage(StorageCommand),
+    /// Request storage version migrations by hand: creates StorageVersionMigrations as the trigger would.
+    Migrate(MigrateArgs),
+    /// Translate an in-tree PersistentVolume, StorageClass or pod inline volume to CSI (or a CSI PersistentVolume
+    /// back with --to-intree), as Kubernetes' csi-translation-lib does: YAML or JSON on stdin, the same on stdout.
+    Translate(TranslateArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct TranslateArgs {
+    /// Translate a CSI PersistentVolume back to the in-tree plugin its driver supersedes.
+    #[arg(long = "to-intree")]
+    pub to_in_tree: bool,
+    /// Namespace of the pod of an inline volume (Azure File reads its secret there); default: the Pod's namespace,
+    /// else "default".
+    #[arg(long)]
+    pub pod_namespace: Option<String>,
+}
+
+/// `translate`: stdin to stdout.
+pub fn translate(args: TranslateArgs) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input)?;
+    let opts = crate::csi::document::Options { to_in_tree: args.to_in_tree, pod_namespace: args.pod_namespace };
+    let out = crate::csi::document::translate_text(&input, &opts).map_err(anyhow::Error::msg)?;
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(())
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["resources", "all"])))]
+pub struct MigrateArgs {
+    /// Kubeconfig of the migration-apiserver where the StorageVersionMigrations are created.
+    #[arg(long, default_value = "./certs/admin.kubeconfig")]
+    pub kubeconfig: PathBuf,
+    /// Kubeconfig of the API whose discovery names the resources (preferred version, storage version hash).
+    /// Default: --kubeconfig (a standalone server migrating its own resources).
+    #[arg(long)]
+    pub target_kubeconfig: Option<PathBuf>,
+    /// A resource to migrate, `<resource>.<group>` (`<resource>` for the core group); repeatable.
+    #[arg(long = "resource", value_name = "RESOURCE.GROUP")]
+    pub resources: Vec<String>,
+    /// Every resource served in two or more versions, except CRDs, aggregated APIs and events (the upstream
+    /// initializer's rule).
+    #[arg(long, conflicts_with = "resources")]
+    pub all: bool,
+}
+
+/// `migrate`: prints each migration created, as kubectl does.
+pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    use crate::scheduler::trigger::{request_migrations, MigrateRequest, RemoteMigrations};
+    crate::auth::tls::install_default_crypto_provider();
+    let api = crate::scheduler::target_client(Some(&args.kubeconfig)).await?;
+    let target = match &args.target_kubeconfig {
+        Some(path) => crate::scheduler::target_client(Some(path)).await?,
+        None => api.clone(),
+    };
+    let request = if args.all { MigrateRequest::All } else { MigrateRequest::Resources(args.resources) };
+    let created = request_migrations(&target, &RemoteMigrations::new(api), &request).await?;
+    if created.is_empty() {
+        eprintln!("No resources to migrate.");
+    }
+    for name in created {
+        println!("storageversionmigration.migration.k8s.io/{name} created");
+    }
+    Ok(())
 }
 
 #[derive(Subcommand, Debug)]
@@ -162,12 +229,10 @@ pub struct ServeArgs {
     /// Key of --tls-cert-file.
     #[arg(long, requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
-    /// CA bundle that client certificates are verified against (default: the generated CA).
-    #[arg(long)]
-    pub client_ca_file: Option<PathBuf>,
-    /// Static bearer tokens, in kube-apiserver's CSV format: token,user,uid,"group1,group2".
-    #[arg(long)]
-    pub token_auth_file: Option<PathBuf>,
+    /// Authentication and authorization: --client-ca-file, --token-auth-file, --authentication-kubeconfig,
+    /// --authorization-kubeconfig, --requestheader-*, ... (see `auth::options`).
+    #[command(flatten)]
+    pub auth: Box<crate::auth::options::AuthArgs>,
     /// Storage version of a resource, `<plural>.<group>=<version>`; repeatable.
     #[arg(long, value_parser = parse_storage_version)]
     pub storage_version: Vec<(String, String)>,
@@ -189,6 +254,59 @@ pub struct ServeArgs {
     /// Encryption at rest: a kube-apiserver EncryptionConfiguration (apiserver.config.k8s.io/v1) file.
     #[arg(long)]
     pub encryption_provider_config: Option<PathBuf>,
+    /// Kubeconfig of the Kubernetes API whose resources the scheduler migrates. Without it: the in-cluster
+    /// config when running in a pod (KUBERNETES_SERVICE_HOST set), else this server itself.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Do not run the embedded migration scheduler.
+    #[arg(long)]
+    pub disable_scheduler: bool,
+    /// Run only the migrator of the scheduler: no discovery poll, migrations are requested by hand (kubectl create,
+    /// `migration-apiserver migrate`).
+    #[arg(long)]
+    pub disable_trigger: bool,
+    /// How often the trigger reads the target's discovery for storage version hashes.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub discovery_interval: Duration,
+    /// Finished migrations kept per resource.
+    #[arg(long, default_value_t = 5)]
+    pub migration_history: usize,
+    /// Objects per LIST chunk when migrating.
+    #[arg(long, default_value_t = 500)]
+    pub migration_chunk_size: u32,
+    /// Requests per second to the target while migrating, all migrations together (0: unlimited).
+    #[arg(long, default_value_t = 10.0)]
+    pub migration_qps: f64,
+    /// Burst of the migration rate limit.
+    #[arg(long, default_value_t = 10)]
+    pub migration_burst: u32,
+    /// Resources migrated at once.
+    #[arg(long, default_value_t = 1)]
+    pub migration_concurrency: usize,
+    /// Attempts of one request on retryable errors before a migration fails.
+    #[arg(long, default_value_t = 8)]
+    pub migration_max_attempts: u32,
+    /// CSI migration feature gates, key=bool pairs: CSIMigration (default true) and per plugin CSIMigrationGCE,
+    /// CSIMigrationAWS, CSIMigrationAzureDisk, CSIMigrationAzureFile, CSIMigrationOpenStack, CSIMigrationvSphere,
+    /// CSIMigrationPortworx (default false). Repeatable.
+    #[arg(long, value_name = "GATE=BOOL,...")]
+    pub feature_gates: Vec<crate::csi::gates::GateSettings>,
+}
+
+impl ServeArgs {
+    pub fn scheduler_config(&self) -> crate::scheduler::SchedulerConfig {
+        crate::scheduler::SchedulerConfig {
+            discovery_interval: self.discovery_interval,
+            migration_history: self.migration_history.max(1),
+            chunk_size: self.migration_chunk_size.max(1),
+            qps: self.migration_qps.max(0.0),
+            burst: self.migration_burst.max(1),
+            concurrency: self.migration_concurrency.max(1),
+            max_attempts: self.migration_max_attempts.max(1),
+            trigger: !self.disable_trigger,
+            ..Default::default()
+        }
+    }
 }
 
 fn parse_storage_version(s: &str) -> Result<(String, String), String> {
@@ -246,8 +364,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         _ => (dev.serving_cert_path.clone(), dev.serving_key_path.clone()),
     };
-    let client_ca = args.client_ca_file.clone().unwrap_or(dev.client_ca_path.clone());
-    let tls = crate::auth::tls::server_config(&cert, &key, Some(&client_ca))?;
+    // TLS, authentication and authorization with their reloads; kept alive until the server stops.
+    let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
 
     let storage = EmbeddedStorage::open(
         &args.data_dir,
@@ -262,15 +380,33 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let overrides: HashMap<String, String> = args.storage_version.iter().cloned().collect();
     let kinds = kinds(&overrides).map_err(anyhow::Error::msg)?;
-    let registry =
-        Registry::new(storage, kinds, RegistryConfig { gc_finalizers: false, max_object_bytes: args.max_object_bytes });
-    let mut authn = Authenticator::new();
-    if let Some(f) = &args.token_auth_file {
-        authn = authn.with_tokens(StaticTokens::from_file(f)?);
-    }
+    let registry = Arc::new(Registry::new(
+        storage,
+        kinds,
+        RegistryConfig { gc_finalizers: false, max_object_bytes: args.max_object_bytes },
+    ));
     let metrics = Arc::new(Metrics::new());
-    let state = Arc::new(AppState::new(registry, Arc::new(authn), metrics, args.watch_bookmark_interval));
+    let state = Arc::new(
+        AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
+            .with_authorizer(auth.authorizer.clone())
+            .with_csi_migration(csi_migration(&args).await?),
+    );
     let app = router(state.clone());
+    if !args.disable_scheduler {
+        let target = match &args.kubeconfig {
+            Some(path) => crate::scheduler::target_client(Some(path)).await?,
+            None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+                crate::scheduler::target_client(None).await?
+            }
+            None => crate::scheduler::in_process_client(app.clone()),
+        };
+        let scheduler_metrics = match state.metrics.registry.lock() {
+            Ok(mut reg) => crate::scheduler::metrics::SchedulerMetrics::register(&mut reg),
+            Err(_) => anyhow::bail!("metrics registry poisoned"),
+        };
+        let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
+        crate::scheduler::start(args.scheduler_config(), target, own, scheduler_metrics);
+    }
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving");
     println!("migration-apiserver is serving on {server_url}");
     println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
@@ -281,8 +417,31 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_state.ready.store(false, std::sync::atomic::Ordering::Relaxed);
         tracing::info!("shutting down");
     };
-    crate::server::serve::serve(listener, tls, app, shutdown).await;
+    crate::server::serve::serve(listener, auth.tls.clone(), app, shutdown).await;
+    drop(auth);
     Ok(())
+}
+
+/// The CSI migration webhooks' gates and, with a cluster (--kubeconfig or in a pod), its CSIDrivers.
+async fn csi_migration(args: &ServeArgs) -> anyhow::Result<crate::server::csi_admission::CsiMigration> {
+    use crate::server::csi_admission::{ClusterCsiDrivers, CsiDriverLookup, CsiMigration};
+    let gates = crate::csi::gates::FeatureGates::from_settings(&args.feature_gates);
+    let client = match &args.kubeconfig {
+        Some(path) => Some(crate::scheduler::target_client(Some(path)).await?),
+        None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            Some(crate::scheduler::target_client(None).await?)
+        }
+        None => None,
+    };
+    let migrated = gates.migrated_plugins();
+    tracing::info!(gates = %gates.describe(), migrated = ?migrated, "CSI migration");
+    if client.is_none() && !migrated.is_empty() {
+        tracing::warn!(
+            "no cluster client: /validate-csi-migration admits PersistentVolumes without checking CSIDrivers"
+        );
+    }
+    let drivers = client.map(|c| Arc::new(ClusterCsiDrivers::new(c)) as Arc<dyn CsiDriverLookup>);
+    Ok(CsiMigration::new(gates, drivers))
 }
 
 async fn shutdown_signal() {

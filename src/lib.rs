@@ -2,7 +2,9 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod csi;
 pub mod error;
 pub mod registry;
+pub mod scheduler;
 pub mod server;
 pub mod storage;

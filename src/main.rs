@@ -14,11 +14,13 @@ fn main() -> std::process::ExitCode {
         match args.command {
             Command::Serve(a) => {
                 cli::init_logging(a.log_format);
-                cli::serve(a).await
+                cli::serve(*a).await
             }
             Command::Certs(a) => cli::certs(a),
             Command::Crds(a) => cli::crds(a),
             Command::Storage(c) => cli::storage(c),
+            Command::Migrate(a) => cli::migrate(a).await,
+            Command::Translate(a) => cli::translate(a),
         }
     });
     match result {

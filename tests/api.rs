@@ -347,7 +347,8 @@ async fn discovery_documents() {
     assert_eq!(v["kind"], "APIResourceList");
     assert_eq!(v["groupVersion"], API_VERSION);
     let resources = v["resources"].as_array().expect("resources");
-    assert_eq!(resources.len(), 4, "{v}");
+    // storagestates, storageversionmigrations, their /status, and the create-only csitranslations.
+    assert_eq!(resources.len(), 5, "{v}");
     let find = |name: &str| {
         resources.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name} missing: {v}")).clone()
     };
@@ -378,6 +379,11 @@ async fn discovery_documents() {
         assert_eq!(st["singularName"], "");
         assert!(st.get("storageVersionHash").is_none(), "{st}");
     }
+    // A create-only virtual resource (like TokenReview): only "create", no storage version.
+    let r = find("csitranslations");
+    assert_eq!(r["verbs"], json!(["create"]), "{r}");
+    assert_eq!(r["kind"], "CSITranslation");
+    assert!(r.get("storageVersionHash").is_none(), "{r}");
     let r = get(&c, "/apis/migration.k8s.io").await.ok(200);
     assert_eq!(r["kind"], "APIGroup");
     assert_eq!(r["name"], GROUP);
@@ -407,7 +413,10 @@ async fn discovery_documents() {
         assert_eq!(ver["version"], "v1alpha1");
         assert_eq!(ver["freshness"], "Current");
         let res = ver["resources"].as_array().expect("resources");
-        assert_eq!(res.len(), 2, "{ver}");
+        assert_eq!(res.len(), 3, "{ver}");
+        let csi = res.iter().find(|r| r["resource"] == "csitranslations").expect("csitranslations");
+        assert_eq!(csi["verbs"], json!(["create"]), "{csi}");
+        assert_eq!(csi["subresources"], json!([]), "{csi}");
         for (plural, singular, kind, short) in [
             ("storagestates", "storagestate", "StorageState", "ss"),
             ("storageversionmigrations", "storageversionmigration", "StorageVersionMigration", "svm"),
@@ -503,7 +512,14 @@ async fn openapi_documents() {
             assert_eq!(gvk["group"], GROUP, "{method} {path}");
             assert_eq!(gvk["version"], "v1alpha1", "{method} {path}");
             let kind = gvk["kind"].as_str().unwrap_or_default();
-            let want = if path.contains("/storagestates") { "StorageState" } else { "StorageVersionMigration" };
+            let want = if path.contains("/storagestates") {
+                "StorageState"
+            } else if path.contains("/csitranslations") {
+                assert_eq!(method, "post", "a create-only resource has only POST: {path}");
+                "CSITranslation"
+            } else {
+                "StorageVersionMigration"
+            };
             assert_eq!(kind, want, "{method} {path}");
         }
     }
@@ -532,7 +548,7 @@ async fn openapi_documents() {
         }
     }
 
-    // Swagger 2.0 as JSON; protobuf only: 406.
+    // Swagger 2.0 as JSON, or as protobuf for kubectl's client-side validation (see openapi::proto); else 406.
     let r = get_accept(&c, "/openapi/v2", "application/json").await;
     let v2 = r.ok(200);
     assert_eq!(r.header("content-type").as_deref(), Some("application/json"));
@@ -547,7 +563,10 @@ async fn openapi_documents() {
         assert!(!d.get("x-kubernetes-group-version-kind").is_some_and(Value::is_null), "{name} has a null GVK list");
     }
     let r = get_accept(&c, "/openapi/v2", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf").await;
-    r.status_err(406, "NotAcceptable");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type").as_deref(), Some("application/octet-stream"));
+    assert!(r.body.starts_with(b"\x0a\x032.0"), "gnostic Document.swagger first");
+    get_accept(&c, "/openapi/v2", "application/yaml").await.status_err(406, "NotAcceptable");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1683,7 +1702,13 @@ async fn authentication_and_public_paths() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let tokens = tmp.path().join("tokens.csv");
     std::fs::write(&tokens, "s3cret-token,alice,uid-alice,\"devs,ops\"\n").expect("write tokens");
-    let s = Server::start(&["--token-auth-file", tokens.to_str().expect("utf-8 path")]);
+    // alice is not in system:masters: standalone, only AlwaysAllow lets her in (authorization: tests/auth.rs).
+    let s = Server::start(&[
+        "--token-auth-file",
+        tokens.to_str().expect("utf-8 path"),
+        "--authorization-mode",
+        "AlwaysAllow",
+    ]);
 
     // No client certificate, no token.
     let anon = anonymous_client(&s, vec![]).await;

@@ -2,6 +2,7 @@
 //! columns); this module bridges them to the object-safe [`Strategy`] the generic registry works with.
 //! Adding a kind = one file + one line in [`kinds`].
 
+pub mod csi_translation;
 pub mod meta;
 pub mod printers;
 pub mod shoot_state;
@@ -36,6 +37,9 @@ pub struct KindInfo {
     pub name_rule: meta::NameRule,
     /// Whether a PUT without resourceVersion is allowed (last write wins); otherwise it is 422.
     pub unconditional_update: bool,
+    /// A create-only virtual resource (like TokenReview): a create answers with [`Strategy::respond`]'s object and
+    /// stores nothing; every other verb is 405, discovery lists only `create`, and there is no CRD form.
+    pub create_only: bool,
 }
 
 impl KindInfo {
@@ -94,6 +98,9 @@ pub trait Kind: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'stati
     fn validate_status_update(&self, old: &Self) -> Vec<FieldError> {
         self.validate_update(old)
     }
+    /// The answer to a create of a create-only kind ([`KindInfo::create_only`]), computed from the validated
+    /// request (typically its status).
+    fn respond(&mut self) {}
     /// The kind's own printer columns (Name and Age are added around them).
     fn columns() -> Vec<Column>;
     fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
@@ -115,6 +122,8 @@ pub trait Strategy: Send + Sync {
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError>;
     fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError>;
+    /// The response to a create of a create-only kind, computed in place.
+    fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
     fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
     /// OpenAPI v3 schema of the kind and the schemas it references, by fully qualified name.
@@ -134,6 +143,22 @@ impl<K: Kind> KindStrategy<K> {
     fn typed(obj: &Value) -> Result<K, ApiError> {
         K::deserialize(obj).map_err(|e| ApiError::internal(format!("decoding stored {}: {e}", K::info().kind)))
     }
+    /// Applies `f` to the typed object, keeping apiVersion and kind (the typed structs do not carry them).
+    fn modify(obj: &mut Value, f: impl FnOnce(&mut K)) -> Result<(), ApiError> {
+        let mut typed = Self::typed(obj)?;
+        f(&mut typed);
+        let keep = (obj.get("apiVersion").cloned(), obj.get("kind").cloned());
+        *obj = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Some(o) = obj.as_object_mut() {
+            if let Some(v) = keep.0 {
+                o.insert("apiVersion".into(), v);
+            }
+            if let Some(k) = keep.1 {
+                o.insert("kind".into(), k);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Go-style field path from serde's path ("spec.resource" rather than ".spec.resource").
@@ -151,7 +176,8 @@ impl<K: Kind> Strategy for KindStrategy<K> {
     fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
         let mut unknown = Vec::new();
         let mut note = |path: serde_ignored::Path<'_>| {
-            let p = path.to_string();
+            // serde_ignored writes "?" for every Option on the way; a field path has none.
+            let p = path.to_string().split('.').filter(|s| *s != "?").collect::<Vec<_>>().join(".");
             // apiVersion and kind are checked by the registry; the typed structs do not carry them.
             if p != "apiVersion" && p != "kind" {
                 unknown.push(p)
@@ -178,20 +204,13 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         Ok(Decoded { object, unknown_fields: unknown })
     }
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
-        let mut typed = Self::typed(obj)?;
-        typed.prepare_for_create();
-        typed.defaults();
-        let keep = (obj.get("apiVersion").cloned(), obj.get("kind").cloned());
-        *obj = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
-        if let Some(o) = obj.as_object_mut() {
-            if let Some(v) = keep.0 {
-                o.insert("apiVersion".into(), v);
-            }
-            if let Some(k) = keep.1 {
-                o.insert("kind".into(), k);
-            }
-        }
-        Ok(())
+        Self::modify(obj, |typed| {
+            typed.prepare_for_create();
+            typed.defaults();
+        })
+    }
+    fn respond(&self, obj: &mut Value) -> Result<(), ApiError> {
+        Self::modify(obj, K::respond)
     }
     fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError> {
         Ok(Self::typed(obj)?.validate())
@@ -242,6 +261,7 @@ pub fn kinds(storage_versions: &std::collections::HashMap<String, String>) -> Re
         make::<storage_version_migration::StorageVersionMigration>(storage_versions, "v1alpha1")?,
         make::<storage_state::StorageState>(storage_versions, "v1alpha1")?,
         make::<shoot_state::ShootState>(storage_versions, "v1beta1")?,
+        make::<csi_translation::CSITranslation>(storage_versions, "v1alpha1")?,
     ];
     for key in storage_versions.keys() {
         if !all.iter().any(|k| &k.info().qualified_resource() == key) {

@@ -143,6 +143,7 @@ static INFO: KindInfo = KindInfo {
     has_status: false,
     name_rule: NameRule::Label,
     unconditional_update: false,
+    create_only: false,
 };
 
 /// Resource references may only point at these (apiVersion, kind).

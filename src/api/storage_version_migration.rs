@@ -195,6 +195,7 @@ static INFO: KindInfo = KindInfo {
     has_status: true,
     name_rule: crate::api::meta::NameRule::Subdomain,
     unconditional_update: true,
+    create_only: false,
 };
 
 impl Kind for StorageVersionMigration {

@@ -1,26 +1,37 @@
-//! Request authentication, as kube-apiserver does it.
+//! Request authentication, as k8s.io/apiserver's delegating authenticator does it.
 //!
-//! Credentials are tried in order:
-//! 1. a client certificate, already verified by rustls against the client CA during the TLS
-//!    handshake ([`PeerCertificates`]): CN is the user name, each O a group;
-//! 2. `Authorization: Bearer <token>`, looked up in a static token file
-//!    (`--token-auth-file` format).
+//! Credentials are tried in order; the first that yields a user wins:
+//! 1. **front proxy**: a client certificate that chains to the request-header CA, with a common name in the allowed
+//!    names, vouches for the identity in the request headers (`X-Remote-User`, every `X-Remote-Group` line,
+//!    `X-Remote-Extra-<key>` with the key lower-cased and percent-decoded, `X-Remote-Uid`; names configurable);
+//! 2. **x509**: a client certificate that chains to the client CA: CN is the user name, each O a group;
+//! 3. **static tokens**: `Authorization: Bearer <token>` found in `--token-auth-file`;
+//! 4. **TokenReview**: any other bearer token, asked of kube-apiserver ([`TokenAuthenticator`]).
 //!
-//! Every authenticated user is in the group `system:authenticated`.
+//! Every authenticated user is in the group `system:authenticated`. The front-proxy headers are removed from every
+//! request ([`Authenticator::strip_request_headers`]) whether or not they were trusted, so nothing behind the
+//! authentication layer can mistake a client's own headers for a vouched identity.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, HeaderName};
 use rustls_pki_types::CertificateDer;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::trust::{
+    ClientTrust, RequestHeaderConfig, DEFAULT_EXTRA_HEADERS_PREFIX, DEFAULT_GROUP_HEADER, DEFAULT_UID_HEADER,
+    DEFAULT_USERNAME_HEADER,
+};
 use super::{Error, Result};
 
 /// The group every authenticated user belongs to.
 pub const GROUP_AUTHENTICATED: &str = "system:authenticated";
+/// The group whose members are allowed everything without asking the authorizer.
+pub const GROUP_MASTERS: &str = "system:masters";
 
 /// An authenticated user.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -33,16 +44,21 @@ pub struct UserInfo {
 
 impl UserInfo {
     /// Adds `system:authenticated` unless already present.
-    fn with_authenticated_group(mut self) -> Self {
+    pub fn with_authenticated_group(mut self) -> Self {
         if !self.groups.iter().any(|g| g == GROUP_AUTHENTICATED) {
             self.groups.push(GROUP_AUTHENTICATED.to_string());
         }
         self
     }
+
+    pub fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
 }
 
-/// The client's certificate chain (end entity first), verified by rustls during the handshake.
-/// The server inserts it into the extensions of every request on that connection.
+/// The client's certificate chain (end entity first) as presented in the TLS handshake, in which the client
+/// proved it holds the key. The server inserts it into the extensions of every request on that connection; whether
+/// it chains to a trusted CA is decided per request ([`ClientTrust::verify`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerCertificates(pub Vec<CertificateDer<'static>>);
 
@@ -53,29 +69,37 @@ impl PeerCertificates {
     }
 }
 
-/// Authenticates requests from their client certificate or bearer token.
-#[derive(Debug, Clone)]
-pub struct Authenticator {
-    client_certs: bool,
-    tokens: Option<StaticTokens>,
+/// Authenticates bearer tokens that are not in the static table (kube-apiserver's TokenReview API). Errors are
+/// logged and the request is unauthenticated, as in kube-apiserver.
+#[async_trait::async_trait]
+pub trait TokenAuthenticator: Send + Sync + fmt::Debug {
+    /// The user of `token` (without `system:authenticated`), `Ok(None)` if the token is not valid.
+    async fn authenticate_token(&self, token: &str) -> std::result::Result<Option<UserInfo>, String>;
 }
 
-impl Default for Authenticator {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Authenticates requests from their client certificate, front-proxy headers or bearer token.
+#[derive(Debug, Clone, Default)]
+pub struct Authenticator {
+    trust: Option<Arc<ClientTrust>>,
+    tokens: Option<StaticTokens>,
+    token_review: Option<Arc<dyn TokenAuthenticator>>,
 }
 
 impl Authenticator {
-    /// Client certificate authentication only.
+    /// Accepts nothing until a method is added.
     pub fn new() -> Self {
-        Authenticator { client_certs: true, tokens: None }
+        Authenticator::default()
     }
 
-    /// Client certificates plus the static tokens of `path` (kube-apiserver's
-    /// `--token-auth-file` format).
+    /// Static tokens of `path` (kube-apiserver's `--token-auth-file` format) only.
     pub fn from_token_file(path: &Path) -> Result<Self> {
         Ok(Self::new().with_tokens(StaticTokens::from_file(path)?))
+    }
+
+    /// Client certificates (x509 and front proxy), trusted as `trust` says at the time of each request.
+    pub fn with_trust(mut self, trust: Arc<ClientTrust>) -> Self {
+        self.trust = Some(trust);
+        self
     }
 
     /// Adds (replaces) the static token table.
@@ -84,17 +108,32 @@ impl Authenticator {
         self
     }
 
-    /// Enables or disables client certificate authentication (enabled by default).
-    pub fn with_client_certs(mut self, enabled: bool) -> Self {
-        self.client_certs = enabled;
+    /// Bearer tokens not in the static table are asked of `reviewer`.
+    pub fn with_token_review(mut self, reviewer: Arc<dyn TokenAuthenticator>) -> Self {
+        self.token_review = Some(reviewer);
         self
     }
 
-    /// The user making the request, or `None` when it carries no valid credential.
+    pub fn trust(&self) -> Option<&Arc<ClientTrust>> {
+        self.trust.as_ref()
+    }
+
+    /// The user of a request, by every method that needs no network call (front proxy, x509, static tokens).
     pub fn authenticate(&self, peer: Option<&PeerCertificates>, headers: &HeaderMap) -> Option<UserInfo> {
-        if self.client_certs {
-            if let Some(user) = peer.and_then(PeerCertificates::end_entity).and_then(user_from_certificate) {
-                return Some(user.with_authenticated_group());
+        if let (Some(trust), Some(peer)) = (&self.trust, peer) {
+            let verified = trust.verify(&peer.0);
+            let end_entity = peer.end_entity()?;
+            if verified.by_request_header_ca {
+                if let Some(config) = &verified.state.request_header {
+                    if let Some(user) = user_from_front_proxy(config, end_entity, headers) {
+                        return Some(user.with_authenticated_group());
+                    }
+                }
+            }
+            if verified.by_client_ca {
+                if let Some(user) = user_from_certificate(end_entity) {
+                    return Some(user.with_authenticated_group());
+                }
             }
         }
         if let Some(tokens) = &self.tokens {
@@ -104,12 +143,118 @@ impl Authenticator {
         }
         None
     }
+
+    /// [`authenticate`](Self::authenticate), then a TokenReview for a bearer token nothing else accepted.
+    pub async fn authenticate_request(&self, peer: Option<&PeerCertificates>, headers: &HeaderMap) -> Option<UserInfo> {
+        if let Some(user) = self.authenticate(peer, headers) {
+            return Some(user);
+        }
+        let (reviewer, token) = (self.token_review.as_ref()?, bearer_token(headers)?);
+        match reviewer.authenticate_token(token).await {
+            Ok(user) => user.map(UserInfo::with_authenticated_group),
+            Err(e) => {
+                tracing::warn!(error = %e, "unable to authenticate the request: token review failed");
+                None
+            }
+        }
+    }
+
+    /// Removes the front-proxy headers (the configured names, and kube-apiserver's defaults) from a request.
+    pub fn strip_request_headers(&self, headers: &mut HeaderMap) {
+        let state = self.trust.as_ref().map(|t| t.current());
+        let config = state.as_ref().and_then(|s| s.request_header.as_deref());
+        strip_request_headers(config, headers);
+    }
+}
+
+/// Removes the identity headers of `config` and kube-apiserver's default ones (`X-Remote-User`, `X-Remote-Uid`,
+/// `X-Remote-Group`, `X-Remote-Extra-*`).
+pub fn strip_request_headers(config: Option<&RequestHeaderConfig>, headers: &mut HeaderMap) {
+    for name in [DEFAULT_USERNAME_HEADER, DEFAULT_UID_HEADER, DEFAULT_GROUP_HEADER] {
+        headers.remove(name);
+    }
+    let mut prefixes = vec![DEFAULT_EXTRA_HEADERS_PREFIX.to_ascii_lowercase()];
+    if let Some(c) = config {
+        for name in c.username_headers.iter().chain(&c.uid_headers).chain(&c.group_headers) {
+            headers.remove(name);
+        }
+        prefixes.extend(c.extra_prefixes.iter().cloned());
+    }
+    let extra: Vec<HeaderName> =
+        headers.keys().filter(|k| prefixes.iter().any(|p| k.as_str().starts_with(p.as_str()))).cloned().collect();
+    for name in extra {
+        headers.remove(name);
+    }
+}
+
+/// The identity a verified front-proxy certificate vouches for: `None` when its CN is not allowed or no user name
+/// header is set (then other methods are tried, as in k8s.io/apiserver).
+fn user_from_front_proxy(
+    config: &RequestHeaderConfig,
+    cert: &CertificateDer<'_>,
+    headers: &HeaderMap,
+) -> Option<UserInfo> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    if !parsed.validity().is_valid() {
+        return None;
+    }
+    let cn = parsed.subject().iter_common_name().next().and_then(|a| a.as_str().ok()).unwrap_or("");
+    if !config.allows(cn) {
+        tracing::debug!(cn, "front-proxy certificate is not in the allowed names");
+        return None;
+    }
+    let first =
+        |names: &[HeaderName]| names.iter().find_map(|n| headers.get(n).map(header_text).filter(|v| !v.is_empty()));
+    let name = first(&config.username_headers)?;
+    let uid = first(&config.uid_headers).unwrap_or_default();
+    let groups = config
+        .group_headers
+        .iter()
+        .flat_map(|n| headers.get_all(n).iter().map(header_text))
+        .filter(|g| !g.is_empty())
+        .collect();
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for prefix in &config.extra_prefixes {
+        for (key, value) in headers.iter() {
+            if let Some(rest) = key.as_str().strip_prefix(prefix.as_str()) {
+                extra.entry(unescape_extra_key(rest)).or_default().push(header_text(value));
+            }
+        }
+    }
+    Some(UserInfo { name, uid, groups, extra })
+}
+
+fn header_text(value: &axum::http::HeaderValue) -> String {
+    String::from_utf8_lossy(value.as_bytes()).into_owned()
+}
+
+/// Go's `url.PathUnescape` of an (already lower-cased) extra key; a malformed escape keeps the key as sent.
+fn unescape_extra_key(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = |b: u8| (b as char).to_digit(16);
+            match (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => return key.to_string(),
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| key.to_string())
 }
 
 /// The user of a client certificate: subject CN as name, subject O values as groups. `None` when
 /// the certificate cannot be parsed, has an empty CN or is outside its validity period.
 ///
-/// The certificate's chain must already have been verified (rustls does so in the handshake).
+/// The certificate's chain must already have been verified against the client CA ([`ClientTrust::verify`]).
 pub fn user_from_certificate(cert: &CertificateDer<'_>) -> Option<UserInfo> {
     let (_, cert) = match x509_parser::parse_x509_certificate(cert) {
         Ok(parsed) => parsed,
@@ -118,7 +263,7 @@ pub fn user_from_certificate(cert: &CertificateDer<'_>) -> Option<UserInfo> {
             return None;
         }
     };
-    // The chain was verified at handshake time; a long-lived connection may outlive the
+    // Verifications are cached for a while and a long-lived connection may outlive the
     // certificate, so the validity period is checked again for every request.
     if !cert.validity().is_valid() {
         tracing::debug!("client certificate is not valid at this time");
@@ -279,6 +424,7 @@ fn parse_csv_line(line: &str) -> std::result::Result<Vec<String>, String> {
 mod tests {
     use super::*;
     use crate::auth::certs::{issue_client_cert, CertAuthority};
+    use crate::auth::trust::CaBundle;
     use axum::http::HeaderValue;
     use rustls_pki_types::pem::PemObject;
 
@@ -401,24 +547,44 @@ mod tests {
         PeerCertificates(vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("pem")])
     }
 
+    fn bundle(ca: &CertAuthority) -> CaBundle {
+        CaBundle::from_pem(ca.cert_pem().as_bytes()).expect("bundle")
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn default_request_header(ca: &CertAuthority, allowed: &[&str]) -> RequestHeaderConfig {
+        RequestHeaderConfig::new(
+            bundle(ca),
+            &strings(allowed),
+            &strings(&["X-Remote-User"]),
+            &strings(&["X-Remote-Uid"]),
+            &strings(&["X-Remote-Group"]),
+            &strings(&["X-Remote-Extra-"]),
+        )
+        .expect("config")
+    }
+
     #[test]
     fn client_certificates() {
         let ca = CertAuthority::generate("ca").expect("ca");
         let (cert, _) = issue_client_cert(&ca, "alice", &["g1", "g2"]).expect("issue");
         let tokens = StaticTokens::parse("t1,bob,1\n").expect("parse");
-        let authn = Authenticator::new().with_tokens(tokens);
+        let trust = Arc::new(ClientTrust::new());
+        trust.set_client_ca(Some(bundle(&ca)));
+        let authn = Authenticator::new().with_trust(trust.clone()).with_tokens(tokens);
 
         let alice = Some(user("alice", "", &["g1", "g2", GROUP_AUTHENTICATED]));
         assert_eq!(authn.authenticate(Some(&peer(&cert)), &HeaderMap::new()), alice);
         // The certificate takes precedence over a token, as in kube-apiserver.
         assert_eq!(authn.authenticate(Some(&peer(&cert)), &headers("Bearer t1")), alice);
-        // Disabled client certificate authentication falls through to the token.
+        // Without a trust, certificates are not accepted; the token is.
+        let tokens_only = Authenticator::new().with_tokens(StaticTokens::parse("t1,bob,1\n").expect("parse"));
+        assert_eq!(tokens_only.authenticate(Some(&peer(&cert)), &HeaderMap::new()), None);
         assert_eq!(
-            authn
-                .clone()
-                .with_client_certs(false)
-                .authenticate(Some(&peer(&cert)), &headers("Bearer t1"))
-                .map(|u| u.name),
+            tokens_only.authenticate(Some(&peer(&cert)), &headers("Bearer t1")).map(|u| u.name),
             Some("bob".to_string())
         );
 
@@ -434,6 +600,157 @@ mod tests {
             None
         );
         assert_eq!(authn.authenticate(Some(&PeerCertificates(Vec::new())), &HeaderMap::new()), None);
+
+        // A certificate of another CA is no identity; after a CA rotation, the old CA's certificates are not either.
+        let other = CertAuthority::generate("other").expect("ca");
+        let (mallory, _) = issue_client_cert(&other, "mallory", &["system:masters"]).expect("issue");
+        assert_eq!(authn.authenticate(Some(&peer(&mallory)), &HeaderMap::new()), None);
+        trust.set_client_ca(Some(bundle(&other)));
+        assert_eq!(
+            authn.authenticate(Some(&peer(&mallory)), &HeaderMap::new()).map(|u| u.name),
+            Some("mallory".into())
+        );
+        assert_eq!(authn.authenticate(Some(&peer(&cert)), &HeaderMap::new()), None);
+    }
+
+    fn proxy_headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::try_from(*k).expect("name"), HeaderValue::from_str(v).expect("value"));
+        }
+        h
+    }
+
+    #[test]
+    fn front_proxy_identity() {
+        let client_ca = CertAuthority::generate("client-ca").expect("ca");
+        let proxy_ca = CertAuthority::generate("front-proxy-ca").expect("ca");
+        let trust = Arc::new(ClientTrust::new());
+        trust.set_client_ca(Some(bundle(&client_ca)));
+        trust.set_request_header(Some(default_request_header(&proxy_ca, &["front-proxy-client"])));
+        let authn = Authenticator::new().with_trust(trust.clone());
+        let proxy = peer(&issue_client_cert::<&str>(&proxy_ca, "front-proxy-client", &[]).expect("issue").0);
+        let h = proxy_headers(&[
+            ("X-Remote-User", "alice"),
+            ("X-Remote-User", "ignored-second-user"),
+            ("X-Remote-Uid", "uid-1"),
+            ("X-Remote-Group", "devs"),
+            ("X-Remote-Group", "ops"),
+            ("X-Remote-Group", ""),
+            ("X-Remote-Extra-Acme.com%2Fproject", "p1"),
+            ("X-Remote-Extra-acme.com%2fproject", "p2"),
+            ("X-Remote-Extra-Scopes", "view"),
+            ("X-Remote-Extra-Bad%zz", "kept"),
+        ]);
+        let got = authn.authenticate(Some(&proxy), &h).expect("identity");
+        assert_eq!(got.name, "alice");
+        assert_eq!(got.uid, "uid-1");
+        assert_eq!(got.groups, strings(&["devs", "ops", GROUP_AUTHENTICATED]));
+        assert_eq!(got.extra.get("acme.com/project"), Some(&strings(&["p1", "p2"])));
+        assert_eq!(got.extra.get("scopes"), Some(&strings(&["view"])));
+        assert_eq!(got.extra.get("bad%zz"), Some(&strings(&["kept"])));
+
+        // No user header: not a front-proxy request; the proxy certificate is no x509 identity either.
+        assert_eq!(authn.authenticate(Some(&proxy), &proxy_headers(&[("X-Remote-Group", "g")])), None);
+        // A common name that is not allowed.
+        let stranger = peer(&issue_client_cert::<&str>(&proxy_ca, "someone-else", &[]).expect("issue").0);
+        assert_eq!(authn.authenticate(Some(&stranger), &h), None);
+        // The headers mean nothing without the proxy's certificate: a client CA user stays itself.
+        let carol = peer(&issue_client_cert(&client_ca, "carol", &["c"]).expect("issue").0);
+        assert_eq!(authn.authenticate(Some(&carol), &h).map(|u| u.name), Some("carol".into()));
+        assert_eq!(authn.authenticate(None, &h), None);
+        // Empty allowed names: any certificate of the CA.
+        trust.set_request_header(Some(default_request_header(&proxy_ca, &[])));
+        assert_eq!(authn.authenticate(Some(&stranger), &h).map(|u| u.name), Some("alice".into()));
+
+        // Configured header names.
+        let custom = RequestHeaderConfig::new(
+            bundle(&proxy_ca),
+            &[],
+            &strings(&["X-User", "X-Remote-User"]),
+            &[],
+            &strings(&["X-Groups"]),
+            &strings(&["X-Extra-"]),
+        )
+        .expect("config");
+        trust.set_request_header(Some(custom));
+        let h2 =
+            proxy_headers(&[("X-Remote-User", "second"), ("X-User", "first"), ("X-Groups", "g"), ("X-Extra-K", "v")]);
+        let got = authn.authenticate(Some(&proxy), &h2).expect("identity");
+        assert_eq!((got.name.as_str(), got.groups.clone()), ("first", strings(&["g", GROUP_AUTHENTICATED])));
+        assert_eq!(got.extra.get("k"), Some(&strings(&["v"])));
+    }
+
+    #[test]
+    fn identity_headers_are_stripped() {
+        let proxy_ca = CertAuthority::generate("front-proxy-ca").expect("ca");
+        let trust = Arc::new(ClientTrust::new());
+        let authn = Authenticator::new().with_trust(trust.clone());
+        let mut h = proxy_headers(&[
+            ("X-Remote-User", "a"),
+            ("X-Remote-Uid", "u"),
+            ("X-Remote-Group", "g"),
+            ("X-Remote-Extra-Foo", "f"),
+            ("X-User", "b"),
+            ("X-Extra-Bar", "b"),
+            ("Accept", "application/json"),
+        ]);
+        // Without any request-header configuration, the default names are still removed.
+        authn.strip_request_headers(&mut h);
+        let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["accept", "x-extra-bar", "x-user"]);
+        let custom =
+            RequestHeaderConfig::new(bundle(&proxy_ca), &[], &strings(&["X-User"]), &[], &[], &strings(&["X-Extra-"]))
+                .expect("config");
+        trust.set_request_header(Some(custom));
+        authn.strip_request_headers(&mut h);
+        assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["accept"]);
+    }
+
+    #[derive(Debug, Default)]
+    struct Reviewer {
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl TokenAuthenticator for Reviewer {
+        async fn authenticate_token(&self, token: &str) -> std::result::Result<Option<UserInfo>, String> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match token {
+                "reviewed" => Ok(Some(user("dave", "d", &["team"]))),
+                "broken" => Err("connection refused".into()),
+                _ => Ok(None),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn token_review_after_local_methods() {
+        let reviewer = Arc::new(Reviewer::default());
+        let authn = Authenticator::new()
+            .with_tokens(StaticTokens::parse("t1,bob,1\n").expect("parse"))
+            .with_token_review(reviewer.clone());
+        assert_eq!(
+            authn.authenticate_request(None, &headers("Bearer reviewed")).await,
+            Some(user("dave", "d", &["team", GROUP_AUTHENTICATED]))
+        );
+        assert_eq!(authn.authenticate_request(None, &headers("Bearer t1")).await.map(|u| u.name), Some("bob".into()));
+        assert_eq!(authn.authenticate_request(None, &headers("Bearer nope")).await, None);
+        assert_eq!(authn.authenticate_request(None, &headers("Bearer broken")).await, None);
+        assert_eq!(authn.authenticate_request(None, &HeaderMap::new()).await, None);
+        // The static token never reached the reviewer; no token, no review.
+        assert_eq!(reviewer.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn extra_key_unescaping() {
+        assert_eq!(unescape_extra_key("acme.com%2fproject"), "acme.com/project");
+        assert_eq!(unescape_extra_key("a%20b"), "a b");
+        assert_eq!(unescape_extra_key("plain+key"), "plain+key");
+        assert_eq!(unescape_extra_key("bad%2"), "bad%2");
+        assert_eq!(unescape_extra_key("bad%zz"), "bad%zz");
+        assert_eq!(unescape_extra_key("%ff"), "%ff");
     }
 
     #[test]

@@ -1,14 +1,24 @@
-//! TLS, certificates and authentication.
+//! TLS, certificates, authentication and authorization, delegated to kube-apiserver like every aggregated API
+//! server's.
 //!
 //! - [`certs`]: the development CA, serving certificate and admin client certificate generated on
 //!   first start, plus the admin kubeconfig.
-//! - [`tls`]: the rustls server configuration, with a reloadable serving certificate and a
-//!   reloadable client-CA verifier.
-//! - [`authn`]: request authentication (verified client certificates, static bearer tokens).
+//! - [`tls`]: the rustls server configuration: a reloadable serving certificate; client certificates requested.
+//! - [`trust`]: the client CA and the front-proxy (request header) CA and names, replaceable at run time.
+//! - [`authn`]: request authentication: front proxy, x509, static tokens, TokenReview.
+//! - [`authz`]: request attributes as kube-apiserver derives them; authorization by SubjectAccessReview.
+//! - [`delegated`]: the calls to kube-apiserver (TokenReview, SubjectAccessReview, the
+//!   extension-apiserver-authentication ConfigMap).
+//! - [`options`]: the flags, and the assembly of all of the above with its file and ConfigMap watchers.
 
 pub mod authn;
+pub mod authz;
+pub mod cache;
 pub mod certs;
+pub mod delegated;
+pub mod options;
 pub mod tls;
+pub mod trust;
 
 use std::path::{Path, PathBuf};
 

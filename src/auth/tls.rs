@@ -1,11 +1,16 @@
 //! The rustls server configuration.
 //!
-//! The serving certificate is provided by [`ReloadableCertResolver`] and client certificates are
-//! verified by [`ReloadableClientVerifier`]; both re-read their files on [`reload`] without
-//! rebuilding the `ServerConfig`, so that new connections pick up rotated certificates while
-//! existing connections are unaffected.
+//! The serving certificate is provided by [`ReloadableCertResolver`], which re-reads its files on
+//! [`reload`](ReloadableCertResolver::reload) without rebuilding the `ServerConfig`, so new connections pick up a
+//! rotated certificate while existing connections are unaffected.
 //!
-//! [`reload`]: TlsReloader::reload
+//! Client certificates are *requested*, never required, and not chain-verified during the handshake: like Go's
+//! `tls.RequestClientCert` in k8s.io/apiserver, [`ClientCertRequester`] only checks that the client holds the key of
+//! the certificate it presents. Which CA (client CA or front-proxy CA) a chain belongs to is decided per request by
+//! the authenticator against the current [`ClientTrust`]; a certificate of an unknown CA therefore gets a 401, not a
+//! failed handshake, and a rotated CA applies to the next request. The CertificateRequest lists the subjects of both
+//! CAs, because Go clients (kube-apiserver's proxy and webhook clients, kubectl) only send a certificate whose issuer
+//! is listed.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -14,12 +19,13 @@ use std::sync::{Arc, PoisonError, RwLock};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
+use super::trust::{CaBundle, ClientTrust};
 use super::{Error, Result};
 
 /// ALPN protocols offered by the server, in order of preference.
@@ -39,8 +45,8 @@ pub fn install_default_crypto_provider() {
 
 /// Builds the server TLS configuration: TLS 1.2 and 1.3, ALPN `h2` and `http/1.1`, the serving
 /// certificate from `serving_cert`/`serving_key` (PEM; the certificate file may hold a chain),
-/// and, with `client_ca`, client certificates requested (not required) and verified against that
-/// CA bundle.
+/// and, with `client_ca`, client certificates requested (not required) with that CA bundle as the
+/// trust for x509 client certificate authentication.
 pub fn server_config(serving_cert: &Path, serving_key: &Path, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>> {
     Ok(reloadable_server_config(serving_cert, serving_key, client_ca)?.0)
 }
@@ -51,30 +57,46 @@ pub fn reloadable_server_config(
     serving_key: &Path,
     client_ca: Option<&Path>,
 ) -> Result<(Arc<ServerConfig>, TlsReloader)> {
-    let provider = crypto_provider();
-    let resolver = Arc::new(ReloadableCertResolver::load(serving_cert, serving_key, provider.clone())?);
-    let verifier =
-        client_ca.map(|ca| ReloadableClientVerifier::load(ca, provider.clone()).map(Arc::new)).transpose()?;
-
-    let builder = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
-    let builder = match &verifier {
-        Some(v) => builder.with_client_cert_verifier(v.clone()),
-        None => builder.with_no_client_auth(),
+    let resolver = Arc::new(ReloadableCertResolver::load(serving_cert, serving_key, crypto_provider())?);
+    let trust = match client_ca {
+        Some(path) => {
+            let trust = Arc::new(ClientTrust::new());
+            trust.set_client_ca(Some(CaBundle::from_file(path)?));
+            Some(trust)
+        }
+        None => None,
     };
-    let mut config = builder.with_cert_resolver(resolver.clone());
-    config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
-
-    let reloader = TlsReloader { serving: resolver, client_ca: verifier };
-    Ok((Arc::new(config), reloader))
+    let config = server_config_with(resolver.clone(), trust.clone())?;
+    let reloader = TlsReloader { serving: resolver, trust, client_ca_path: client_ca.map(Path::to_path_buf) };
+    Ok((config, reloader))
 }
 
-/// Reloads the serving certificate and the client CA of a configuration built by
+/// The server configuration around a serving certificate resolver and, when given, the client trust that client
+/// certificates are requested for (without a trust, no client certificate is requested).
+pub fn server_config_with(
+    resolver: Arc<ReloadableCertResolver>,
+    trust: Option<Arc<ClientTrust>>,
+) -> Result<Arc<ServerConfig>> {
+    let provider = crypto_provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match trust {
+        Some(trust) => builder.with_client_cert_verifier(Arc::new(ClientCertRequester::new(trust, provider))),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(resolver);
+    config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// Reloads the serving certificate and the client CA file of a configuration built by
 /// [`reloadable_server_config`].
 #[derive(Debug, Clone)]
 pub struct TlsReloader {
     pub serving: Arc<ReloadableCertResolver>,
-    pub client_ca: Option<Arc<ReloadableClientVerifier>>,
+    /// The trust client certificates are verified against by the authenticator.
+    pub trust: Option<Arc<ClientTrust>>,
+    client_ca_path: Option<PathBuf>,
 }
 
 impl TlsReloader {
@@ -82,11 +104,16 @@ impl TlsReloader {
     /// previous state and the first error is returned.
     pub fn reload(&self) -> Result<()> {
         let serving = self.serving.reload();
-        let client_ca = match &self.client_ca {
-            Some(v) => v.reload(),
-            None => Ok(()),
-        };
-        serving.and(client_ca)
+        serving.and(self.reload_client_ca())
+    }
+
+    /// Re-reads the client CA file. On error the current bundle stays in use.
+    pub fn reload_client_ca(&self) -> Result<()> {
+        if let (Some(trust), Some(path)) = (&self.trust, &self.client_ca_path) {
+            trust.set_client_ca(Some(CaBundle::from_file(path)?));
+            tracing::info!(path = %path.display(), "reloaded client CA");
+        }
+        Ok(())
     }
 }
 
@@ -138,81 +165,49 @@ impl ResolvesServerCert for ReloadableCertResolver {
     }
 }
 
-/// Verifies client certificates against a CA bundle that [`reload`](Self::reload) replaces.
-///
-/// Client certificates are requested but optional: a client without one completes the handshake
-/// (and is then authenticated by other means or not at all), while a client presenting a
-/// certificate that does not verify fails the handshake.
-pub struct ReloadableClientVerifier {
-    ca_path: PathBuf,
+/// Requests a client certificate and checks that the client holds its private key (the handshake signature), but
+/// leaves chain verification to the authenticator (see the module documentation). A certificate that cannot even be
+/// parsed fails the handshake.
+pub struct ClientCertRequester {
+    trust: Arc<ClientTrust>,
     provider: Arc<CryptoProvider>,
-    inner: RwLock<Arc<dyn ClientCertVerifier>>,
-    /// The CA subjects sent in the CertificateRequest. rustls borrows them from the verifier, so
-    /// they must outlive any lock guard: each distinct list is leaked once. That bounds the
-    /// leak by the number of CA bundle changes, a few hundred bytes per rotation.
-    hints: RwLock<&'static [DistinguishedName]>,
 }
 
-impl fmt::Debug for ReloadableClientVerifier {
+impl fmt::Debug for ClientCertRequester {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReloadableClientVerifier").field("ca_path", &self.ca_path).finish_non_exhaustive()
+        f.debug_struct("ClientCertRequester").field("trust", &self.trust).finish_non_exhaustive()
     }
 }
 
-impl ReloadableClientVerifier {
-    pub fn load(ca_path: &Path, provider: Arc<CryptoProvider>) -> Result<Self> {
-        let inner = build_client_verifier(ca_path, &provider)?;
-        let hints: &'static [DistinguishedName] = Box::leak(inner.root_hint_subjects().to_vec().into_boxed_slice());
-        Ok(ReloadableClientVerifier {
-            ca_path: ca_path.to_path_buf(),
-            provider,
-            inner: RwLock::new(inner),
-            hints: RwLock::new(hints),
-        })
-    }
-
-    /// Re-reads the CA bundle. On error the current bundle stays in use.
-    pub fn reload(&self) -> Result<()> {
-        let inner = build_client_verifier(&self.ca_path, &self.provider)?;
-        {
-            let mut hints = self.hints.write().unwrap_or_else(PoisonError::into_inner);
-            let new_hints = inner.root_hint_subjects();
-            let unchanged =
-                hints.len() == new_hints.len() && hints.iter().zip(new_hints).all(|(a, b)| a.as_ref() == b.as_ref());
-            if !unchanged {
-                *hints = Box::leak(inner.root_hint_subjects().to_vec().into_boxed_slice());
-            }
-        }
-        *self.inner.write().unwrap_or_else(PoisonError::into_inner) = inner;
-        tracing::info!(path = %self.ca_path.display(), "reloaded client CA");
-        Ok(())
-    }
-
-    fn current(&self) -> Arc<dyn ClientCertVerifier> {
-        self.inner.read().unwrap_or_else(PoisonError::into_inner).clone()
+impl ClientCertRequester {
+    pub fn new(trust: Arc<ClientTrust>, provider: Arc<CryptoProvider>) -> Self {
+        ClientCertRequester { trust, provider }
     }
 }
 
-impl ClientCertVerifier for ReloadableClientVerifier {
+impl ClientCertVerifier for ClientCertRequester {
     fn offer_client_auth(&self) -> bool {
-        self.current().offer_client_auth()
+        true
     }
 
     fn client_auth_mandatory(&self) -> bool {
-        self.current().client_auth_mandatory()
+        false
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        *self.hints.read().unwrap_or_else(PoisonError::into_inner)
+        self.trust.hints()
     }
 
     fn verify_client_cert(
         &self,
         end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.current().verify_client_cert(end_entity, intermediates, now)
+        match x509_parser::parse_x509_certificate(end_entity) {
+            Ok(_) => Ok(ClientCertVerified::assertion()),
+            Err(_) => Err(rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)),
+        }
     }
 
     fn verify_tls12_signature(
@@ -221,7 +216,7 @@ impl ClientCertVerifier for ReloadableClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -230,15 +225,11 @@ impl ClientCertVerifier for ReloadableClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.current().supported_verify_schemes()
-    }
-
-    fn requires_raw_public_keys(&self) -> bool {
-        self.current().requires_raw_public_keys()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -263,14 +254,4 @@ fn load_certified_key(cert_path: &Path, key_path: &Path, provider: &CryptoProvid
     let key = load_private_key(key_path)?;
     CertifiedKey::from_der(certs, key, provider)
         .map_err(|e| Error::file(cert_path, format!("does not form a usable pair with {}: {e}", key_path.display())))
-}
-
-fn build_client_verifier(ca_path: &Path, provider: &Arc<CryptoProvider>) -> Result<Arc<dyn ClientCertVerifier>> {
-    let mut roots = RootCertStore::empty();
-    for cert in load_certs(ca_path)? {
-        roots.add(cert).map_err(|e| Error::file(ca_path, format!("invalid CA certificate: {e}")))?;
-    }
-    Ok(WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()?)
 }

@@ -367,7 +367,37 @@ impl Resource {
         validate_object_meta(obj.get("metadata").unwrap_or(&Value::Null), self.info().namespaced, self.info().name_rule)
     }
 
+    /// Create-only kinds store nothing: every verb but create is 405.
+    fn stored(&self, verb: &str) -> ApiResult<()> {
+        match self.info().create_only {
+            true => Err(ApiError::method_not_allowed(verb, self.info().group, self.info().plural)),
+            false => Ok(()),
+        }
+    }
+
+    /// The create of a create-only kind: decoded, defaulted and validated like any create (a name is optional, as
+    /// nothing is stored), then answered with the kind's response instead of being stored.
+    fn respond(&self, mut obj: Value, warnings: Vec<String>) -> ApiResult<Written> {
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+        self.strategy.prepare_for_create(&mut obj)?;
+        let name = meta_str(&obj, "name").to_string();
+        let mut errs: Vec<FieldError> = self
+            .validate_meta(&obj)
+            .into_iter()
+            .filter(|e| !(e.field == "metadata.name" && e.reason == "FieldValueRequired"))
+            .collect();
+        errs.extend(self.strategy.validate(&obj)?);
+        if !errs.is_empty() {
+            return Err(self.invalid(&name, errs));
+        }
+        self.strategy.respond(&mut obj)?;
+        Ok(Written { object: obj, warnings, created: true })
+    }
+
     pub async fn get(&self, namespace: Option<&str>, name: &str, version: &str) -> ApiResult<Value> {
+        self.stored("get")?;
         let kv = self.storage.get(&self.key(namespace, name)).await?.ok_or_else(|| self.not_found(name))?;
         self.decode_stored(&kv, version)
     }
@@ -384,6 +414,9 @@ impl Resource {
         self.check_namespace(&mut obj, namespace)?;
         if !meta_str(&obj, "resourceVersion").is_empty() {
             return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        }
+        if self.info().create_only {
+            return self.respond(obj, warnings);
         }
         if self.info().has_status {
             if let Some(o) = obj.as_object_mut() {
@@ -455,6 +488,7 @@ impl Resource {
     where
         F: FnMut(&Value) -> ApiResult<(Value, Vec<String>, bool)>,
     {
+        self.stored("update")?;
         let key = self.key(namespace, name);
         loop {
             let cur_kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
@@ -703,6 +737,7 @@ impl Resource {
         version: &str,
         opts: &DeleteOptions,
     ) -> ApiResult<Value> {
+        self.stored("delete")?;
         let key = self.key(namespace, name);
         loop {
             let kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
@@ -842,6 +877,7 @@ impl Resource {
     }
 
     pub async fn list(&self, namespace: Option<&str>, version: &str, p: &ListParams) -> ApiResult<ListOut> {
+        self.stored("list")?;
         let prefix = self.prefix(namespace);
         let rv_match = p.resource_version_match.as_deref().unwrap_or("");
         let rv = p.resource_version.as_deref().unwrap_or("");
@@ -948,6 +984,7 @@ impl Resource {
         version: &str,
         p: WatchParams,
     ) -> ApiResult<mpsc::Receiver<WatchOut>> {
+        self.stored("watch")?;
         let prefix = self.prefix(namespace);
         let rv = p.resource_version.clone().unwrap_or_default();
         let initial = match p.send_initial_events {

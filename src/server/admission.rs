@@ -32,7 +32,10 @@ pub const ADMISSION_REVIEW: &str = "AdmissionReview";
 
 /// `/mutate` and `/validate` (behind the server's authentication, like every non-public path).
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/mutate", post(mutate)).route("/validate", post(validate))
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .merge(super::csi_admission::routes())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,50 +53,50 @@ async fn validate(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bod
 }
 
 #[derive(Deserialize, Debug, Default)]
-struct GroupVersionKind {
+pub(crate) struct GroupVersionKind {
     #[serde(default)]
-    group: String,
+    pub(crate) group: String,
     #[serde(default)]
-    version: String,
+    pub(crate) version: String,
     #[serde(default)]
-    kind: String,
+    pub(crate) kind: String,
 }
 
 #[derive(Deserialize, Debug, Default)]
-struct GroupVersionResource {
+pub(crate) struct GroupVersionResource {
     #[serde(default)]
-    group: String,
+    pub(crate) group: String,
     #[serde(default)]
-    version: String,
+    pub(crate) version: String,
     #[serde(default)]
-    resource: String,
+    pub(crate) resource: String,
 }
 
 /// The fields of `AdmissionRequest` we act on.
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
-struct AdmissionRequest {
+pub(crate) struct AdmissionRequest {
     #[serde(default)]
-    uid: String,
+    pub(crate) uid: String,
     #[serde(default)]
-    kind: Option<GroupVersionKind>,
+    pub(crate) kind: Option<GroupVersionKind>,
     #[serde(default)]
-    resource: Option<GroupVersionResource>,
+    pub(crate) resource: Option<GroupVersionResource>,
     #[serde(default)]
-    sub_resource: Option<String>,
+    pub(crate) sub_resource: Option<String>,
     #[serde(default)]
-    name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default)]
-    namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     #[serde(default)]
-    operation: String,
+    pub(crate) operation: String,
     #[serde(default)]
-    object: Option<Value>,
+    pub(crate) object: Option<Value>,
     #[serde(default)]
-    old_object: Option<Value>,
+    pub(crate) old_object: Option<Value>,
     /// Read for the log only: without side effects a dry run is answered like any other review.
     #[serde(default)]
-    dry_run: Option<bool>,
+    pub(crate) dry_run: Option<bool>,
 }
 
 fn malformed(detail: impl std::fmt::Display) -> ApiError {
@@ -101,7 +104,7 @@ fn malformed(detail: impl std::fmt::Display) -> ApiError {
 }
 
 /// The review's request, or the 400 (413) that says why there is none.
-fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
+pub(crate) fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
     let review: Value = serde_json::from_slice(raw).map_err(|e| malformed(format!("invalid JSON: {e}")))?;
     if !review.is_object() {
         return Err(malformed("the body must be a JSON object"));
@@ -150,22 +153,22 @@ fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
 
 /// The `response` of an AdmissionReview.
 #[derive(Debug, Default)]
-struct Answer {
-    allowed: bool,
+pub(crate) struct Answer {
+    pub(crate) allowed: bool,
     /// Base64 of the JSON Patch (mutating only).
-    patch: Option<String>,
-    warnings: Vec<String>,
-    status: Option<Value>,
+    pub(crate) patch: Option<String>,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) status: Option<Value>,
 }
 
 impl Answer {
-    fn allow(warnings: Vec<String>) -> Self {
+    pub(crate) fn allow(warnings: Vec<String>) -> Self {
         Answer { allowed: true, warnings, ..Default::default() }
     }
-    fn deny(e: &ApiError) -> Self {
+    pub(crate) fn deny(e: &ApiError) -> Self {
         Answer { allowed: false, status: Some(e.status()), ..Default::default() }
     }
-    fn review(self, uid: &str) -> Value {
+    pub(crate) fn review(self, uid: &str) -> Value {
         let mut r = json!({"uid": uid, "allowed": self.allowed});
         if let Some(p) = self.patch {
             r["patchType"] = json!("JSONPatch");

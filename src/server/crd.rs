@@ -239,10 +239,15 @@ fn yaml(v: &Value) -> Result<String, String> {
     serde_yaml_ng::to_string(v).map_err(|e| e.to_string())
 }
 
+/// The kinds that have a CRD form: create-only virtual kinds store nothing, so kube-apiserver has nothing to keep.
+pub fn stored(kinds: &[Arc<dyn Strategy>]) -> impl Iterator<Item = &Arc<dyn Strategy>> {
+    kinds.iter().filter(|k| !k.info().create_only)
+}
+
 /// Every generated file of `manifests/crds/` (name, content): one CRD per kind and the kustomization listing them.
 pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
-    for k in kinds {
+    for k in stored(kinds) {
         out.push((file_name(k.as_ref()), format!("{GENERATED_HEADER}{}", yaml(&crd(k.as_ref())?)?)));
     }
     let resources: Vec<&str> = out.iter().map(|(n, _)| n.as_str()).collect();
@@ -258,7 +263,7 @@ pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Vec<(String, String)>, Strin
 /// All CRDs as one YAML stream (for `kubectl apply -f -`).
 pub fn stream(kinds: &[Arc<dyn Strategy>]) -> Result<String, String> {
     let mut out = String::from(GENERATED_HEADER);
-    for (i, k) in kinds.iter().enumerate() {
+    for (i, k) in stored(kinds).enumerate() {
         if i > 0 {
             out.push_str("---\n");
         }
@@ -284,7 +289,8 @@ mod tests {
     use super::*;
 
     fn kinds() -> Vec<Arc<dyn Strategy>> {
-        crate::api::kinds(&Default::default()).unwrap()
+        let all = crate::api::kinds(&Default::default()).unwrap();
+        stored(&all).cloned().collect()
     }
 
     /// Every node typed (or explicitly free-form), no references or combinators left: apiextensions' rules.

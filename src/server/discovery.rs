@@ -10,6 +10,16 @@ use std::sync::Arc;
 
 const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 const STATUS_VERBS: [&str; 3] = ["get", "patch", "update"];
+/// A create-only virtual resource (like TokenReview) is only created.
+const CREATE_ONLY_VERBS: [&str; 1] = ["create"];
+
+fn verbs(info: &crate::api::KindInfo) -> &'static [&'static str] {
+    if info.create_only {
+        &CREATE_ONLY_VERBS
+    } else {
+        &VERBS
+    }
+}
 
 /// A prepared response body and its ETag.
 pub struct Doc {
@@ -106,11 +116,15 @@ impl Discovery {
                 let mut resources = Vec::new();
                 for k in kinds.iter().filter(|k| k.info().group == *g && k.info().versions.contains(v)) {
                     let i = k.info();
-                    resources.push(json!({
+                    let mut r = json!({
                         "name": i.plural, "singularName": i.singular, "namespaced": i.namespaced, "kind": i.kind,
-                        "verbs": VERBS, "shortNames": i.short_names, "categories": i.categories,
-                        "storageVersionHash": storage_version_hash(i.group, k.storage_version(), i.kind),
-                    }));
+                        "verbs": verbs(i), "shortNames": i.short_names, "categories": i.categories,
+                    });
+                    // Only what is stored has a storage version.
+                    if !i.create_only {
+                        r["storageVersionHash"] = json!(storage_version_hash(i.group, k.storage_version(), i.kind));
+                    }
+                    resources.push(r);
                     if i.has_status {
                         resources.push(json!({
                             "name": format!("{}/status", i.plural), "singularName": "", "namespaced": i.namespaced,
@@ -147,7 +161,7 @@ impl Discovery {
                                     json!({
                                         "resource": i.plural, "responseKind": rk,
                                         "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
-                                        "singularResource": i.singular, "verbs": VERBS, "shortNames": i.short_names,
+                                        "singularResource": i.singular, "verbs": verbs(i), "shortNames": i.short_names,
                                         "categories": i.categories, "subresources": subs,
                                     })
                                 })

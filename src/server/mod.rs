@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod crd;
+pub mod csi_admission;
 pub mod discovery;
 pub mod metrics;
 pub mod negotiate;
@@ -11,6 +12,7 @@ pub mod serve;
 pub mod table;
 
 use crate::auth::authn::{Authenticator, PeerCertificates, UserInfo};
+use crate::auth::authz::{forbidden, AuthorizationMode, Authorizer, Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
 use crate::registry::Registry;
 use axum::extract::{Request, State};
@@ -27,18 +29,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub struct AppState {
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
     pub discovery: Discovery,
     pub openapi: OpenApi,
     pub authn: Arc<Authenticator>,
+    /// Decides what authenticated users may do; only `system:masters` until [`AppState::with_authorizer`].
+    pub authz: Arc<Authorizer>,
     pub metrics: Arc<Metrics>,
     pub bookmark_interval: Duration,
     pub ready: AtomicBool,
+    /// Feature gates and CSIDriver lookup of the CSI migration webhooks.
+    pub csi_migration: Arc<csi_admission::CsiMigration>,
 }
 
 impl AppState {
     pub fn new(
-        registry: Registry,
+        registry: Arc<Registry>,
         authn: Arc<Authenticator>,
         metrics: Arc<Metrics>,
         bookmark_interval: Duration,
@@ -49,10 +55,24 @@ impl AppState {
             openapi: OpenApi::build(&kinds),
             registry,
             authn,
+            authz: Arc::new(Authorizer::new(AuthorizationMode::MastersOnly)),
             metrics,
             bookmark_interval,
             ready: AtomicBool::new(true),
+            csi_migration: Arc::default(),
         }
+    }
+}
+
+impl AppState {
+    pub fn with_authorizer(mut self, authz: Arc<Authorizer>) -> Self {
+        self.authz = authz;
+        self
+    }
+
+    pub fn with_csi_migration(mut self, csi: csi_admission::CsiMigration) -> Self {
+        self.csi_migration = Arc::new(csi);
+        self
     }
 }
 
@@ -83,19 +103,10 @@ fn is_public(path: &str) -> bool {
         || path.starts_with("/readyz/")
 }
 
-async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+async fn authenticate_and_measure(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let path = req.uri().path().to_string();
     let method = req.method().clone();
-    let user: Option<UserInfo> = st.authn.authenticate(req.extensions().get::<PeerCertificates>(), req.headers());
-    let mut resp = match user {
-        Some(u) => {
-            req.extensions_mut().insert(u);
-            next.run(req).await
-        }
-        None if is_public(&path) => next.run(req).await,
-        None => ApiError::unauthorized().into_response(),
-    };
+    let mut resp = authenticate_and_authorize(&st, req, next).await;
     let labels = resp.extensions_mut().remove::<rest::RequestLabels>().unwrap_or_default();
     let verb = if labels.verb.is_empty() { method.as_str().to_string() } else { labels.verb.to_string() };
     let component = "apiserver".to_string();
@@ -127,6 +138,38 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Requ
             .observe(start.elapsed().as_secs_f64());
     }
     resp
+}
+
+/// Authentication (401 without a valid credential), then authorization (403 when denied), then the handler, which
+/// finds the [`UserInfo`] in the request extensions. The front-proxy identity headers never reach a handler.
+async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next) -> Response {
+    // The scheduler's in-process client carries its identity as an extension, which no network client can set.
+    let internal = req.extensions().get::<crate::scheduler::InternalIdentity>().map(|i| i.0.clone());
+    let user: Option<UserInfo> = match internal.clone() {
+        Some(user) => Some(user),
+        None => st.authn.authenticate_request(req.extensions().get::<PeerCertificates>(), req.headers()).await,
+    };
+    st.authn.strip_request_headers(req.headers_mut());
+    let public = is_public(req.uri().path());
+    let Some(user) = user else {
+        return if public { next.run(req).await } else { ApiError::unauthorized().into_response() };
+    };
+    if !public && internal.is_none() {
+        let attrs = RequestAttributes::from_request(req.method(), req.uri().path(), req.uri().query());
+        match st.authz.authorize(&user, &attrs).await {
+            Ok(Decision::Allow) => {}
+            Ok(Decision::Deny { reason }) => {
+                tracing::debug!(user = %user.name, verb = %attrs.verb, path = %attrs.path, "forbidden");
+                return forbidden(&user, &attrs, &reason).into_response();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, user = %user.name, path = %attrs.path, "authorization failed");
+                return ApiError::internal(e).into_response();
+            }
+        }
+    }
+    req.extensions_mut().insert(user);
+    next.run(req).await
 }
 
 async fn health() -> &'static str {
@@ -240,14 +283,20 @@ pub(crate) fn discovery_response(
 
 async fn openapi_v2(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
-    let json_ok = accept.is_empty()
-        || negotiate::parse_accept(accept)
-            .iter()
-            .any(|m| matches!(m.essence, "application/json" | "*/*" | "application/*"));
-    if !json_ok {
-        return ApiError::not_acceptable(&["application/json"]).into_response();
+    if accept.is_empty() {
+        return bytes_response(st.openapi.v2.clone(), "application/json", None, &headers);
     }
-    bytes_response(st.openapi.v2.clone(), "application/json", None, &headers)
+    // The first acceptable form, in the client's order: JSON, or protobuf (what kubectl asks for).
+    for m in negotiate::parse_accept(accept) {
+        if matches!(m.essence, "application/json" | "*/*" | "application/*") {
+            return bytes_response(st.openapi.v2.clone(), "application/json", None, &headers);
+        }
+        if openapi::proto::MEDIA_TYPES.contains(&m.essence) {
+            // As kube-apiserver answers it: its media type is not a valid Content-Type (the `@`).
+            return bytes_response(st.openapi.v2_protobuf.clone(), "application/octet-stream", None, &headers);
+        }
+    }
+    ApiError::not_acceptable(&["application/json", openapi::proto::MEDIA_TYPES[0]]).into_response()
 }
 
 async fn openapi_v3_root(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {

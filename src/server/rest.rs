@@ -218,6 +218,10 @@ async fn dispatch(
     };
     let v = t.version.as_str();
     let method_not_allowed = |verb: &str| ApiError::method_not_allowed(verb, info.group, info.plural);
+    if info.create_only && !(method == Method::POST && t.name.is_none()) {
+        // A virtual resource: nothing to read, change or delete.
+        return Err(method_not_allowed(&kube_verb(method, t.name.is_some(), flag(&q, "watch"))));
+    }
     match (method.clone(), t.name.as_deref()) {
         (Method::GET, Some(name)) => {
             labels.verb = if flag(&q, "watch") { "WATCH" } else { "GET" };
@@ -297,6 +301,21 @@ async fn dispatch(
             labels.verb = "UNKNOWN";
             Err(method_not_allowed(&m.to_string().to_lowercase()))
         }
+    }
+}
+
+/// The Kubernetes verb of a request, as authorization and error messages name it.
+fn kube_verb(method: &Method, named: bool, watch: bool) -> String {
+    match (method.as_str(), named) {
+        ("GET", _) if watch => "watch".into(),
+        ("GET", true) => "get".into(),
+        ("GET", false) => "list".into(),
+        ("POST", _) => "create".into(),
+        ("PUT", _) => "update".into(),
+        ("PATCH", _) => "patch".into(),
+        ("DELETE", true) => "delete".into(),
+        ("DELETE", false) => "deletecollection".into(),
+        (m, _) => m.to_lowercase(),
     }
 }
 

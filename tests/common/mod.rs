@@ -2,6 +2,8 @@
 //! and certificate directories, and talks to it with the `kube` crate or real kubectl.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -61,12 +63,26 @@ impl Server {
             .arg("--cert-dir")
             .arg(self.cert_dir())
             .args(&self.extra_args)
+            .args(self.scheduler_default())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("spawn server");
         self.child = Some(child);
         self.wait_ready();
+    }
+
+    /// The embedded scheduler runs only in tests that configure it (any scheduler flag); elsewhere it would add
+    /// StorageStates and migrations of its own to what a test lists and watches.
+    fn scheduler_default(&self) -> Option<&'static str> {
+        let configured = self.extra_args.iter().any(|a| {
+            a.starts_with("--discovery-interval")
+                || a.starts_with("--kubeconfig")
+                || a.starts_with("--disable-trigger")
+                || a.starts_with("--migration-")
+                || a == "--disable-scheduler"
+        });
+        (!configured).then_some("--disable-scheduler")
     }
 
     /// Polls /readyz until the server answers (deadline 30 s).

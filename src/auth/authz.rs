@@ -1,0 +1,571 @@
+//! Request authorization, as an aggregated API server does it.
+//!
+//! - the health paths (`/healthz`, `/livez`, `/readyz` and their checks) and `/version` are served to anyone (the
+//!   HTTP layer does not even ask);
+//! - members of `system:masters` are allowed everything (kube-apiserver's aggregator probes as
+//!   `system:kube-aggregator` in that group);
+//! - everything else is a SubjectAccessReview (`authorization.k8s.io/v1`) to kube-apiserver ([`AccessReviewer`]),
+//!   with the request's attributes mapped exactly as kube-apiserver maps them ([`RequestAttributes::from_request`]).
+//!   Decisions, allow and deny, are cached briefly (10 s by default, like k8s.io/apiserver's delegated authorizer).
+//! - standalone, with no cluster to ask: only `system:masters`, unless `--authorization-mode=AlwaysAllow`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::Method;
+use k8s_openapi::api::authorization::v1 as authorization;
+use sha2::{Digest, Sha256};
+
+use super::authn::{UserInfo, GROUP_MASTERS};
+use super::cache::TtlCache;
+use crate::error::{ApiError, Details};
+
+/// What a request asks to do, in kube-apiserver's terms (its `RequestInfo`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestAttributes {
+    /// get, list, watch, create, update, patch, delete, deletecollection for resources; the lower-case HTTP method
+    /// for other paths.
+    pub verb: String,
+    pub path: String,
+    /// `None` for a non-resource request (discovery, /openapi, /metrics, the webhooks).
+    pub resource: Option<ResourceAttributes>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceAttributes {
+    pub namespace: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+}
+
+impl RequestAttributes {
+    /// kube-apiserver's `RequestInfoFactory.NewRequestInfo` for the `/api` and `/apis` prefixes: a resource request is
+    /// `/apis/<group>/<version>/[namespaces/<ns>/]<resource>[/<name>[/<subresource>]]` (or `/api/<version>/...`);
+    /// anything shorter or elsewhere is a non-resource request with the lower-case HTTP method as verb.
+    pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
+        let non_resource =
+            RequestAttributes { verb: method.as_str().to_ascii_lowercase(), path: path.into(), resource: None };
+        let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+        if parts.len() < 3 {
+            return non_resource;
+        }
+        let (group, rest) = match parts[0] {
+            "api" => ("", &parts[1..]),
+            "apis" if parts.len() >= 4 => (parts[1], &parts[2..]),
+            _ => return non_resource,
+        };
+        let version = rest[0];
+        let mut parts = &rest[1..];
+        let mut verb = match *method {
+            Method::POST => "create",
+            Method::GET | Method::HEAD => "get",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "",
+        }
+        .to_string();
+        // The deprecated /watch/ and /proxy/ path forms name their verb.
+        if matches!(parts.first(), Some(&"watch") | Some(&"proxy")) {
+            if parts.len() < 2 {
+                return non_resource;
+            }
+            verb = parts[0].to_string();
+            parts = &parts[1..];
+        }
+        let mut namespace = "";
+        if parts.first() == Some(&"namespaces") && parts.len() > 1 {
+            namespace = parts[1];
+            // /namespaces/<ns>/<resource>...: the resource is namespaced; /namespaces/<ns>[/status|/finalize] is
+            // the namespace itself.
+            if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
+                parts = &parts[2..];
+            }
+        }
+        let mut attrs = ResourceAttributes {
+            namespace: namespace.into(),
+            group: group.into(),
+            version: version.into(),
+            ..Default::default()
+        };
+        if parts.len() >= 3 && verb != "proxy" {
+            attrs.subresource = parts[2].into();
+        }
+        if parts.len() >= 2 {
+            attrs.name = parts[1].into();
+        }
+        if let Some(resource) = parts.first() {
+            attrs.resource = (*resource).into();
+        }
+        if attrs.name.is_empty() && verb == "get" {
+            let mut watch = false;
+            for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+                match key.as_ref() {
+                    "watch" if !watch => watch = parse_watch(&value),
+                    "fieldSelector" => {
+                        if let Some(name) = exact_name(&value) {
+                            attrs.name = name;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            verb = if watch { "watch" } else { "list" }.into();
+        }
+        if attrs.name.is_empty() && verb == "delete" {
+            verb = "deletecollection".into();
+        }
+        RequestAttributes { verb, path: path.into(), resource: Some(attrs) }
+    }
+}
+
+/// Go's `strconv.ParseBool`, and kube-apiserver's fallback for anything else: a watch unless "false" or "0".
+fn parse_watch(value: &str) -> bool {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
+        other => !matches!(other.to_ascii_lowercase().as_str(), "false" | "0"),
+    }
+}
+
+/// The name a field selector pins (`metadata.name=<n>` or `==`), if it is a valid path segment: a list or watch of
+/// one object is authorized as that object, as in kube-apiserver.
+fn exact_name(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let term = term.trim();
+        let value = term.strip_prefix("metadata.name==").or_else(|| term.strip_prefix("metadata.name="))?;
+        let valid = !value.is_empty() && value != "." && value != ".." && !value.contains(['/', '%']);
+        valid.then(|| value.to_string())
+    })
+}
+
+/// The authorizer's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// Denied, or no opinion (which is a denial here: there is no other authorizer to ask).
+    Deny {
+        reason: String,
+    },
+}
+
+/// Asks kube-apiserver (or a stand-in) whether a user may do something.
+#[async_trait::async_trait]
+pub trait AccessReviewer: Send + Sync + fmt::Debug {
+    async fn review(&self, spec: &authorization::SubjectAccessReviewSpec) -> Result<Decision, String>;
+}
+
+/// How requests of users outside `system:masters` are decided.
+#[derive(Debug, Clone)]
+pub enum AuthorizationMode {
+    /// Everyone authenticated may do everything (`--authorization-mode=AlwaysAllow`; for local experiments).
+    AlwaysAllow,
+    /// Only `system:masters` (standalone: nobody to ask).
+    MastersOnly,
+    /// SubjectAccessReview.
+    Delegated(Arc<dyn AccessReviewer>),
+}
+
+/// Decides requests; see the module documentation.
+#[derive(Debug)]
+pub struct Authorizer {
+    mode: AuthorizationMode,
+    cache: TtlCache<[u8; 32], Decision>,
+    allowed_ttl: Duration,
+    denied_ttl: Duration,
+}
+
+/// Bound of the decision cache (entries are a few hundred bytes).
+const DECISION_CACHE_CAPACITY: usize = 10_000;
+
+impl Authorizer {
+    pub fn new(mode: AuthorizationMode) -> Self {
+        Self::with_cache_ttls(mode, Duration::from_secs(10), Duration::from_secs(10))
+    }
+
+    /// `allowed_ttl` and `denied_ttl`: how long SubjectAccessReview answers are reused (zero: never).
+    pub fn with_cache_ttls(mode: AuthorizationMode, allowed_ttl: Duration, denied_ttl: Duration) -> Self {
+        Authorizer { mode, cache: TtlCache::new(DECISION_CACHE_CAPACITY), allowed_ttl, denied_ttl }
+    }
+
+    pub fn mode(&self) -> &AuthorizationMode {
+        &self.mode
+    }
+
+    /// Whether `user` may do what `attrs` describe. An error means the authorizer could not be asked (the request
+    /// then fails with 500, as in kube-apiserver).
+    pub async fn authorize(&self, user: &UserInfo, attrs: &RequestAttributes) -> Result<Decision, String> {
+        if user.in_group(GROUP_MASTERS) {
+            return Ok(Decision::Allow);
+        }
+        let reviewer = match &self.mode {
+            AuthorizationMode::AlwaysAllow => return Ok(Decision::Allow),
+            AuthorizationMode::MastersOnly => return Ok(Decision::Deny { reason: String::new() }),
+            AuthorizationMode::Delegated(reviewer) => reviewer,
+        };
+        let spec = review_spec(user, attrs);
+        let key: [u8; 32] = Sha256::digest(serde_json::to_vec(&spec).unwrap_or_default()).into();
+        if let Some(decision) = self.cache.get(&key) {
+            return Ok(decision);
+        }
+        let decision = reviewer.review(&spec).await?;
+        let ttl = if decision == Decision::Allow { self.allowed_ttl } else { self.denied_ttl };
+        self.cache.insert(key, decision.clone(), ttl);
+        Ok(decision)
+    }
+}
+
+/// The SubjectAccessReview spec of a request, as k8s.io/apiserver's webhook authorizer builds it.
+pub fn review_spec(user: &UserInfo, attrs: &RequestAttributes) -> authorization::SubjectAccessReviewSpec {
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let mut spec = authorization::SubjectAccessReviewSpec {
+        user: some(&user.name),
+        uid: some(&user.uid),
+        groups: (!user.groups.is_empty()).then(|| user.groups.clone()),
+        extra: (!user.extra.is_empty())
+            .then(|| user.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>()),
+        ..Default::default()
+    };
+    match &attrs.resource {
+        Some(r) => {
+            spec.resource_attributes = Some(authorization::ResourceAttributes {
+                namespace: some(&r.namespace),
+                verb: some(&attrs.verb),
+                group: some(&r.group),
+                version: some(&r.version),
+                resource: some(&r.resource),
+                subresource: some(&r.subresource),
+                name: some(&r.name),
+                ..Default::default()
+            })
+        }
+        None => {
+            spec.non_resource_attributes =
+                Some(authorization::NonResourceAttributes { path: some(&attrs.path), verb: some(&attrs.verb) })
+        }
+    }
+    spec
+}
+
+/// kube-apiserver's 403 for a denied request, e.g. `storagestates.migration.k8s.io "pods" is forbidden: User "alice"
+/// cannot delete resource "storagestates" in API group "migration.k8s.io" at the cluster scope`, followed by `: reason`
+/// when the authorizer gave one; `details` names the resource (`kind` is the plural, as upstream).
+pub fn forbidden(user: &UserInfo, attrs: &RequestAttributes, reason: &str) -> ApiError {
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"));
+    let what = match &attrs.resource {
+        None => format!("User {} cannot {} path {}", quote(&user.name), attrs.verb, quote(&attrs.path)),
+        Some(r) => {
+            let resource =
+                if r.subresource.is_empty() { r.resource.clone() } else { format!("{}/{}", r.resource, r.subresource) };
+            let scope = if r.namespace.is_empty() {
+                "at the cluster scope".to_string()
+            } else {
+                format!("in the namespace {}", quote(&r.namespace))
+            };
+            format!(
+                "User {} cannot {} resource {} in API group {} {scope}",
+                quote(&user.name),
+                attrs.verb,
+                quote(&resource),
+                quote(&r.group)
+            )
+        }
+    };
+    let what = if reason.is_empty() { what } else { format!("{what}: {reason}") };
+    let (message, details) = match &attrs.resource {
+        None => (format!("forbidden: {what}"), Details::default()),
+        Some(r) => {
+            let qualified = crate::error::qualified(&r.resource, &r.group);
+            let message = if r.name.is_empty() {
+                format!("{qualified} is forbidden: {what}")
+            } else {
+                format!("{qualified} {} is forbidden: {what}", quote(&r.name))
+            };
+            let details = Details {
+                name: r.name.clone(),
+                group: r.group.clone(),
+                kind: r.resource.clone(),
+                ..Default::default()
+            };
+            (message, details)
+        }
+    };
+    let mut e = ApiError::forbidden(message);
+    e.details = Some(Box::new(details));
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    fn attrs(method: Method, path: &str, query: Option<&str>) -> RequestAttributes {
+        RequestAttributes::from_request(&method, path, query)
+    }
+
+    fn res(
+        verb: &str,
+        ns: &str,
+        group: &str,
+        version: &str,
+        resource: &str,
+        sub: &str,
+        name: &str,
+    ) -> (String, ResourceAttributes) {
+        (
+            verb.to_string(),
+            ResourceAttributes {
+                namespace: ns.into(),
+                group: group.into(),
+                version: version.into(),
+                resource: resource.into(),
+                subresource: sub.into(),
+                name: name.into(),
+            },
+        )
+    }
+
+    #[test]
+    fn verbs_and_attributes_like_kube_apiserver() {
+        let g = "migration.k8s.io";
+        let ss = "/apis/migration.k8s.io/v1alpha1/storagestates";
+        let shoots = "/apis/core.gardener.cloud/v1beta1/namespaces/garden/shootstates";
+        type Case<'a> = (Method, String, Option<&'a str>, (String, ResourceAttributes));
+        let cases: Vec<Case> = vec![
+            (Method::GET, ss.into(), None, res("list", "", g, "v1alpha1", "storagestates", "", "")),
+            (Method::HEAD, ss.into(), None, res("list", "", g, "v1alpha1", "storagestates", "", "")),
+            (Method::GET, ss.into(), Some("watch=true"), res("watch", "", g, "v1alpha1", "storagestates", "", "")),
+            (Method::GET, ss.into(), Some("watch=1"), res("watch", "", g, "v1alpha1", "storagestates", "", "")),
+            (Method::GET, ss.into(), Some("watch=false"), res("list", "", g, "v1alpha1", "storagestates", "", "")),
+            (Method::GET, ss.into(), Some("watch=yes"), res("watch", "", g, "v1alpha1", "storagestates", "", "")),
+            (
+                Method::GET,
+                ss.into(),
+                Some("watch=true&fieldSelector=metadata.name%3Dpods"),
+                res("watch", "", g, "v1alpha1", "storagestates", "", "pods"),
+            ),
+            (
+                Method::GET,
+                ss.into(),
+                Some("fieldSelector=metadata.name%3D%3Dpods,metadata.namespace%3Dx"),
+                res("list", "", g, "v1alpha1", "storagestates", "", "pods"),
+            ),
+            (Method::GET, format!("{ss}/pods"), None, res("get", "", g, "v1alpha1", "storagestates", "", "pods")),
+            (
+                Method::GET,
+                format!("{ss}/pods"),
+                Some("watch=true"),
+                res("get", "", g, "v1alpha1", "storagestates", "", "pods"),
+            ),
+            (Method::POST, ss.into(), None, res("create", "", g, "v1alpha1", "storagestates", "", "")),
+            (Method::PUT, format!("{ss}/pods"), None, res("update", "", g, "v1alpha1", "storagestates", "", "pods")),
+            (
+                Method::PUT,
+                format!("{ss}/pods/status"),
+                None,
+                res("update", "", g, "v1alpha1", "storagestates", "status", "pods"),
+            ),
+            (
+                Method::PATCH,
+                format!("{ss}/pods/status"),
+                None,
+                res("patch", "", g, "v1alpha1", "storagestates", "status", "pods"),
+            ),
+            (Method::DELETE, format!("{ss}/pods"), None, res("delete", "", g, "v1alpha1", "storagestates", "", "pods")),
+            (Method::DELETE, ss.into(), None, res("deletecollection", "", g, "v1alpha1", "storagestates", "", "")),
+            (
+                Method::GET,
+                shoots.into(),
+                None,
+                res("list", "garden", "core.gardener.cloud", "v1beta1", "shootstates", "", ""),
+            ),
+            (
+                Method::PATCH,
+                format!("{shoots}/my-shoot"),
+                None,
+                res("patch", "garden", "core.gardener.cloud", "v1beta1", "shootstates", "", "my-shoot"),
+            ),
+            (
+                Method::GET,
+                "/apis/core.gardener.cloud/v1beta1/shootstates".into(),
+                None,
+                res("list", "", "core.gardener.cloud", "v1beta1", "shootstates", "", ""),
+            ),
+            (
+                Method::GET,
+                "/apis/core.gardener.cloud/v1beta1/watch/namespaces/garden/shootstates".into(),
+                None,
+                res("watch", "garden", "core.gardener.cloud", "v1beta1", "shootstates", "", ""),
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/default/pods/p".into(),
+                None,
+                res("get", "default", "", "v1", "pods", "", "p"),
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/default".into(),
+                None,
+                res("get", "default", "", "v1", "namespaces", "", "default"),
+            ),
+            (
+                Method::PUT,
+                "/api/v1/namespaces/default/finalize".into(),
+                None,
+                res("update", "default", "", "v1", "namespaces", "finalize", "default"),
+            ),
+            (Method::GET, "/api/v1/nodes".into(), None, res("list", "", "", "v1", "nodes", "", "")),
+        ];
+        for (method, path, query, (verb, resource)) in cases {
+            let got = attrs(method.clone(), &path, query);
+            assert_eq!(got.verb, verb, "{method} {path}?{query:?}");
+            assert_eq!(got.resource.as_ref(), Some(&resource), "{method} {path}?{query:?}");
+            assert_eq!(got.path, path);
+        }
+        for (method, path, verb) in [
+            (Method::GET, "/apis", "get"),
+            (Method::GET, "/apis/migration.k8s.io", "get"),
+            (Method::GET, "/apis/migration.k8s.io/v1alpha1", "get"),
+            (Method::GET, "/api", "get"),
+            (Method::GET, "/api/v1", "get"),
+            (Method::GET, "/openapi/v3/apis/migration.k8s.io/v1alpha1", "get"),
+            (Method::GET, "/metrics", "get"),
+            (Method::POST, "/validate", "post"),
+            (Method::POST, "/mutate", "post"),
+            (Method::PUT, "/healthz", "put"),
+        ] {
+            let got = attrs(method.clone(), path, None);
+            assert_eq!((got.verb.as_str(), got.resource.is_none()), (verb, true), "{method} {path}");
+        }
+    }
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn forbidden_messages_match_kube_apiserver() {
+        let alice = user("alice", &["system:authenticated"]);
+        let e =
+            forbidden(&alice, &attrs(Method::DELETE, "/apis/migration.k8s.io/v1alpha1/storagestates/pods", None), "");
+        assert_eq!(e.code, 403);
+        assert_eq!(
+            e.status(),
+            serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "storagestates.migration.k8s.io \"pods\" is forbidden: User \"alice\" cannot delete resource \"storagestates\" in API group \"migration.k8s.io\" at the cluster scope",
+                "reason": "Forbidden",
+                "details": {"name": "pods", "group": "migration.k8s.io", "kind": "storagestates"},
+                "code": 403,
+            })
+        );
+        let e = forbidden(
+            &alice,
+            &attrs(Method::GET, "/apis/core.gardener.cloud/v1beta1/namespaces/garden/shootstates", None),
+            "no RBAC policy matched",
+        );
+        assert_eq!(
+            e.message,
+            "shootstates.core.gardener.cloud is forbidden: User \"alice\" cannot list resource \"shootstates\" in API group \"core.gardener.cloud\" in the namespace \"garden\": no RBAC policy matched"
+        );
+        let e = forbidden(
+            &alice,
+            &attrs(Method::PATCH, "/apis/migration.k8s.io/v1alpha1/storagestates/pods/status", None),
+            "",
+        );
+        assert!(e.message.contains("cannot patch resource \"storagestates/status\""), "{}", e.message);
+        let e = forbidden(&alice, &attrs(Method::GET, "/metrics", None), "");
+        assert_eq!(e.message, "forbidden: User \"alice\" cannot get path \"/metrics\"");
+        assert_eq!(e.status()["details"], serde_json::json!({}));
+    }
+
+    #[derive(Debug, Default)]
+    struct Reviewer {
+        calls: AtomicUsize,
+        seen: Mutex<Vec<authorization::SubjectAccessReviewSpec>>,
+    }
+
+    #[async_trait::async_trait]
+    impl AccessReviewer for Reviewer {
+        async fn review(&self, spec: &authorization::SubjectAccessReviewSpec) -> Result<Decision, String> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.seen.lock().expect("lock").push(spec.clone());
+            match spec.user.as_deref() {
+                Some("alice") => Ok(Decision::Allow),
+                Some("broken") => Err("connection refused".into()),
+                _ => Ok(Decision::Deny { reason: "nope".into() }),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn modes_and_cache() {
+        let list = attrs(Method::GET, "/apis/migration.k8s.io/v1alpha1/storagestates", None);
+        let masters = user("root", &["system:masters", "system:authenticated"]);
+        let bob = user("bob", &["system:authenticated"]);
+        for mode in [AuthorizationMode::AlwaysAllow, AuthorizationMode::MastersOnly] {
+            assert_eq!(Authorizer::new(mode.clone()).authorize(&masters, &list).await, Ok(Decision::Allow));
+        }
+        assert_eq!(Authorizer::new(AuthorizationMode::AlwaysAllow).authorize(&bob, &list).await, Ok(Decision::Allow));
+        assert!(matches!(
+            Authorizer::new(AuthorizationMode::MastersOnly).authorize(&bob, &list).await,
+            Ok(Decision::Deny { .. })
+        ));
+
+        let reviewer = Arc::new(Reviewer::default());
+        let authz = Authorizer::new(AuthorizationMode::Delegated(reviewer.clone()));
+        let alice = user("alice", &["system:authenticated"]);
+        assert_eq!(authz.authorize(&masters, &list).await, Ok(Decision::Allow));
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 0, "system:masters is not reviewed");
+        assert_eq!(authz.authorize(&alice, &list).await, Ok(Decision::Allow));
+        assert_eq!(authz.authorize(&alice, &list).await, Ok(Decision::Allow));
+        assert_eq!(authz.authorize(&bob, &list).await, Ok(Decision::Deny { reason: "nope".into() }));
+        assert_eq!(authz.authorize(&bob, &list).await, Ok(Decision::Deny { reason: "nope".into() }));
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 2, "both answers cached");
+        // Other attributes are another question.
+        let get = attrs(Method::GET, "/apis/migration.k8s.io/v1alpha1/storagestates/pods", None);
+        assert_eq!(authz.authorize(&alice, &get).await, Ok(Decision::Allow));
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 3);
+        // Errors are not cached.
+        let broken = user("broken", &[]);
+        assert!(authz.authorize(&broken, &get).await.is_err());
+        assert!(authz.authorize(&broken, &get).await.is_err());
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 5);
+
+        let seen = reviewer.seen.lock().expect("lock");
+        let spec = serde_json::to_value(&seen[2]).expect("json");
+        assert_eq!(
+            spec,
+            serde_json::json!({
+                "user": "alice", "groups": ["system:authenticated"],
+                "resourceAttributes": {"verb": "get", "group": "migration.k8s.io", "version": "v1alpha1",
+                                       "resource": "storagestates", "name": "pods"},
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn zero_ttls_disable_the_cache() {
+        let reviewer = Arc::new(Reviewer::default());
+        let authz =
+            Authorizer::with_cache_ttls(AuthorizationMode::Delegated(reviewer.clone()), Duration::ZERO, Duration::ZERO);
+        let alice = user("alice", &[]);
+        let metrics = attrs(Method::GET, "/metrics", None);
+        authz.authorize(&alice, &metrics).await.expect("allow");
+        authz.authorize(&alice, &metrics).await.expect("allow");
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 2);
+        let spec = serde_json::to_value(&reviewer.seen.lock().expect("lock")[0]).expect("json");
+        assert_eq!(
+            spec,
+            serde_json::json!({"user": "alice", "nonResourceAttributes": {"path": "/metrics", "verb": "get"}})
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! The embedded migration scheduler: the trigger (discovery poll -> StorageState -> StorageVersionMigration) and the
+//! migrator (chunked LIST + no-op writes, rate limited). It talks to the target through a Kubernetes client (a
+//! cluster via kubeconfig, or this server itself through an in-process client over the same HTTP API), and to its
+//! own state (StorageState, StorageVersionMigration) through the registry, never storage: validation,
+//! resourceVersions and watch events apply to its own writes too.
+
+pub mod metrics;
+pub mod migrator;
+pub mod own;
+pub mod ratelimit;
+pub mod trigger;
+
+use crate::auth::authn::UserInfo;
+use std::time::Duration;
+
+/// The identity of the scheduler's requests to this server itself (in-process, so it cannot be forged over the
+/// network: the authentication middleware trusts this extension only because no client can set extensions).
+#[derive(Clone, Debug)]
+pub struct InternalIdentity(pub UserInfo);
+
+impl InternalIdentity {
+    pub fn scheduler() -> Self {
+        InternalIdentity(UserInfo {
+            name: "system:migration-apiserver:scheduler".into(),
+            uid: String::new(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+            extra: Default::default(),
+        })
+    }
+}
+
+/// Tunables, from the `serve` flags.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// How often the trigger reads the target's discovery.
+    pub discovery_interval: Duration,
+    /// Finished migrations kept per resource (older ones are deleted).
+    pub migration_history: usize,
+    /// Objects per LIST chunk.
+    pub chunk_size: u32,
+    /// Target requests per second over all migrations (token bucket), and the bucket size. 0 = unlimited.
+    pub qps: f64,
+    pub burst: u32,
+    /// Resources migrated at once.
+    pub concurrency: usize,
+    /// Attempts for one request on retryable errors (429, 5xx, timeouts, connection errors) before the migration
+    /// fails; delays grow exponentially from `retry_base` to `retry_max`, or follow Retry-After.
+    pub max_attempts: u32,
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    /// Timeout of one request to the target.
+    pub request_timeout: Duration,
+    /// Run the trigger (`--disable-trigger` turns it off: only migrations requested by hand run).
+    pub trigger: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            discovery_interval: Duration::from_secs(600),
+            migration_history: 5,
+            chunk_size: 500,
+            qps: 10.0,
+            burst: 10,
+            concurrency: 1,
+            max_attempts: 8,
+            retry_base: Duration::from_millis(100),
+            retry_max: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+            trigger: true,
+        }
+    }
+}
+
+/// A Kubernetes client whose transport is this server's own router: the self-target, without TLS or sockets, and
+/// through the full API layer (authentication, validation, admission of our own writes).
+pub fn in_process_client(app: axum::Router) -> kube::Client {
+    let identity = InternalIdentity::scheduler();
+    let service = tower::ServiceBuilder::new()
+        .map_request(move |mut req: axum::http::Request<kube::client::Body>| {
+            req.extensions_mut().insert(identity.clone());
+            req.map(axum::body::Body::new)
+        })
+        .service(app);
+    kube::Client::new(service, "default")
+}
+
+/// A client for the target named by `--kubeconfig` (or the in-cluster config when running in a pod).
+pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::incluster()?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Starts the trigger and the migrator; they run until the process ends (or the returned tasks are aborted, as a
+/// replica that loses leadership will).
+pub fn start(
+    config: SchedulerConfig,
+    target: kube::Client,
+    own: own::OwnApi,
+    metrics: std::sync::Arc<metrics::SchedulerMetrics>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if config.trigger {
+        tasks.push(trigger::spawn(config.clone(), target.clone(), own.clone()));
+    }
+    tasks.push(migrator::spawn(config, target, own, metrics));
+    tasks
+}
