@@ -4,22 +4,27 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// A token bucket handing out reservations, like Go's `rate.Limiter.Wait`: a caller takes a token now, possibly
-/// going into debt, and waits until the debt would have been paid off. Callers are served in arrival order and
-/// over any interval `t` at most `burst + qps * t` requests start.
+/// A token bucket. Waiters queue in arrival order (a fair async mutex) and the one at the head takes a token only
+/// when one is really there at the moment it proceeds: a waiter that wakes late (a busy machine, a stalled process)
+/// finds at most `burst` saved up, never the tokens of its whole wait. So over any interval `t`, at most
+/// `burst + qps * t` requests proceed, however the process is scheduled.
 #[derive(Debug)]
 pub struct RateLimiter {
     qps: f64,
     burst: f64,
+    queue: tokio::sync::Mutex<()>,
     state: Mutex<Bucket>,
 }
 
 #[derive(Debug)]
 struct Bucket {
-    /// Tokens available at `at`; negative while reservations are outstanding.
+    /// Tokens available at `at`.
     tokens: f64,
     at: Instant,
 }
+
+/// Rounding slack: after sleeping exactly the computed wait, a token counts as there.
+const EPSILON: f64 = 1e-9;
 
 impl RateLimiter {
     /// `qps` 0 (or not finite and positive) means unlimited; `burst` is at least 1.
@@ -28,6 +33,7 @@ impl RateLimiter {
         RateLimiter {
             qps: if qps.is_finite() && qps > 0.0 { qps } else { 0.0 },
             burst,
+            queue: tokio::sync::Mutex::new(()),
             state: Mutex::new(Bucket { tokens: burst, at: Instant::now() }),
         }
     }
@@ -36,29 +42,31 @@ impl RateLimiter {
         self.qps == 0.0
     }
 
-    /// Takes one token at `now`; returns how long the caller must wait before sending its request.
-    pub fn reserve_at(&self, now: Instant) -> Duration {
+    /// Takes a token at `now` if there is one (None), else says how long until there is.
+    pub fn try_take_at(&self, now: Instant) -> Option<Duration> {
         if self.unlimited() {
-            return Duration::ZERO;
+            return None;
         }
         let mut b = self.state.lock().unwrap_or_else(|e| e.into_inner());
         // Time never runs backwards for the bucket (callers may pass slightly older instants).
         let now = now.max(b.at);
-        let elapsed = now.duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * self.qps).min(self.burst);
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.qps).min(self.burst);
         b.at = now;
-        b.tokens -= 1.0;
-        if b.tokens >= 0.0 {
-            Duration::ZERO
+        if b.tokens >= 1.0 - EPSILON {
+            b.tokens = (b.tokens - 1.0).max(0.0);
+            None
         } else {
-            Duration::from_secs_f64(-b.tokens / self.qps)
+            Some(Duration::from_secs_f64((1.0 - b.tokens) / self.qps))
         }
     }
 
     /// Waits for a token.
     pub async fn acquire(&self) {
-        let wait = self.reserve_at(Instant::now());
-        if !wait.is_zero() {
+        if self.unlimited() {
+            return;
+        }
+        let _turn = self.queue.lock().await;
+        while let Some(wait) = self.try_take_at(Instant::now()) {
             tokio::time::sleep(wait).await;
         }
     }
@@ -68,9 +76,22 @@ impl RateLimiter {
 mod tests {
     use super::*;
 
-    /// The start times a limiter hands out for `n` callers arriving at `arrivals`.
+    /// The times at which callers arriving at `arrivals` (sorted) get their tokens, served in order, each waking
+    /// `late` after the wait it was told (a busy machine).
+    fn grants_late(l: &RateLimiter, arrivals: &[Instant], late: Duration) -> Vec<Instant> {
+        let mut out: Vec<Instant> = Vec::new();
+        for a in arrivals {
+            let mut t = out.last().map_or(*a, |prev| (*a).max(*prev));
+            while let Some(wait) = l.try_take_at(t) {
+                t += wait + late;
+            }
+            out.push(t);
+        }
+        out
+    }
+
     fn grants(l: &RateLimiter, arrivals: &[Instant]) -> Vec<Instant> {
-        arrivals.iter().map(|a| *a + l.reserve_at(*a)).collect()
+        grants_late(l, arrivals, Duration::ZERO)
     }
 
     fn max_in_any_window(starts: &[Instant], qps: f64, burst: f64) -> f64 {
@@ -105,13 +126,15 @@ mod tests {
     fn idle_time_refills_up_to_burst_only() {
         let l = RateLimiter::new(10.0, 3);
         let t0 = Instant::now();
-        assert_eq!(l.reserve_at(t0), Duration::ZERO);
+        assert_eq!(l.try_take_at(t0), None);
         // An hour idle saves up 3 tokens, not 36,000.
         let t1 = t0 + Duration::from_secs(3600);
         let starts = grants(&l, &[t1; 5]);
         assert_eq!(starts[..3], [t1, t1, t1]);
-        assert_eq!(starts[3].duration_since(t1), Duration::from_millis(100));
-        assert_eq!(starts[4].duration_since(t1), Duration::from_millis(200));
+        for (k, ms) in [(3, 100), (4, 200)] {
+            let got = starts[k].duration_since(t1);
+            assert!(got.abs_diff(Duration::from_millis(ms)) < Duration::from_micros(10), "{k}: {got:?}");
+        }
     }
 
     #[test]
@@ -133,6 +156,18 @@ mod tests {
         for (a, s) in arrivals.iter().zip(&starts) {
             assert!(s >= a);
         }
+    }
+
+    #[test]
+    fn late_wakeups_never_release_more_than_a_burst() {
+        let l = RateLimiter::new(20.0, 5);
+        let t0 = Instant::now();
+        // Every waiter wakes 120 ms late (2.4 tokens' worth): requests bunch up, but never beyond the bound.
+        let starts = grants_late(&l, &[t0; 100], Duration::from_millis(120));
+        assert!(max_in_any_window(&starts, 20.0, 5.0) <= 1e-6);
+        // ... and the rate over the run is still about qps.
+        let secs = starts[99].duration_since(t0).as_secs_f64();
+        assert!(secs >= (100.0 - 5.0) / 20.0 - 1e-6, "{secs}");
     }
 
     #[test]
