@@ -92,7 +92,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let bulk: u64 = if args.quick { 10_000 } else { 100_000 };
     let conns = args.connections.max(1);
     let mut idle_rss = None;
-    let (server, target) = match (&args.server, &args.url, &args.kubeconfig) {
+    let (mut server, target) = match (&args.server, &args.url, &args.kubeconfig) {
         (Some(bin), _, _) => {
             // Idle memory of a server with default flags, scheduler included.
             let (idle, _) = ServerProcess::start(bin, &[]).await?;
@@ -156,14 +156,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let stored = load.stats.ok;
     rows.push(load.row(&format!("store {bulk_label} objects (CREATE)"), create_conns, Goal::None, &took));
     let total = 1 + 1000 + created + 1 + stored;
-    let notes = match pid.and_then(rss_kib) {
-        Some(kib) => format!(
+    let notes = match (server.as_mut().and_then(ServerProcess::exited), pid.and_then(rss_kib)) {
+        (Some(exit), _) => format!("the server exited during the run ({exit}); its log is on stderr"),
+        (None, Some(kib)) => format!(
             "VmRSS {} with ~{} objects stored ({} of them by this step)",
             mib(kib),
             thousands(total as f64),
             thousands(stored as f64)
         ),
-        None => "needs --server".into(),
+        (None, None) => "needs --server".into(),
     };
     rows.push(Row { scenario: format!("server RSS after {bulk_label} objects"), notes, ..Row::default() });
     drop(server);
@@ -750,9 +751,8 @@ impl ServerProcess {
         let started = Instant::now();
         let mut last_err = anyhow!("not started");
         while started.elapsed() < Duration::from_secs(60) {
-            if let Some(status) = server.child.try_wait()? {
-                let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap_or_default();
-                bail!("the server exited ({status}):\n{log}");
+            if let Some(exit) = server.exited() {
+                bail!("the server exited ({exit})");
             }
             let ready = async {
                 let target = Target::from_kubeconfig(&kubeconfig, None)?;
@@ -766,6 +766,16 @@ impl ServerProcess {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(last_err.context("the server did not become ready within 60 s"))
+    }
+
+    /// If the server has exited: how, after printing the end of its log to stderr.
+    fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("bench: the server exited ({status}); the end of its log:");
+        tail.iter().rev().for_each(|l| eprintln!("  {l}"));
+        Some(status.to_string())
     }
 }
 
@@ -791,34 +801,38 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
-/// Busy (not idle, not iowait) ticks of the whole machine, to see load from other processes.
-fn machine_busy_ticks() -> Option<u64> {
+/// Busy (not idle, not iowait) and stolen ticks of the whole machine: load from other processes, and from
+/// other guests of the host when this is a VM.
+fn machine_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let t: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
-    Some(t.iter().take(8).sum::<u64>() - t.get(3)? - t.get(4)?)
+    Some((t.iter().take(8).sum::<u64>() - t.get(3)? - t.get(4)?, *t.get(7)?))
 }
 
-/// CPU time of the server, of the bench and of the whole machine at one instant.
-struct CpuTicks(Option<u64>, Option<u64>, Option<u64>);
+/// CPU time of the server, of the bench, and busy/stolen time of the whole machine at one instant.
+struct CpuTicks([Option<u64>; 4]);
 
 impl CpuTicks {
     fn now(server: Option<u32>) -> CpuTicks {
-        CpuTicks(server.and_then(cpu_ticks), cpu_ticks(std::process::id()), machine_busy_ticks())
+        let machine = machine_ticks();
+        CpuTicks([
+            server.and_then(cpu_ticks),
+            cpu_ticks(std::process::id()),
+            machine.map(|m| m.0),
+            machine.map(|m| m.1),
+        ])
     }
 
     /// Cores used since `self`: `/proc` counts USER_HZ = 100 ticks per second.
     fn usage_since(&self, server: Option<u32>, elapsed: Duration) -> String {
         let now = CpuTicks::now(server);
-        let cores = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => format!("{:.2}", b.saturating_sub(a) as f64 / (elapsed.as_secs_f64() * 100.0)),
-            _ => "?".into(),
-        };
-        format!(
-            "CPU cores used: server {}, bench {}, whole machine {}",
-            cores(self.0, now.0),
-            cores(self.1, now.1),
-            cores(self.2, now.2)
-        )
+        let c: Vec<String> = (0..4)
+            .map(|i| match (self.0[i], now.0[i]) {
+                (Some(a), Some(b)) => format!("{:.2}", b.saturating_sub(a) as f64 / (elapsed.as_secs_f64() * 100.0)),
+                _ => "?".into(),
+            })
+            .collect();
+        format!("CPU cores used: server {}, bench {}, whole machine {} (stolen {})", c[0], c[1], c[2], c[3])
     }
 }
 
