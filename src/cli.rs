@@ -117,9 +117,12 @@ pub enum InspectOutput {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct InspectArgs {
-    /// Directory of the embedded store.
+    /// Directory of the embedded store (unused with --etcd-servers).
     #[arg(long, default_value = "./data")]
     pub data_dir: PathBuf,
+    /// The etcd backend: --etcd-servers, --etcd-prefix, --etcd-cafile, --etcd-certfile, --etcd-keyfile.
+    #[command(flatten)]
+    pub etcd: crate::storage::etcd::EtcdArgs,
     /// The server's EncryptionConfiguration: decrypts values in memory to show their apiVersion.
     #[arg(long)]
     pub encryption_provider_config: Option<PathBuf>,
@@ -216,9 +219,12 @@ pub struct ServeArgs {
     /// The IP address on which to listen.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind_address: IpAddr,
-    /// Directory of the embedded store.
+    /// Directory of the embedded store (unused with --etcd-servers).
     #[arg(long, default_value = "./data")]
     pub data_dir: PathBuf,
+    /// The etcd backend: --etcd-servers, --etcd-prefix, --etcd-cafile, --etcd-certfile, --etcd-keyfile.
+    #[command(flatten)]
+    pub etcd: crate::storage::etcd::EtcdArgs,
     /// Directory of the generated certificates and admin.kubeconfig (ignored for serving when
     /// --tls-cert-file is set).
     #[arg(long, default_value = "./certs")]

@@ -5,6 +5,7 @@
 
 pub mod embedded;
 pub mod encryption;
+pub mod etcd;
 mod hub;
 pub mod inspect;
 
