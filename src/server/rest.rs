@@ -2,7 +2,7 @@
 //! the result. Thin by design: every decision about objects is the registry's or the kind's.
 
 use super::negotiate::{negotiate, Output};
-use super::table::{partial_metadata, table, IncludeObject};
+use super::table::{self, object, partial_metadata, table, IncludeObject};
 use super::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::selectors::{FieldSelector, LabelSelector};
@@ -394,11 +394,11 @@ fn list_params(q: &HashMap<String, String>) -> ApiResult<ListParams> {
 fn render_one(res: &Resource, obj: Value, out: Output, q: &HashMap<String, String>) -> ApiResult<Response> {
     let body = match out {
         Output::Json => obj,
-        Output::Metadata(mv) => partial_metadata(&obj, mv),
+        Output::Metadata(mv) => partial_metadata(obj, mv),
         Output::Table(mv) => {
             let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
             let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            table(res.strategy.as_ref(), &[obj], include, mv, json!({"resourceVersion": rv}), true)
+            table(res.strategy.as_ref(), vec![obj], include, mv, object([("resourceVersion", rv)]), true)
         }
     };
     Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
@@ -412,24 +412,31 @@ fn render_list(
     q: &HashMap<String, String>,
 ) -> ApiResult<Response> {
     let info = res.strategy.info();
-    let mut meta = json!({"resourceVersion": list.revision.to_string()});
-    if let Some(c) = &list.continue_token {
-        meta["continue"] = json!(c);
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), Value::String(list.revision.to_string()));
+    if let Some(c) = list.continue_token {
+        meta.insert("continue".into(), Value::String(c));
     }
     if let Some(r) = list.remaining {
-        meta["remainingItemCount"] = json!(r);
+        meta.insert("remainingItemCount".into(), Value::from(r));
     }
+    let meta = Value::Object(meta);
     let body = match out {
-        Output::Json => {
-            json!({"apiVersion": info.api_version(version), "kind": info.list_kind, "metadata": meta, "items": list.items})
-        }
-        Output::Metadata(mv) => json!({
-            "apiVersion": format!("meta.k8s.io/{mv}"), "kind": "PartialObjectMetadataList", "metadata": meta,
-            "items": list.items.iter().map(|o| partial_metadata(o, mv)).collect::<Vec<_>>(),
-        }),
+        Output::Json => object([
+            ("apiVersion", Value::String(info.api_version(version))),
+            ("kind", Value::String(info.list_kind.into())),
+            ("metadata", meta),
+            ("items", Value::Array(list.items)),
+        ]),
+        Output::Metadata(mv) => object([
+            ("apiVersion", Value::String(format!("meta.k8s.io/{mv}"))),
+            ("kind", Value::String("PartialObjectMetadataList".into())),
+            ("metadata", meta),
+            ("items", list.items.into_iter().map(|o| partial_metadata(o, mv)).collect()),
+        ]),
         Output::Table(mv) => {
             let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
-            table(res.strategy.as_ref(), &list.items, include, mv, meta, true)
+            table(res.strategy.as_ref(), list.items, include, mv, meta, true)
         }
     };
     Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
@@ -486,22 +493,22 @@ async fn watch(
                 WatchOut::Event { kind, object } => {
                     let object = match out {
                         Output::Json => object,
-                        Output::Metadata(mv) => partial_metadata(&object, mv),
+                        Output::Metadata(mv) => partial_metadata(object, mv),
                         Output::Table(mv) => {
                             let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
                             let t = table(
                                 res.strategy.as_ref(),
-                                &[object],
+                                vec![object],
                                 include,
                                 mv,
-                                json!({"resourceVersion": rv}),
+                                table::object([("resourceVersion", rv)]),
                                 s.first,
                             );
                             s.first = false;
                             t
                         }
                     };
-                    json!({"type": kind, "object": object})
+                    table::object([("type", Value::String(kind.into())), ("object", object)])
                 }
                 WatchOut::Bookmark { revision, initial_events_end } => {
                     let mut meta = json!({"resourceVersion": revision.to_string()});

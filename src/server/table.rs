@@ -38,13 +38,19 @@ pub fn column_definitions(strategy: &dyn Strategy) -> Vec<Value> {
     cols
 }
 
+/// A JSON object of `fields`, moved in (`json!` would deep-copy every interpolated value).
+pub fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
 /// An object reduced to its metadata.
-pub fn partial_metadata(obj: &Value, meta_version: &str) -> Value {
-    json!({
-        "kind": "PartialObjectMetadata",
-        "apiVersion": format!("meta.k8s.io/{meta_version}"),
-        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-    })
+pub fn partial_metadata(mut obj: Value, meta_version: &str) -> Value {
+    let metadata = obj.get_mut("metadata").map(Value::take).unwrap_or_else(|| json!({}));
+    object([
+        ("kind", Value::String("PartialObjectMetadata".into())),
+        ("apiVersion", Value::String(format!("meta.k8s.io/{meta_version}"))),
+        ("metadata", metadata),
+    ])
 }
 
 fn age(obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Value {
@@ -55,36 +61,41 @@ fn age(obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Value {
         .unwrap_or_else(|| Value::String("<unknown>".into()))
 }
 
-pub fn row(strategy: &dyn Strategy, obj: &Value, include: IncludeObject, meta_version: &str) -> Value {
-    let now = chrono::Utc::now();
+pub fn row(
+    strategy: &dyn Strategy,
+    obj: Value,
+    include: IncludeObject,
+    meta_version: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Value {
     let mut cells = vec![obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
-    cells.extend(strategy.cells(obj, now));
-    cells.push(age(obj, now));
-    let mut r = json!({ "cells": cells });
+    cells.extend(strategy.cells(&obj, now));
+    cells.push(age(&obj, now));
+    let cells = Value::Array(cells);
     match include {
-        IncludeObject::None => {}
-        IncludeObject::Metadata => r["object"] = partial_metadata(obj, meta_version),
-        IncludeObject::Object => r["object"] = obj.clone(),
+        IncludeObject::None => object([("cells", cells)]),
+        IncludeObject::Metadata => object([("cells", cells), ("object", partial_metadata(obj, meta_version))]),
+        IncludeObject::Object => object([("cells", cells), ("object", obj)]),
     }
-    r
 }
 
 /// A Table of `objects`; `columns` false leaves out columnDefinitions (watch events after the first).
 pub fn table(
     strategy: &dyn Strategy,
-    objects: &[Value],
+    objects: Vec<Value>,
     include: IncludeObject,
     meta_version: &str,
     list_meta: Value,
     columns: bool,
 ) -> Value {
-    let rows: Vec<Value> = objects.iter().map(|o| row(strategy, o, include, meta_version)).collect();
+    let now = chrono::Utc::now();
+    let rows: Vec<Value> = objects.into_iter().map(|o| row(strategy, o, include, meta_version, now)).collect();
     let defs = if columns { Value::Array(column_definitions(strategy)) } else { Value::Array(vec![]) };
-    json!({
-        "kind": "Table",
-        "apiVersion": format!("meta.k8s.io/{meta_version}"),
-        "metadata": list_meta,
-        "columnDefinitions": defs,
-        "rows": rows,
-    })
+    object([
+        ("kind", Value::String("Table".into())),
+        ("apiVersion", Value::String(format!("meta.k8s.io/{meta_version}"))),
+        ("metadata", list_meta),
+        ("columnDefinitions", defs),
+        ("rows", Value::Array(rows)),
+    ])
 }
