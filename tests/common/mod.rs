@@ -2,6 +2,7 @@
 //! and certificate directories, and talks to it with the `kube` crate or real kubectl.
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};
