@@ -242,11 +242,8 @@ async fn seed_002_case_walkthrough() {
     let store = Arc::new(Memory::default());
     let served = Served::default();
     served.write().expect("served").insert(NAME.to_string(), gvr());
-    let config = SchedulerConfig {
-        discovery_interval: INTERVAL,
-        replicas: Replicas::Several,
-        ..SchedulerConfig::default()
-    };
+    let config =
+        SchedulerConfig { discovery_interval: INTERVAL, replicas: Replicas::Several, ..SchedulerConfig::default() };
     let leader = Decider::new(store.clone(), &config, served);
     let mut c = Cluster { store: store.clone(), leader, sv: ["v1"; 3] };
 
