@@ -513,9 +513,19 @@ async fn start_scheduler(
     let withdraw =
         (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));
     let econfig = args.election_config(&identity);
+    let leases = match &cluster {
+        Some(client) if args.leader_elect => {
+            let served = election::lease::served(client).await;
+            if !served {
+                tracing::warn!("leader election: the target cluster serves no coordination.k8s.io/v1 Leases; electing over etcd when --etcd-servers is set, else not at all");
+            }
+            served
+        }
+        _ => false,
+    };
     let lock: Option<Box<dyn LeaderLock>> = match (&cluster, args.leader_elect) {
         (_, false) => None,
-        (Some(client), true) => {
+        (Some(client), true) if leases => {
             let ns = args.leader_elect_resource_namespace.clone().unwrap_or_else(|| args.service_namespace.clone());
             Some(Box::new(election::lease::LeaseLock::new(
                 client.clone(),
@@ -525,14 +535,14 @@ async fn start_scheduler(
                 args.leader_elect_lease_duration,
             )))
         }
-        (None, true) if args.etcd.enabled() => Some(Box::new(election::etcd::EtcdLock::new(
+        (_, true) if args.etcd.enabled() => Some(Box::new(election::etcd::EtcdLock::new(
             args.etcd.connect().await?,
             &args.etcd.prefix,
             &args.leader_elect_resource_name,
             &identity,
             args.leader_elect_lease_duration,
         ))),
-        (None, true) => None,
+        (_, true) => None,
     };
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
     let start = move || {

@@ -93,6 +93,19 @@ pub fn released(cur: &LeaseSpec, wall: Timestamp) -> LeaseSpec {
     }
 }
 
+/// Whether the cluster serves coordination.k8s.io/v1 Leases (every kube-apiserver since 1.14 does; a target that is
+/// another API server, such as a migration-apiserver, may not). Unknown (unreachable) counts as served: the election
+/// then retries until it is reachable.
+pub async fn served(client: &kube::Client) -> bool {
+    let req = axum::http::Request::builder()
+        .uri("/apis/coordination.k8s.io/v1")
+        .header(axum::http::header::ACCEPT, "application/json")
+        .body(Vec::new());
+    let Ok(req) = req else { return true };
+    let probe = tokio::time::timeout(Duration::from_secs(10), client.request_text(req)).await;
+    !matches!(probe, Ok(Err(kube::Error::Api(s))) if s.code == 404)
+}
+
 pub struct LeaseLock {
     api: kube::Api<Lease>,
     namespace: String,
