@@ -39,14 +39,8 @@ fn leading(s: &Server) -> Option<bool> {
     Some(line.split_whitespace().last()? == "1")
 }
 
-fn count(s: &Server, resource: &str) -> usize {
-    let out = s.kubectl_ok(&["get", resource, "-o", "json"]);
-    let v: Value = serde_json::from_str(&out).expect("JSON");
-    v["items"].as_array().map(Vec::len).unwrap_or(0)
-}
-
-/// Every StorageState of `s` carries a report of its own reporter (the replica's identity).
-fn reports(s: &Server) -> Vec<String> {
+/// The reporterIDs in the StorageStates `s` serves.
+fn reporters(s: &Server) -> Vec<String> {
     let out = s.kubectl_ok(&["get", "storagestates", "-o", "json"]);
     let v: Value = serde_json::from_str(&out).expect("JSON");
     v["items"]
@@ -57,6 +51,38 @@ fn reports(s: &Server) -> Vec<String> {
         .filter_map(|r| r["reporterID"].as_str().map(str::to_string))
         .collect()
 }
+
+/// The server's log without terminal colours (tracing colours field names).
+fn plain_log(s: &Server) -> String {
+    let mut out = String::new();
+    let log = s.log();
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters final-byte
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The election identity a server logged at start (`identity=<hostname>_<random>`), which is also its reporterID.
+fn identity(s: &Server) -> String {
+    eventually("the identity in the log", Duration::from_secs(20), || {
+        let log = plain_log(s);
+        let line = log.lines().find(|l| l.contains("leader election: started"))?.to_string();
+        let id = line.split("identity=").nth(1)?.split_whitespace().next()?.trim_matches('"').to_string();
+        Some(id)
+    })
+}
+
+const REQUESTED: &str = "trigger: storage version migration requested";
 
 /// Waits until exactly one of `a`, `b` leads; returns its index.
 fn one_leader(servers: [&Server; 2], within: Duration) -> usize {
@@ -78,15 +104,21 @@ fn one_leader_runs_the_scheduler_and_kill_9_hands_over_within_the_lease_duration
     assert_eq!(one_leader([&servers[0], &servers[1]], Duration::from_secs(20)), 0);
     assert!(servers[1].log().contains("leader election: started"), "{}", servers[1].log());
 
-    // Both replicas report (each into its own embedded store here); only the leader requests migrations.
+    // Both replicas report; only the leader decides and migrates.
+    let (a_id, b_id) = (identity(&servers[0]), identity(&servers[1]));
+    assert_ne!(a_id, b_id);
     eventually("the leader's migrations", Duration::from_secs(30), || {
-        (count(&servers[0], "storageversionmigrations") >= 3).then_some(())
+        servers[0].log().contains(REQUESTED).then_some(())
     });
-    eventually("b reports", Duration::from_secs(20), || (!reports(&servers[1]).is_empty()).then_some(()));
-    assert_eq!(count(&servers[1], "storageversionmigrations"), 0, "a follower never starts a migration");
-    // The same identity is the election's and the reporter's: it names the leader in the follower's log.
-    let a_id = reports(&servers[0]).first().cloned().expect("a's reporterID");
-    eventually("b saw a lead", Duration::from_secs(10), || servers[1].log().contains(&a_id).then_some(()));
+    eventually("b reports", Duration::from_secs(20), || reporters(&servers[1]).contains(&b_id).then_some(()));
+    eventually("b saw a lead", Duration::from_secs(10), || {
+        let log = plain_log(&servers[1]);
+        log.lines().any(|l| l.contains("new leader observed") && l.contains(&format!("leader={a_id}"))).then_some(())
+    });
+    let follower = servers[1].log();
+    for leader_only in [REQUESTED, "migration started", "scheduler: leading"] {
+        assert!(!follower.contains(leader_only), "a follower logged {leader_only:?}:\n{follower}");
+    }
 
     // kill -9 of the leader: b takes over once the etcd lease expires.
     let killed = Instant::now();
@@ -98,9 +130,9 @@ fn one_leader_runs_the_scheduler_and_kill_9_hands_over_within_the_lease_duration
     assert!(handover >= LEASE - RETRY - Duration::from_millis(300), "{handover:?}");
     // ... and within the lease duration plus one retry period (and the time a scrape takes).
     assert!(handover <= LEASE + RETRY + Duration::from_secs(2), "{handover:?}");
-    // The new leader's scheduler runs: it requests migrations in its own store.
-    eventually("b's migrations", Duration::from_secs(30), || {
-        (count(&servers[1], "storageversionmigrations") >= 3).then_some(())
+    // The new leader's scheduler runs.
+    eventually("b's scheduler", Duration::from_secs(10), || {
+        servers[1].log().contains("scheduler: leading, starting").then_some(())
     });
     assert!(servers[1].log().contains("leader election: acquired the lock, leading"));
 }
