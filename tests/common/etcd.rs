@@ -1,5 +1,5 @@
-//! A real etcd for tests: `/usr/bin/etcd` (or `$ETCD_BIN`) on free loopback ports with a temporary data directory,
-//! healthy before `start` returns, killed on drop.
+//! A real etcd (Debian's etcd-server, `/usr/bin/etcd`) for tests: a fresh data directory, free loopback ports,
+//! polled for health with a deadline, killed on drop.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -7,78 +7,119 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct Etcd {
-    /// Client URL, e.g. `http://127.0.0.1:23790`.
+    /// The client URL, e.g. `http://127.0.0.1:40123`.
     pub endpoint: String,
+    pub client_port: u16,
+    peer_port: u16,
     pub dir: PathBuf,
-    client_port: u16,
+    extra: Vec<String>,
     child: Option<Child>,
     _tmp: tempfile::TempDir,
 }
 
-fn binary() -> PathBuf {
-    if let Some(b) = std::env::var_os("ETCD_BIN") {
-        return PathBuf::from(b);
-    }
-    for c in ["/usr/bin/etcd", "/usr/local/bin/etcd"] {
-        if std::path::Path::new(c).exists() {
-            return PathBuf::from(c);
-        }
-    }
-    panic!("etcd not found: install etcd-server (Debian) or set ETCD_BIN");
+/// The etcd binary: `$ETCD_BIN`, else `etcd` on the PATH (Debian installs it as /usr/bin/etcd).
+pub fn etcd_bin() -> String {
+    std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into())
 }
 
 impl Etcd {
-    /// Starts a one-member cluster and waits (deadline 30 s) until `/health` says so.
     pub fn start() -> Etcd {
+        Etcd::start_with(&[])
+    }
+
+    /// With extra etcd flags (e.g. `--max-request-bytes`).
+    pub fn start_with(extra: &[&str]) -> Etcd {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_path_buf();
-        let (client_port, peer_port) = (super::free_port(), super::free_port());
-        let client = format!("http://127.0.0.1:{client_port}");
-        let peer = format!("http://127.0.0.1:{peer_port}");
-        let log = std::fs::File::create(dir.join("etcd.log")).expect("log");
-        let child = Command::new(binary())
-            .args(["--name", "test", "--data-dir"])
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("test={peer}"), "--initial-cluster-state", "new"])
+        let client_port = super::free_port();
+        let mut peer_port = super::free_port();
+        while peer_port == client_port {
+            peer_port = super::free_port();
+        }
+        let mut e = Etcd {
+            endpoint: format!("http://127.0.0.1:{client_port}"),
+            client_port,
+            peer_port,
+            dir: tmp.path().to_path_buf(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            _tmp: tmp,
+        };
+        e.spawn();
+        e
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("etcd.log")).expect("log");
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(etcd_bin())
+            .arg("--name")
+            .arg("test")
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .arg("--listen-client-urls")
+            .arg(&self.endpoint)
+            .arg("--advertise-client-urls")
+            .arg(&self.endpoint)
+            .arg("--listen-peer-urls")
+            .arg(&peer)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer)
+            .arg("--initial-cluster")
+            .arg(format!("test={peer}"))
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("spawn etcd");
-        let mut e = Etcd { endpoint: client, dir, client_port, child: Some(child), _tmp: tmp };
-        e.wait_healthy(Duration::from_secs(30));
-        e
+            .unwrap_or_else(|e| panic!("starting {} (install Debian's etcd-server): {e}", etcd_bin()));
+        self.child = Some(child);
+        self.wait_healthy();
+    }
+
+    /// Polls `/health` until etcd reports healthy (deadline 30 s).
+    pub fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("etcd exited early with {status}: {}", self.log());
+            }
+            if self.healthy() {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("etcd not healthy in 30s: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn healthy(&self) -> bool {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.client_port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let req = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        if s.write_all(req.as_bytes()).is_err() {
+            return false;
+        }
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body.contains("\"health\":\"true\"")
     }
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
     }
 
-    fn healthy(&self) -> bool {
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.client_port)) else { return false };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let req = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{}\r\n\r\n", self.client_port);
-        if s.write_all(req.as_bytes()).is_err() {
-            return false;
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.contains("\"health\":\"true\"")
     }
 
-    /// Polls `/health` until etcd answers healthy.
-    pub fn wait_healthy(&mut self, within: Duration) {
-        let deadline = Instant::now() + within;
-        while !self.healthy() {
-            if let Some(c) = self.child.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    panic!("etcd exited with {status}: {}", self.log());
-                }
-            }
-            assert!(Instant::now() < deadline, "etcd not healthy in {within:?}: {}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    /// Starts etcd again on the same data directory and ports.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
     }
 
     fn signal(&self, sig: &str) {
@@ -88,7 +129,7 @@ impl Etcd {
         }
     }
 
-    /// Freezes etcd (SIGSTOP): connections stay open, nothing is answered.
+    /// Freezes etcd (SIGSTOP): connections stay open and nothing is answered, as with a partitioned member.
     pub fn pause(&self) {
         self.signal("-STOP");
     }
@@ -96,16 +137,16 @@ impl Etcd {
     /// Resumes a paused etcd (SIGCONT) and waits until it is healthy again.
     pub fn resume(&mut self) {
         self.signal("-CONT");
-        self.wait_healthy(Duration::from_secs(30));
+        self.wait_healthy();
+    }
+
+    pub async fn client(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([self.endpoint.as_str()], None).await.expect("etcd client")
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg("-CONT").arg(c.id().to_string()).status();
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill9();
     }
 }
