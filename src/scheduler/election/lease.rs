@@ -196,8 +196,15 @@ impl LeaderLock for LeaseLock {
             return Ok(());
         };
         lease.spec = Some(released(spec, Timestamp::now()));
-        self.api.replace(&self.name, &PostParams::default(), &lease).await.map_err(err)?;
-        Ok(())
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(written) => {
+                self.last = Some(written);
+                Ok(())
+            }
+            // Written by another since our last write: it is no longer ours to release.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(err(e)),
+        }
     }
 
     fn holder(&self) -> Option<String> {
@@ -299,5 +306,114 @@ mod tests {
             decide(Some(&renewed), changed.at, "a", D, t0 + Duration::from_secs(25), wall(25)),
             LeaseAction::Update(_)
         ));
+    }
+
+    /// A stand-in for kube-apiserver's Lease endpoints (no kube-apiserver runs here): GET, POST and PUT of one
+    /// Lease with resourceVersion compare-and-swap, and the group's discovery document.
+    #[derive(Default)]
+    struct StandIn {
+        lease: Option<serde_json::Value>,
+        rv: u64,
+        conflict_next_put: bool,
+    }
+
+    fn status(code: u16, reason: &str) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                                      "reason": reason, "message": reason});
+        (axum::http::StatusCode::from_u16(code).expect("code"), axum::Json(body)).into_response()
+    }
+
+    fn stand_in(serve_group: bool) -> (axum::Router, std::sync::Arc<std::sync::Mutex<StandIn>>) {
+        use axum::extract::State;
+        use axum::response::IntoResponse;
+        use axum::routing::get;
+        type S = State<std::sync::Arc<std::sync::Mutex<StandIn>>>;
+        let state = std::sync::Arc::new(std::sync::Mutex::new(StandIn::default()));
+        let store = |st: &mut StandIn, mut v: serde_json::Value| {
+            st.rv += 1;
+            v["metadata"]["resourceVersion"] = serde_json::json!(st.rv.to_string());
+            v["apiVersion"] = serde_json::json!("coordination.k8s.io/v1");
+            v["kind"] = serde_json::json!("Lease");
+            st.lease = Some(v.clone());
+            v
+        };
+        let one = get(|State(s): S| async move {
+            match s.lock().expect("lock").lease.clone() {
+                Some(l) => axum::Json(l).into_response(),
+                None => status(404, "NotFound"),
+            }
+        })
+        .put(move |State(s): S, axum::Json(v): axum::Json<serde_json::Value>| async move {
+            let mut st = s.lock().expect("lock");
+            let current = st.lease.as_ref().map(|l| l["metadata"]["resourceVersion"].clone());
+            if std::mem::take(&mut st.conflict_next_put) || current != Some(v["metadata"]["resourceVersion"].clone()) {
+                return status(409, "Conflict");
+            }
+            axum::Json(store(&mut st, v)).into_response()
+        });
+        let all = axum::routing::post(move |State(s): S, axum::Json(v): axum::Json<serde_json::Value>| async move {
+            let mut st = s.lock().expect("lock");
+            if st.lease.is_some() {
+                return status(409, "AlreadyExists");
+            }
+            (axum::http::StatusCode::CREATED, axum::Json(store(&mut st, v))).into_response()
+        });
+        let mut router = axum::Router::new()
+            .route("/apis/coordination.k8s.io/v1/namespaces/ns/leases/lock", one)
+            .route("/apis/coordination.k8s.io/v1/namespaces/ns/leases", all);
+        if serve_group {
+            router = router.route(
+                "/apis/coordination.k8s.io/v1",
+                get(|| async {
+                    axum::Json(serde_json::json!({"kind": "APIResourceList", "apiVersion": "v1",
+                        "groupVersion": "coordination.k8s.io/v1", "resources": []}))
+                }),
+            );
+        }
+        (router.with_state(state.clone()), state)
+    }
+
+    #[tokio::test]
+    async fn lease_lock_reads_creates_renews_and_releases_with_compare_and_swap() {
+        let (router, state) = stand_in(true);
+        let client = crate::scheduler::in_process_client(router);
+        assert!(served(&client).await);
+        let (un, _) = stand_in(false);
+        assert!(!served(&crate::scheduler::in_process_client(un)).await);
+
+        let mut a = LeaseLock::new(client.clone(), "ns", "lock", "a", D);
+        let mut b = LeaseLock::new(client.clone(), "ns", "lock", "b", D);
+        assert_eq!(a.describe(), "lease ns/lock");
+        // a creates the Lease holding it; b finds it valid.
+        assert!(a.try_acquire_or_renew().await.expect("create"));
+        assert!(!b.try_acquire_or_renew().await.expect("read"));
+        assert_eq!(b.holder().as_deref(), Some("a"));
+        let spec = |st: &std::sync::Arc<std::sync::Mutex<StandIn>>| {
+            let l = st.lock().expect("lock").lease.clone().expect("lease");
+            serde_json::from_value::<Lease>(l).expect("Lease").spec.expect("spec")
+        };
+        let created = spec(&state);
+        assert_eq!(
+            (created.holder_identity.as_deref(), created.lease_duration_seconds, created.lease_transitions),
+            (Some("a"), Some(15), Some(0))
+        );
+        // a renews with a compare-and-swap on resourceVersion: acquireTime stays.
+        assert!(a.try_acquire_or_renew().await.expect("renew"));
+        assert_eq!(spec(&state).acquire_time, created.acquire_time);
+        assert_eq!(state.lock().expect("lock").rv, 2);
+        // Someone wrote between a's read and its write: 409, this attempt does not hold the lock.
+        state.lock().expect("lock").conflict_next_put = true;
+        assert!(!a.try_acquire_or_renew().await.expect("conflict is no error"));
+        assert!(a.try_acquire_or_renew().await.expect("renew again"));
+        // a releases: no holder, and b takes over at once with one more transition.
+        a.release().await.expect("release");
+        assert_eq!(spec(&state).holder_identity, None);
+        assert!(b.try_acquire_or_renew().await.expect("take over"));
+        let taken = spec(&state);
+        assert_eq!((taken.holder_identity.as_deref(), taken.lease_transitions), (Some("b"), Some(1)));
+        // a, no longer the holder (its copy is stale: the write is a 409), releases nothing.
+        a.release().await.expect("no-op");
+        assert_eq!(spec(&state).holder_identity.as_deref(), Some("b"));
     }
 }
