@@ -524,10 +524,6 @@ async fn start_scheduler(
         ),
         Err(_) => anyhow::bail!("metrics registry poisoned"),
     };
-    let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
-    let (_reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
-    let withdraw =
-        (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));
     let econfig = args.election_config(&identity);
     let leases = match &cluster {
         Some(client) if args.leader_elect => {
@@ -560,18 +556,25 @@ async fn start_scheduler(
         ))),
         (_, true) => None,
     };
+    if lock.is_some() {
+        // Before anything starts: invalid timing fails the start.
+        econfig.validate().map_err(anyhow::Error::msg)?;
+    }
+    let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
+    let (_reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
+    let withdraw =
+        (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
     let start = move || {
         crate::scheduler::start(config.clone(), target.clone(), own.clone(), scheduler_metrics.clone(), local.clone())
     };
     let Some(lock) = lock else {
         tracing::info!(identity = %identity, leader_elect = args.leader_elect,
-            "leader election: none (one process on the embedded store, or --leader-elect=false); this process runs the scheduler");
+            "leader election: none (no cluster Lease and no etcd to elect with, or --leader-elect=false); this process runs the scheduler");
         election_metrics.set(&econfig.name, true);
         let _tasks = start();
         return Ok(RunningScheduler { stop_election, election: None, withdraw });
     };
-    econfig.validate().map_err(anyhow::Error::msg)?;
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(election::supervise(leading_rx, start));
     let election = tokio::spawn(election::run(lock, econfig, leading_tx, election_metrics, stop_rx));

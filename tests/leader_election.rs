@@ -351,3 +351,30 @@ async fn kill_9_of_the_leader_mid_migration_the_other_replica_finishes_it() {
         assert_eq!(v["apiVersion"], "core.gardener.cloud/v1beta1", "{}", String::from_utf8_lossy(kv.key()));
     }
 }
+
+/// Timing that could let two leaders overlap fails the start, with client-go's rule in the message.
+#[test]
+fn invalid_election_timing_fails_the_start() {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--secure-port", &free_port().to_string(), "--etcd-servers", &etcd.endpoint])
+        .arg("--cert-dir")
+        .arg(dir.path().join("certs"))
+        .args([
+            "--discovery-interval",
+            "1s",
+            "--leader-elect-lease-duration",
+            "5s",
+            "--leader-elect-renew-deadline",
+            "10s",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline"),
+        "{stderr}"
+    );
+}
