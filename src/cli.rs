@@ -296,6 +296,26 @@ pub struct ServeArgs {
     /// Attempts of one request on retryable errors before a migration fails.
     #[arg(long, default_value_t = 8)]
     pub migration_max_attempts: u32,
+    /// Elect a leader among the replicas before running the scheduler: a coordination.k8s.io Lease on the target
+    /// cluster (with --kubeconfig or in a pod), else an etcd lease (with --etcd-servers). Without either, or with
+    /// --leader-elect=false, this process runs the scheduler unconditionally.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// How long a leader's lease is valid without renewal: candidates wait this long before taking over.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// A leader that has not renewed within this time stops the scheduler (shorter than the lease duration).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often candidates try to acquire the lease and the leader renews it.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Name of the Lease (cluster mode) or of the etcd key `<--etcd-prefix>/leader-election/<name>`.
+    #[arg(long, default_value = "migration-apiserver")]
+    pub leader_elect_resource_name: String,
+    /// Namespace of the Lease in cluster mode (default: --service-namespace, where the deploy kit grants it).
+    #[arg(long)]
+    pub leader_elect_resource_namespace: Option<String>,
     /// CSI migration feature gates, key=bool pairs: CSIMigration (default true) and per plugin CSIMigrationGCE,
     /// CSIMigrationAWS, CSIMigrationAzureDisk, CSIMigrationAzureFile, CSIMigrationOpenStack, CSIMigrationvSphere,
     /// CSIMigrationPortworx (default false). Repeatable.
@@ -314,7 +334,22 @@ impl ServeArgs {
             concurrency: self.migration_concurrency.max(1),
             max_attempts: self.migration_max_attempts.max(1),
             trigger: !self.disable_trigger,
+            replicas: if self.etcd.enabled() {
+                crate::scheduler::trigger::Replicas::Several
+            } else {
+                crate::scheduler::trigger::Replicas::One
+            },
             ..Default::default()
+        }
+    }
+
+    fn election_config(&self, identity: &str) -> crate::scheduler::election::ElectionConfig {
+        crate::scheduler::election::ElectionConfig {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+            identity: identity.to_string(),
+            name: self.leader_elect_resource_name.clone(),
         }
     }
 }
@@ -411,21 +446,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_csi_migration(csi_migration(&args).await?),
     );
     let app = router(state.clone());
-    if !args.disable_scheduler {
-        let target = match &args.kubeconfig {
-            Some(path) => crate::scheduler::target_client(Some(path)).await?,
-            None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
-                crate::scheduler::target_client(None).await?
-            }
-            None => crate::scheduler::in_process_client(app.clone()),
-        };
-        let scheduler_metrics = match state.metrics.registry.lock() {
-            Ok(mut reg) => crate::scheduler::metrics::SchedulerMetrics::register(&mut reg),
-            Err(_) => anyhow::bail!("metrics registry poisoned"),
-        };
-        let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
-        crate::scheduler::start(args.scheduler_config(), target, own, scheduler_metrics);
-    }
+    let scheduler = if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app).await?) };
     match args.etcd.enabled() {
         true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
         false => tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving"),
@@ -438,10 +459,126 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         shutdown_state.ready.store(false, std::sync::atomic::Ordering::Relaxed);
         tracing::info!("shutting down");
+        if let Some(s) = scheduler {
+            s.stop().await;
+        }
     };
     crate::server::serve::serve(listener, auth.tls.clone(), app, shutdown).await;
     drop(auth);
     Ok(())
+}
+
+/// The running scheduler: what a graceful shutdown stops.
+struct RunningScheduler {
+    /// Tells the election to stop leading and release its lock.
+    stop_election: tokio::sync::watch::Sender<bool>,
+    election: Option<tokio::task::JoinHandle<()>>,
+    /// Our reports are withdrawn on shutdown when other replicas share the StorageStates.
+    withdraw: Option<(crate::scheduler::own::OwnApi, String)>,
+}
+
+impl RunningScheduler {
+    /// Gives leadership up at once (the lock released, so another replica takes over without waiting for the
+    /// lease to expire) and withdraws our reports. Bounded: shutdown never hangs on etcd or the cluster.
+    async fn stop(self) {
+        let _ = self.stop_election.send(true);
+        let steps = async {
+            if let Some(e) = self.election {
+                let _ = e.await;
+            }
+            if let Some((own, id)) = &self.withdraw {
+                match crate::scheduler::trigger::withdraw(own, id).await {
+                    Ok(n) => tracing::info!(storagestates = n, reporter = %id, "trigger: reports withdrawn"),
+                    Err(e) => tracing::warn!(error = %e, "trigger: withdrawing our reports"),
+                }
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(5), steps).await.is_err() {
+            tracing::warn!("scheduler: stopping took longer than 5s; leaving the lease to expire");
+        }
+    }
+}
+
+/// The scheduler: the reporter on every replica; the decisions and the migrator on the elected leader (or at once
+/// when there is nothing to elect among).
+async fn start_scheduler(
+    args: &ServeArgs,
+    state: &Arc<AppState>,
+    app: &axum::Router,
+) -> anyhow::Result<RunningScheduler> {
+    use crate::scheduler::election::{self, LeaderLock};
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let cluster = match &args.kubeconfig {
+        Some(path) => Some(crate::scheduler::target_client(Some(path)).await?),
+        None if in_cluster => Some(crate::scheduler::target_client(None).await?),
+        None => None,
+    };
+    let target = cluster.clone().unwrap_or_else(|| crate::scheduler::in_process_client(app.clone()));
+    let identity = election::identity();
+    let mut config = args.scheduler_config();
+    config.identity = identity.clone();
+    let (scheduler_metrics, election_metrics) = match state.metrics.registry.lock() {
+        Ok(mut reg) => (
+            crate::scheduler::metrics::SchedulerMetrics::register(&mut reg),
+            election::ElectionMetrics::register(&mut reg),
+        ),
+        Err(_) => anyhow::bail!("metrics registry poisoned"),
+    };
+    let econfig = args.election_config(&identity);
+    let leases = match &cluster {
+        Some(client) if args.leader_elect => {
+            let served = election::lease::served(client).await;
+            if !served {
+                tracing::warn!("leader election: the target cluster serves no coordination.k8s.io/v1 Leases; electing over etcd when --etcd-servers is set, else not at all");
+            }
+            served
+        }
+        _ => false,
+    };
+    let lock: Option<Box<dyn LeaderLock>> = match (&cluster, args.leader_elect) {
+        (_, false) => None,
+        (Some(client), true) if leases => {
+            let ns = args.leader_elect_resource_namespace.clone().unwrap_or_else(|| args.service_namespace.clone());
+            Some(Box::new(election::lease::LeaseLock::new(
+                client.clone(),
+                &ns,
+                &args.leader_elect_resource_name,
+                &identity,
+                args.leader_elect_lease_duration,
+            )))
+        }
+        (_, true) if args.etcd.enabled() => Some(Box::new(election::etcd::EtcdLock::new(
+            args.etcd.connect().await?,
+            &args.etcd.prefix,
+            &args.leader_elect_resource_name,
+            &identity,
+            args.leader_elect_lease_duration,
+        ))),
+        (_, true) => None,
+    };
+    if lock.is_some() {
+        // Before anything starts: invalid timing fails the start.
+        econfig.validate().map_err(anyhow::Error::msg)?;
+    }
+    let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
+    let (_reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
+    let withdraw =
+        (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));
+    let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
+    let start = move || {
+        crate::scheduler::start(config.clone(), target.clone(), own.clone(), scheduler_metrics.clone(), local.clone())
+    };
+    let Some(lock) = lock else {
+        tracing::info!(identity = %identity, leader_elect = args.leader_elect,
+            "leader election: none (no cluster Lease and no etcd to elect with, or --leader-elect=false); this process runs the scheduler");
+        election_metrics.set(&econfig.name, true);
+        let _tasks = start();
+        return Ok(RunningScheduler { stop_election, election: None, withdraw });
+    };
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(election::supervise(leading_rx, start));
+    let election = tokio::spawn(election::run(lock, econfig, leading_tx, election_metrics, stop_rx));
+    Ok(RunningScheduler { stop_election, election: Some(election), withdraw })
 }
 
 /// The CSI migration webhooks' gates and, with a cluster (--kubeconfig or in a pod), its CSIDrivers.

@@ -877,10 +877,11 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
         "src/scheduler/migrator.rs",
         "Method::PATCH",
     ),
-    // Leader election among replicas (issue 6): one Lease in our namespace, read, created once, renewed.
-    ("coordination.k8s.io", "leases", "get", "", "leader election (issue 6)"),
-    ("coordination.k8s.io", "leases", "create", "", "leader election (issue 6)"),
-    ("coordination.k8s.io", "leases", "update", "", "leader election (issue 6)"),
+    // Leader election among replicas (src/scheduler/election/lease.rs): one Lease in our namespace, read before
+    // every write, created once, renewed with a compare-and-swap update.
+    ("coordination.k8s.io", "leases", "get", "src/scheduler/election/lease.rs", "self.api.get_opt("),
+    ("coordination.k8s.io", "leases", "create", "src/scheduler/election/lease.rs", "self.api.create("),
+    ("coordination.k8s.io", "leases", "update", "src/scheduler/election/lease.rs", "self.api.replace("),
 ];
 
 /// The merge patch the migrator sends (the patch verb, not update).
@@ -941,6 +942,15 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
     assert!(migrator.contains(MIGRATOR_PATCH_TYPE), "the migrator's no-op write is a merge patch: verb patch");
     let leases = find(&docs, "Role", "migration-apiserver-leader-election");
     assert_eq!(leases["metadata"]["namespace"], "migration-apiserver", "a Role in our namespace, not a ClusterRole");
+    // get and update only for the Lease the server uses by default (--leader-elect-resource-name).
+    let help = std::process::Command::new(BIN).args(["serve", "--help"]).output().expect("help");
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    for rule in leases["rules"].as_array().expect("rules") {
+        if strings(&rule["verbs"]).iter().any(|v| v == "get" || v == "update") {
+            assert_eq!(strings(&rule["resourceNames"]), ["migration-apiserver"], "{rule}");
+        }
+    }
+    assert!(help.contains("--leader-elect-resource-name") && help.contains("[default: migration-apiserver]"), "{help}");
 
     // Bindings: our roles, system:auth-delegator (TokenReview, SubjectAccessReview) and the ConfigMap reader in
     // kube-system; the delegated requests they cover are checked against the server in

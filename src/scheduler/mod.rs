@@ -4,10 +4,12 @@
 //! own state (StorageState, StorageVersionMigration) through the registry, never storage: validation,
 //! resourceVersions and watch events apply to its own writes too.
 
+pub mod election;
 pub mod metrics;
 pub mod migrator;
 pub mod own;
 pub mod ratelimit;
+pub mod report;
 pub mod trigger;
 
 use crate::auth::authn::UserInfo;
@@ -52,6 +54,10 @@ pub struct SchedulerConfig {
     pub request_timeout: Duration,
     /// Run the trigger (`--disable-trigger` turns it off: only migrations requested by hand run).
     pub trigger: bool,
+    /// This process' reporterID in StorageStates (the leader election identity).
+    pub identity: String,
+    /// Whether other replicas report into the same StorageStates (etcd) or this process is alone.
+    pub replicas: trigger::Replicas,
 }
 
 impl Default for SchedulerConfig {
@@ -68,6 +74,8 @@ impl Default for SchedulerConfig {
             retry_max: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
             trigger: true,
+            identity: "migration-apiserver".into(),
+            replicas: trigger::Replicas::One,
         }
     }
 }
@@ -100,17 +108,32 @@ pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Resu
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Starts the trigger and the migrator; they run until the process ends (or the returned tasks are aborted, as a
-/// replica that loses leadership will).
+/// Starts the part of the scheduler every replica runs: the trigger's reporter (none with `--disable-trigger`).
+/// Returns its task and the versions it discovers, for [`start`].
+pub fn start_reporter(
+    config: &SchedulerConfig,
+    target: kube::Client,
+    own: own::OwnApi,
+) -> (Option<tokio::task::JoinHandle<()>>, trigger::Local) {
+    if !config.trigger {
+        return (None, trigger::Local::default());
+    }
+    let (task, local) = trigger::spawn_reporter(config.clone(), target, own);
+    (Some(task), local)
+}
+
+/// Starts the leader's part: the trigger's decisions and the migrator; they run until the process ends or the
+/// returned tasks are aborted, as a replica that loses leadership does at once.
 pub fn start(
     config: SchedulerConfig,
     target: kube::Client,
     own: own::OwnApi,
     metrics: std::sync::Arc<metrics::SchedulerMetrics>,
+    local: trigger::Local,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     if config.trigger {
-        tasks.push(trigger::spawn(config.clone(), target.clone(), own.clone()));
+        tasks.push(trigger::spawn(config.clone(), own.clone(), local));
     }
     tasks.push(migrator::spawn(config, target, own, metrics));
     tasks

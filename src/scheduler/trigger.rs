@@ -1,25 +1,30 @@
-//! The trigger (seed 002): reads the target's legacy discovery every `--discovery-interval`, keeps one StorageState
-//! per resource that publishes a storageVersionHash, and requests a StorageVersionMigration whenever the objects of
-//! a resource may be stored in a version other than the current one. It never migrates anything itself: the
-//! migrator runs the StorageVersionMigrations it creates.
+//! The trigger (seed 002): keeps one StorageState per resource of the target that publishes a storageVersionHash,
+//! and requests a StorageVersionMigration whenever the objects of a resource may be stored in a version other than
+//! the current one. It never migrates anything itself: the migrator runs the StorageVersionMigrations it creates.
 //!
-//! Life-cycle of a StorageState (KEP, with the changes of issue 4):
-//! - new resource: persisted ["Unknown"], current = hash, heartbeat; start a migration;
-//! - hash changed: append the hash to persisted, set current, heartbeat; start a migration;
-//! - hash unchanged: heartbeat only;
-//! - at start-up, a heartbeat older than two intervals resets persisted to ["Unknown"] (changes may have been
-//!   missed) and a migration is started;
-//! - the latest migration of the resource Succeeded for the current hash: persisted = [current].
+//! It has two halves, as seed 002's HA extension describes:
+//! - the reporter (every replica): every `--discovery-interval` it reads its own target's legacy discovery and
+//!   reports each hash into `status.currentStorageVersionHashes` under its reporterID ([`report`], the rules are in
+//!   [`super::report`]): new StorageStates start with persisted ["Unknown"], a new hash is appended to persisted;
+//! - the decider (the leader only, [`Decider`]): decides from the reports ([`decide`]) when a periodic round comes,
+//!   a StorageState changes or a migration finishes: it starts a migration when the stored objects may be in
+//!   another version and the reports agree, cancels unfinished ones when they diverge, sets persisted = [current]
+//!   once the latest migration of the current hash Succeeded, and at start-up resets StorageStates whose heartbeat
+//!   is older than two intervals to persisted ["Unknown"] (changes may have been missed).
+//!
+//! With one replica (the embedded store) this is the KEP's original trigger: the change is acted on at the poll
+//! that sees it.
 //!
 //! Starting a migration supersedes any unfinished one of the same resource (Failed, reason `Superseded`) instead of
 //! deleting it; finished migrations beyond `--migration-history` per resource are deleted, oldest first.
 //!
-//! The decisions are pure functions ([`plan`], [`success_update`], [`to_supersede`], [`to_prune`],
-//! [`migratable_resources`]); the rest is I/O. Requests to the target go through a Kubernetes client (a cluster, or
-//! this server in-process); our own objects go through [`MigrationStore`]: the registry inside the server, a remote
-//! client in the `migrate` command.
+//! The decisions are pure functions ([`decide`], [`to_supersede`], [`to_prune`], [`migratable_resources`]); the rest
+//! is I/O. Requests to the target go through a Kubernetes client (a cluster, or this server in-process); our own
+//! objects go through [`MigrationStore`] and [`StateStore`]: the registry inside the server, a remote client in the
+//! `migrate` command, memory in the HA walkthrough test.
 
 use super::own::OwnApi;
+use super::report::{reported_status, reports, withdrawn_status, Reports};
 use super::SchedulerConfig;
 use crate::api::storage_state::{GroupResource, StorageState, StorageStateStatus, UNKNOWN_HASH};
 use crate::api::storage_version_migration::{
@@ -384,11 +389,27 @@ pub fn to_prune(migrations: &[StorageVersionMigration], keep: usize) -> Vec<Stri
     finished[..excess].iter().map(|m| name_of(m).to_string()).collect()
 }
 
-/// The status of `m` once superseded by `by`: Failed=True (reason Superseded), Running=False. None when `m` is
-/// already finished (a terminal condition is never reverted).
+/// Why a migration was superseded: a newer one of the same resource replaced it.
+pub fn superseded_by(by: &str) -> String {
+    format!("superseded by storageversionmigration {by}: a newer migration of this resource was requested")
+}
+
+/// Why a migration was superseded: the replicas' API servers report different storage versions (seed 002's HA
+/// extension: the leader cancels a migration once the reports stop being identical).
+pub fn superseded_by_divergence(hashes: &BTreeSet<String>) -> String {
+    let list: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    format!(
+        "cancelled: the API server replicas report different storage versions ({}); a migration is requested again once they agree",
+        list.join(", ")
+    )
+}
+
+/// The status of `m` once superseded (`message`: [`superseded_by`] or [`superseded_by_divergence`]):
+/// Failed=True (reason Superseded), Running=False. None when `m` is already finished (a terminal condition is never
+/// reverted).
 pub fn superseded_status(
     m: &StorageVersionMigration,
-    by: &str,
+    message: &str,
     now: Timestamp,
 ) -> Option<crate::api::storage_version_migration::StorageVersionMigrationStatus> {
     if is_finished(m) {
@@ -413,15 +434,9 @@ pub fn superseded_status(
         }
     };
     if m.is_true(CONDITION_RUNNING) {
-        set(&mut status, CONDITION_RUNNING, "False", REASON_SUPERSEDED, format!("superseded by {by}"));
+        set(&mut status, CONDITION_RUNNING, "False", REASON_SUPERSEDED, message.to_string());
     }
-    set(
-        &mut status,
-        CONDITION_FAILED,
-        "True",
-        REASON_SUPERSEDED,
-        format!("superseded by storageversionmigration {by}: a newer migration of this resource was requested"),
-    );
+    set(&mut status, CONDITION_FAILED, "True", REASON_SUPERSEDED, message.to_string());
     Some(status)
 }
 
@@ -570,16 +585,17 @@ impl MigrationStore for RemoteMigrations {
     }
 }
 
-/// Marks `m` Failed/Superseded by `by` through `/status`, re-reading on conflicts (the migrator writes progress
-/// meanwhile). Returns the written migration, or None when it was finished or deleted meanwhile.
+/// Marks `m` Failed/Superseded (with `message`) through `/status`, re-reading on conflicts (the migrator writes
+/// progress meanwhile). Returns the written migration, or None when it was finished or deleted meanwhile.
 pub async fn supersede<S: MigrationStore + ?Sized>(
     store: &S,
     m: &StorageVersionMigration,
-    by: &str,
+    message: &str,
+    now: Timestamp,
 ) -> Result<Option<StorageVersionMigration>, StoreError> {
     let mut cur = m.clone();
     for attempt in 0.. {
-        let Some(status) = superseded_status(&cur, by, Timestamp::now()) else { return Ok(None) };
+        let Some(status) = superseded_status(&cur, message, now) else { return Ok(None) };
         let mut next = cur.clone();
         next.status = Some(status);
         match store.update_migration_status(&next).await {
@@ -602,12 +618,14 @@ pub async fn start_migration<S: MigrationStore + ?Sized>(
     gvr: &GroupVersionResource,
     hash: Option<&str>,
     existing: &[StorageVersionMigration],
+    now: Timestamp,
 ) -> Result<(StorageVersionMigration, Vec<String>), StoreError> {
-    let created = store.create_migration(&desired_migration(gvr, hash, Timestamp::now())).await?;
+    let created = store.create_migration(&desired_migration(gvr, hash, now)).await?;
     let same = of_resource(existing, &gvr.group, &gvr.resource);
     let mut superseded = Vec::new();
+    let message = superseded_by(name_of(&created));
     for old in to_supersede(&same, name_of(&created)) {
-        if supersede(store, old, name_of(&created)).await?.is_some() {
+        if supersede(store, old, &message, now).await?.is_some() {
             superseded.push(name_of(old).to_string());
         }
     }
@@ -628,87 +646,314 @@ pub async fn prune_history<S: MigrationStore + ?Sized>(
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Decisions about one StorageState.
+// Where StorageStates are written: the registry (in the server), or memory (the HA walkthrough test).
 
-/// What the trigger concluded about a resource from one observation of its hash.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Observation {
-    /// No StorageState (or one that never recorded a hash).
-    New,
-    /// The StorageState was reset at start-up (its heartbeat was stale).
-    Reset,
-    /// The hash differs from the recorded current hash.
-    Changed {
-        from: String,
-    },
-    Unchanged,
+/// StorageState reads and writes, wherever they live.
+#[async_trait::async_trait]
+pub trait StateStore: Send + Sync {
+    async fn list_states(&self) -> Result<Vec<StorageState>, StoreError>;
+    async fn get_state(&self, name: &str) -> Result<Option<StorageState>, StoreError>;
+    /// Creates the object (its status is then written with [`StateStore::update_state_status`]).
+    async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError>;
+    /// PUT of `/status`, conditional on `metadata.resourceVersion`.
+    async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError>;
+    /// A missing StorageState is not an error.
+    async fn delete_state(&self, name: &str) -> Result<(), StoreError>;
 }
 
-/// What to do for one resource after one observation of its hash.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    pub observation: Observation,
-    /// The StorageState does not exist: create it (then write `status` through /status).
-    pub create_state: bool,
-    /// The StorageState status to write (always: at least the heartbeat).
-    pub status: StorageStateStatus,
-    /// Request a new migration (which supersedes any unfinished one).
-    pub start_migration: bool,
+#[async_trait::async_trait]
+impl StateStore for OwnApi {
+    async fn list_states(&self) -> Result<Vec<StorageState>, StoreError> {
+        Ok(self.list(None, "").await?)
+    }
+    async fn get_state(&self, name: &str) -> Result<Option<StorageState>, StoreError> {
+        Ok(self.get(None, name).await?)
+    }
+    async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError> {
+        Ok(self.create(s).await?)
+    }
+    async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError> {
+        Ok(self.update_status(s).await?)
+    }
+    async fn delete_state(&self, name: &str) -> Result<(), StoreError> {
+        Ok(self.delete::<StorageState>(None, name).await?)
+    }
+}
+
+/// Conflicting writes of one StorageState (several replicas report into it) are retried this often from a fresh
+/// read.
+const STATE_WRITE_ATTEMPTS: usize = 10;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reporting (every replica).
+
+/// The group-version-resource a migration of each resource uses on this replica's target (`<resource>.<group>` ->
+/// GVR at the preferred version), from the reporter's latest discovery; the leader's decisions take the version of
+/// a new migration from it.
+pub type Served = std::sync::Arc<std::sync::RwLock<HashMap<String, GroupVersionResource>>>;
+
+/// What the reporter and the decider of one process share.
+#[derive(Clone, Default)]
+pub struct Local {
+    pub served: Served,
+    /// Opened once the start-up staleness check is done: the reporter's first heartbeat must not hide a stale
+    /// StorageState from it.
+    pub startup_checked: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+/// With several replicas, the start-up check is every reporter's, before its first report: a StorageState whose
+/// heartbeat is older than two intervals (no replica reported meanwhile, changes may have been missed) is
+/// recreated, as the KEP says: deleted here, created again with persisted ["Unknown"] by the report that follows;
+/// migrations requested before it was created do not count for it (see [`decide`]). Returns the names deleted.
+pub async fn recreate_stale<S: StateStore + ?Sized>(
+    store: &S,
+    now: Timestamp,
+    interval: Duration,
+) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    for s in store.list_states().await? {
+        if is_stale(&s, now, interval) {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            store.delete_state(&name).await?;
+            tracing::info!(storagestate = %name, "trigger: heartbeat older than two discovery intervals, storagestate recreated with persisted storage versions Unknown");
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `reporter`'s observation of every resource of `discovery` that publishes a storageVersionHash into its
+/// StorageState ([`reported_status`]), creating StorageStates for new resources. Returns the names written; a
+/// resource whose write failed is logged and retried at the next poll.
+pub async fn report<S: StateStore + ?Sized>(
+    store: &S,
+    reporter: &str,
+    discovery: &Discovery,
+    now: Timestamp,
+    interval: Duration,
+    replicas: Replicas,
+) -> Vec<String> {
+    let mut written = Vec::new();
+    for r in &discovery.resources {
+        let Some(hash) = r.hash.as_deref() else { continue };
+        let name = r.qualified();
+        match report_one(store, reporter, r, hash, now, interval, replicas).await {
+            Ok(()) => written.push(name),
+            Err(e) => {
+                tracing::warn!(storagestate = %name, error = %e, "trigger: reporting the storage version hash failed; retrying next period")
+            }
+        }
+    }
+    written
+}
+
+async fn report_one<S: StateStore + ?Sized>(
+    store: &S,
+    reporter: &str,
+    r: &DiscoveredResource,
+    hash: &str,
+    now: Timestamp,
+    interval: Duration,
+    replicas: Replicas,
+) -> Result<(), StoreError> {
+    let name = r.qualified();
+    let mut state = store.get_state(&name).await?;
+    for attempt in 0..STATE_WRITE_ATTEMPTS {
+        let status = reported_status(
+            state.as_ref().and_then(|s| s.status.as_ref()),
+            reporter,
+            hash,
+            now,
+            interval,
+            replicas == Replicas::Several,
+        );
+        let mut target = match state.take() {
+            Some(s) => s,
+            None => {
+                let new = StorageState {
+                    metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
+                    spec: crate::api::storage_state::StorageStateSpec {
+                        resource: GroupResource { group: r.group.clone(), resource: r.resource.clone() },
+                    },
+                    status: None,
+                };
+                match store.create_state(&new).await {
+                    Ok(created) => {
+                        tracing::info!(storagestate = %name, current = hash, "trigger: storagestate created");
+                        created
+                    }
+                    // Another replica created it first.
+                    Err(e) if e.code == 409 && attempt + 1 < STATE_WRITE_ATTEMPTS => {
+                        state = store.get_state(&name).await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let before = target.status.clone().unwrap_or_default();
+        if before.persisted_storage_version_hashes != status.persisted_storage_version_hashes
+            && !before.persisted_storage_version_hashes.is_empty()
+        {
+            tracing::info!(storagestate = %name, reporter, current = hash, persisted = ?status.persisted_storage_version_hashes,
+                "trigger: new storage version reported, added to the persisted storage versions");
+        }
+        target.status = Some(status);
+        match store.update_state_status(&target).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_conflict() && attempt + 1 < STATE_WRITE_ATTEMPTS => {
+                state = store.get_state(&name).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError { code: 409, message: format!("storagestate {name}: too many conflicting writes") })
+}
+
+/// Removes `reporter`'s elements from every StorageState (a replica that stops gracefully, so that its silence does
+/// not hold the leader back for three intervals).
+pub async fn withdraw<S: StateStore + ?Sized>(store: &S, reporter: &str) -> Result<usize, StoreError> {
+    let mut n = 0;
+    for mut s in store.list_states().await? {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        for attempt in 0..STATE_WRITE_ATTEMPTS {
+            let Some(status) = s.status.as_ref().and_then(|st| withdrawn_status(st, reporter)) else { break };
+            s.status = Some(status);
+            match store.update_state_status(&s).await {
+                Ok(_) => {
+                    n += 1;
+                    break;
+                }
+                Err(e) if e.is_conflict() && attempt + 1 < STATE_WRITE_ATTEMPTS => {
+                    match store.get_state(&name).await? {
+                        Some(fresh) => s = fresh,
+                        None => break,
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(n)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Decisions about one StorageState (the leader).
+
+/// Who reports into the StorageStates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replicas {
+    /// This process alone (the embedded store): the KEP's non-HA trigger. A storage version change is acted on at
+    /// the poll that sees it.
+    One,
+    /// Several replicas share the StorageStates (etcd): seed 002's HA extension.
+    Several,
+}
+
+/// What the leader does about one resource.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    /// The StorageState status to write (persisted refined after a success), when it changes.
+    pub status: Option<StorageStateStatus>,
+    /// Request a migration to this hash (it supersedes unfinished migrations of the resource).
+    pub start: Option<String>,
+    /// Cancel every unfinished migration of the resource (Failed, reason Superseded) with this message: the
+    /// replicas disagree.
+    pub cancel: Option<String>,
+    /// Why nothing was started although the objects may be stored in another version (for logs and tests).
+    pub waiting: Option<&'static str>,
 }
 
 fn latest_for_hash<'a>(migrations: &'a [StorageVersionMigration], hash: &str) -> Option<&'a StorageVersionMigration> {
     latest(migrations).filter(|m| migration_hash(m) == Some(hash))
 }
 
-/// The trigger's decision for one resource whose discovery shows `hash`, given its StorageState, its migrations and
-/// whether the start-up check reset it. Migrations of the current hash that are unfinished are kept (never
-/// restarted: a restart of the server resumes them); a Succeeded one counts as done except after a reset; a Failed
-/// one (not superseded) is not relaunched automatically (upstream relaunched failed migrations every period) but
-/// waits for `migrate` by hand.
-pub fn plan(
-    hash: &str,
-    state: Option<&StorageState>,
+/// The leader's decision for one resource, from its StorageState (the replicas' reports), its migrations (of this
+/// resource), whether the start-up check reset it, and — with several replicas — who reported at the leader's
+/// previous periodic round.
+///
+/// Seed 002 (HA): a migration starts only when persisted has "Unknown" or more than one hash, all reports are
+/// fresh (no older than one interval) and agree; unfinished migrations are cancelled once the reports diverge; when
+/// the latest migration of the agreed hash Succeeded, persisted = [that hash].
+///
+/// The KEP asks in addition that the hashes "have been identical in the past two polls", yet its own walkthrough
+/// starts the migration in the poll in which agreement first appears (minutes 20 and 40). We follow the
+/// walkthrough and keep that rule's stated purpose — "to give newly deployed triggering controllers a chance to
+/// report" — as: the set of reporters must be the one the leader saw at its previous periodic round. A new replica
+/// (or a new leader, or a new resource) therefore delays the start by one poll; a reporter that merely changes its
+/// hash does not. With one replica that set is trivially stable, and the KEP's non-HA rule applies: the change is
+/// acted on at once.
+///
+/// Unchanged from the single-replica trigger: an unfinished migration of the agreed hash is kept (never restarted:
+/// a restart resumes it), a Failed one (not superseded) is not relaunched automatically (it waits for `migrate` by
+/// hand), and only migrations requested since the StorageState was created count (deleting a StorageState resets
+/// it, as the KEP says).
+pub fn decide(
+    state: &StorageState,
     migrations: &[StorageVersionMigration],
     now: Timestamp,
+    interval: Duration,
     reset: bool,
-) -> Plan {
-    let current = latest_for_hash(migrations, hash);
+    replicas: Replicas,
+    previous_round: Option<&BTreeSet<String>>,
+) -> Decision {
+    let status = state.status.clone().unwrap_or_default();
+    let (hash, fresh, reporters) = match reports(&status, now, interval) {
+        Reports::None => return Decision { waiting: Some("no reports"), ..Default::default() },
+        Reports::Diverge { hashes } => {
+            let cancel = migrations.iter().any(|m| !is_finished(m)).then(|| superseded_by_divergence(&hashes));
+            return Decision {
+                cancel,
+                waiting: Some("the replicas report different storage versions"),
+                ..Default::default()
+            };
+        }
+        Reports::Agree { hash, fresh, reporters } => (hash, fresh, reporters),
+    };
+    // Only migrations requested since the StorageState was created (creationTimestamp has whole seconds).
+    let created = state.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second());
+    let counted: Vec<StorageVersionMigration> = migrations
+        .iter()
+        .filter(|m| !is_finished(m) || created.is_none_or(|c| requested_at(m).is_none_or(|r| r.as_second() >= c)))
+        .cloned()
+        .collect();
+    let current = latest_for_hash(&counted, &hash);
     let unfinished = current.is_some_and(|m| !is_finished(m));
     let succeeded = current.is_some_and(|m| m.is_true(CONDITION_SUCCEEDED));
     let failed = current.is_some_and(|m| m.is_true(CONDITION_FAILED) && !is_superseded(m));
-    let mut status = state.and_then(|s| s.status.clone()).unwrap_or_default();
-    let recorded = status.current_storage_version_hash.clone().filter(|h| !h.is_empty());
-    let (observation, start) = match (state, recorded) {
-        (None, _) | (Some(_), None) => {
-            status.persisted_storage_version_hashes = vec![UNKNOWN_HASH.to_string()];
-            (Observation::New, !unfinished)
+    let migrated = status.persisted_storage_version_hashes == [hash.as_str()];
+    let mut d = Decision::default();
+    if succeeded && !reset {
+        if !migrated {
+            let mut next = status.clone();
+            next.persisted_storage_version_hashes = vec![hash.clone()];
+            d.status = Some(next);
         }
-        (Some(_), Some(_)) if reset => {
-            status.persisted_storage_version_hashes = vec![UNKNOWN_HASH.to_string()];
-            (Observation::Reset, !unfinished)
-        }
-        (Some(_), Some(from)) if from != hash => {
-            if !status.persisted_storage_version_hashes.iter().any(|h| h == hash) {
-                status.persisted_storage_version_hashes.push(hash.to_string());
-            }
-            if succeeded {
-                // A migration to this hash already completed (requested by hand, or before a crash).
-                status.persisted_storage_version_hashes = vec![hash.to_string()];
-            }
-            (Observation::Changed { from }, !unfinished && !succeeded)
-        }
-        (Some(_), Some(_)) => {
-            let migrated = status.persisted_storage_version_hashes == [hash];
-            if !migrated && succeeded {
-                // The success was not seen yet (it happened while the trigger was down, or just now).
-                status.persisted_storage_version_hashes = vec![hash.to_string()];
-            }
-            (Observation::Unchanged, !migrated && !succeeded && !unfinished && !failed)
-        }
+        return d;
+    }
+    if migrated && !reset {
+        return d;
+    }
+    if unfinished {
+        d.waiting = Some("its migration is under way");
+        return d;
+    }
+    if failed && !reset {
+        d.waiting = Some("its migration failed; request a new one with `migrate`");
+        return d;
+    }
+    let stable = match replicas {
+        Replicas::One => true,
+        Replicas::Several => previous_round == Some(&reporters),
     };
-    status.current_storage_version_hash = Some(hash.to_string());
-    status.last_heartbeat_time = Some(Time(now));
-    Plan { observation, create_state: state.is_none(), status, start_migration: start }
+    if !fresh {
+        d.waiting = Some("a report is older than one discovery interval");
+    } else if !stable {
+        d.waiting = Some("the set of reporters changed since the previous poll");
+    } else {
+        d.start = Some(hash);
+    }
+    d
 }
 
 /// Whether a StorageState's heartbeat is older than two discovery intervals (or missing): the trigger may have
@@ -719,94 +964,50 @@ pub fn is_stale(state: &StorageState, now: Timestamp, interval: Duration) -> boo
     age_ms > 2 * i64::try_from(interval.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-/// The StorageState status after the latest migration of its resource Succeeded for the current hash: persisted =
-/// [current]. None when there is nothing to change.
-pub fn success_update(state: &StorageState, migrations: &[StorageVersionMigration]) -> Option<StorageStateStatus> {
-    let status = state.status.as_ref()?;
-    let current = status.current_storage_version_hash.as_deref().filter(|h| !h.is_empty())?;
-    if status.persisted_storage_version_hashes == [current] {
-        return None;
-    }
-    let m = latest_for_hash(migrations, current)?;
-    if !m.is_true(CONDITION_SUCCEEDED) {
-        return None;
-    }
-    let mut next = status.clone();
-    next.persisted_storage_version_hashes = vec![current.to_string()];
-    Some(next)
+/// What the leader did about one resource.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// The migration requested, if any.
+    pub started: Option<String>,
+    /// Migrations superseded (by the new one, or cancelled because the reports diverged).
+    pub superseded: Vec<String>,
+    /// persisted as written, when the leader wrote it.
+    pub persisted: Option<Vec<String>>,
+    pub waiting: Option<&'static str>,
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// The controller.
-
-pub fn spawn(config: SchedulerConfig, target: kube::Client, own: OwnApi) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move { Trigger::new(config, target, own).run().await })
-}
-
-struct Trigger {
-    config: SchedulerConfig,
-    target: kube::Client,
-    own: OwnApi,
+/// The leader's side of the trigger: applies [`decide`] to StorageStates, through any store (the registry in the
+/// server; memory in the walkthrough test), at the times it is given.
+pub struct Decider<S: ?Sized> {
+    store: std::sync::Arc<S>,
+    interval: Duration,
+    history: usize,
+    replicas: Replicas,
+    served: Served,
     /// StorageStates reset at start-up that still need their migration.
     reset_pending: HashSet<String>,
+    /// Who reported, per StorageState, at the previous periodic round.
+    previous_round: HashMap<String, BTreeSet<String>>,
 }
 
-type Finished = BTreeSet<(String, String)>;
-
-impl Trigger {
-    fn new(config: SchedulerConfig, target: kube::Client, own: OwnApi) -> Self {
-        Trigger { config, target, own, reset_pending: HashSet::new() }
-    }
-
-    async fn run(mut self) {
-        self.reset_stale().await;
-        let mut watch = self.watch_migrations().await;
-        let mut next_poll = tokio::time::Instant::now();
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(next_poll) => {
-                    let complete = self.poll().await;
-                    let interval = self.config.discovery_interval;
-                    // A target that cannot be read at all is retried sooner than a full interval.
-                    let wait = if complete { interval } else { interval.min(Duration::from_secs(30)) };
-                    next_poll = tokio::time::Instant::now() + wait;
-                }
-                ev = recv(&mut watch) => {
-                    let mut finished = Finished::new();
-                    let mut lost = false;
-                    match ev {
-                        Some(ev) => collect_finished(ev, &mut finished, &mut lost),
-                        None => lost = true,
-                    }
-                    if let Some(rx) = watch.as_mut() {
-                        while let Ok(ev) = rx.try_recv() {
-                            collect_finished(ev, &mut finished, &mut lost);
-                        }
-                    }
-                    if lost {
-                        // Events may have been missed: look at every resource, then watch again.
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        watch = self.watch_migrations().await;
-                        finished = self.all_migrated_resources().await;
-                    }
-                    self.on_finished(finished).await;
-                }
-            }
+impl<S: MigrationStore + StateStore + ?Sized> Decider<S> {
+    pub fn new(store: std::sync::Arc<S>, config: &SchedulerConfig, served: Served) -> Self {
+        Decider {
+            store,
+            interval: config.discovery_interval,
+            history: config.migration_history.max(1),
+            replicas: config.replicas,
+            served,
+            reset_pending: HashSet::new(),
+            previous_round: HashMap::new(),
         }
     }
 
-    /// Start-up: StorageStates whose heartbeat is older than two intervals get persisted = ["Unknown"].
-    async fn reset_stale(&mut self) {
-        let states = match self.own.list::<StorageState>(None, "").await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e.message, "trigger: listing storagestates for the start-up check");
-                return;
-            }
-        };
-        for mut s in states {
-            let now = Timestamp::now();
-            if !is_stale(&s, now, self.config.discovery_interval) {
+    /// Start-up of a leader: StorageStates whose heartbeat is older than two intervals get persisted = ["Unknown"].
+    pub async fn reset_stale(&mut self, now: Timestamp) -> Result<Vec<String>, StoreError> {
+        let mut reset = Vec::new();
+        for mut s in self.store.list_states().await? {
+            if !is_stale(&s, now, self.interval) {
                 continue;
             }
             let name = s.metadata.name.clone().unwrap_or_default();
@@ -815,214 +1016,263 @@ impl Trigger {
                 status.persisted_storage_version_hashes = vec![UNKNOWN_HASH.to_string()];
                 let mut next = s.clone();
                 next.status = Some(status);
-                match self.own.update_status(&next).await {
+                match self.store.update_state_status(&next).await {
                     Ok(_) => {
                         tracing::info!(storagestate = %name, heartbeat = ?s.status.as_ref().and_then(|st| st.last_heartbeat_time.as_ref()).map(|t| t.0.to_string()),
                             "trigger: heartbeat older than two discovery intervals, persisted storage versions reset to Unknown");
                         self.reset_pending.insert(name.clone());
+                        reset.push(name);
                         break;
                     }
-                    Err(e) if e.code == 409 && attempt < 4 => match self.own.get::<StorageState>(None, &name).await {
-                        Ok(Some(fresh)) => s = fresh,
-                        _ => break,
+                    Err(e) if e.is_conflict() && attempt < 4 => match self.store.get_state(&name).await? {
+                        Some(fresh) => s = fresh,
+                        None => break,
                     },
                     Err(e) => {
-                        tracing::warn!(storagestate = %name, error = %e.message, "trigger: resetting a stale storagestate");
+                        tracing::warn!(storagestate = %name, error = %e, "trigger: resetting a stale storagestate");
                         break;
                     }
                 }
             }
         }
+        Ok(reset)
     }
 
-    async fn watch_migrations(&self) -> Option<mpsc::Receiver<WatchOut>> {
-        let info = StorageVersionMigration::info();
-        let resource = self.own.registry().resource(info.group, info.versions[0], info.plural)?;
-        let params = WatchParams { send_initial_events: Some(false), ..Default::default() };
-        match resource.watch(None, info.versions[0], params).await {
-            Ok(rx) => Some(rx),
-            Err(e) => {
-                tracing::warn!(error = %e.message, "trigger: watching storageversionmigrations");
-                None
+    /// A periodic round (every discovery interval): every StorageState is decided, then who reported is
+    /// remembered for the next round. Returns the outcome per StorageState.
+    pub async fn round(&mut self, now: Timestamp) -> Result<BTreeMap<String, Outcome>, StoreError> {
+        let states = self.store.list_states().await?;
+        let all = self.store.list_migrations().await?;
+        let mut out = BTreeMap::new();
+        for s in states {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let reporters: BTreeSet<String> = s
+                .status
+                .iter()
+                .flat_map(|st| st.current_storage_version_hashes.iter().map(|r| r.reporter_id.clone()))
+                .collect();
+            let r = &s.spec.resource;
+            let mine = of_resource(&all, &r.group, &r.resource);
+            match self.apply(s, mine, now).await {
+                Ok(o) => drop(out.insert(name.clone(), o)),
+                Err(e) => {
+                    tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying")
+                }
             }
+            self.previous_round.insert(name, reporters);
         }
+        Ok(out)
     }
 
-    /// One discovery read and the StorageStates and migrations it implies. Returns false when discovery could not
-    /// be read at all.
-    async fn poll(&mut self) -> bool {
-        let discovery = match discover(&self.target, self.config.request_timeout).await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(error = %e, "trigger: discovery failed; nothing changed, retrying");
-                return false;
-            }
-        };
-        for (group, error) in &discovery.failed {
-            tracing::warn!(group = %group, error = %error, "trigger: discovery of a group failed; its storagestates are left as they are");
-        }
-        let (states, migrations) = match self.read_own().await {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "trigger: reading storagestates and storageversionmigrations");
-                return true;
-            }
-        };
-        let states: HashMap<String, StorageState> =
-            states.into_iter().map(|s| (s.metadata.name.clone().unwrap_or_default(), s)).collect();
-        for r in &discovery.resources {
-            let Some(hash) = r.hash.as_deref() else { continue };
-            let name = r.qualified();
-            let mine = of_resource(&migrations, &r.group, &r.resource);
-            if let Err(e) = self.reconcile(r, hash, states.get(&name).cloned(), mine).await {
-                tracing::warn!(storagestate = %name, error = %e, "trigger: reconciling a resource failed; retrying next period");
-            }
-        }
-        true
+    /// A decision about one StorageState outside the periodic rounds (it changed, or a migration finished).
+    pub async fn resource(&mut self, name: &str, now: Timestamp) -> Result<Outcome, StoreError> {
+        let Some(s) = self.store.get_state(name).await? else { return Ok(Outcome::default()) };
+        let r = s.spec.resource.clone();
+        let mine = of_resource(&self.store.list_migrations().await?, &r.group, &r.resource);
+        self.apply(s, mine, now).await
     }
 
-    async fn read_own(&self) -> Result<(Vec<StorageState>, Vec<StorageVersionMigration>), StoreError> {
-        Ok((self.own.list(None, "").await?, self.own.list_migrations().await?))
-    }
-
-    /// Applies [`plan`] to one resource: the migration first (so that a heartbeat always means its migration was
-    /// requested), then the StorageState; on a write conflict, again from fresh reads.
-    async fn reconcile(
+    async fn apply(
         &mut self,
-        r: &DiscoveredResource,
-        hash: &str,
-        mut state: Option<StorageState>,
+        mut state: StorageState,
         mut migrations: Vec<StorageVersionMigration>,
-    ) -> Result<(), StoreError> {
-        let name = r.qualified();
-        for attempt in 0..4 {
+        now: Timestamp,
+    ) -> Result<Outcome, StoreError> {
+        let name = state.metadata.name.clone().unwrap_or_default();
+        let gr = state.spec.resource.clone();
+        let mut out = Outcome::default();
+        for attempt in 0..STATE_WRITE_ATTEMPTS {
             let reset = self.reset_pending.contains(&name);
-            let plan = plan(hash, state.as_ref(), &migrations, Timestamp::now(), reset);
-            if plan.start_migration {
-                let (created, superseded) = start_migration(&self.own, &r.gvr(), Some(hash), &migrations).await?;
-                tracing::info!(resource = %name, hash, observation = ?plan.observation, migration = %name_of(&created),
-                    superseded = ?superseded, "trigger: storage version migration requested");
-                migrations = of_resource(&self.own.list_migrations().await?, &r.group, &r.resource);
-            } else if let Some(keep) = latest(&migrations).map(|m| name_of(m).to_string()) {
-                let stray: Vec<StorageVersionMigration> =
-                    to_supersede(&migrations, &keep).into_iter().cloned().collect();
-                for m in &stray {
-                    supersede(&self.own, m, &keep).await?;
-                }
-                if !stray.is_empty() {
-                    migrations = of_resource(&self.own.list_migrations().await?, &r.group, &r.resource);
-                }
-            }
-            self.prune(&name, &migrations).await?;
-            if plan.observation != Observation::Unchanged {
-                tracing::info!(storagestate = %name, observation = ?plan.observation, current = hash,
-                    persisted = ?plan.status.persisted_storage_version_hashes, "trigger: storagestate updated");
-            }
-            let written = match state.take() {
-                None => {
-                    let new = StorageState {
-                        metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
-                        spec: crate::api::storage_state::StorageStateSpec {
-                            resource: GroupResource { group: r.group.clone(), resource: r.resource.clone() },
-                        },
-                        status: None,
-                    };
-                    match self.own.create(&new).await {
-                        Ok(mut created) => {
-                            created.status = Some(plan.status.clone());
-                            self.own.update_status(&created).await
-                        }
-                        Err(e) => Err(e),
+            let d =
+                decide(&state, &migrations, now, self.interval, reset, self.replicas, self.previous_round.get(&name));
+            out.waiting = d.waiting;
+            if let Some(message) = &d.cancel {
+                for m in migrations.iter().filter(|m| !is_finished(m)) {
+                    if supersede(&*self.store, m, message, now).await?.is_some() {
+                        tracing::info!(resource = %name, migration = %name_of(m), "trigger: the replicas disagree on the storage version, migration cancelled");
+                        out.superseded.push(name_of(m).to_string());
                     }
                 }
-                Some(mut s) => {
-                    s.status = Some(plan.status.clone());
-                    self.own.update_status(&s).await
+            }
+            if let Some(hash) = &d.start {
+                let gvr = self.served.read().unwrap_or_else(|e| e.into_inner()).get(&name).cloned();
+                match gvr {
+                    Some(gvr) => {
+                        let (created, superseded) =
+                            start_migration(&*self.store, &gvr, Some(hash), &migrations, now).await?;
+                        tracing::info!(resource = %name, hash = %hash, reset, migration = %name_of(&created),
+                            superseded = ?superseded, "trigger: storage version migration requested");
+                        out.started = Some(name_of(&created).to_string());
+                        out.superseded.extend(superseded);
+                        self.reset_pending.remove(&name);
+                    }
+                    None => {
+                        out.waiting = Some("the local target does not serve the resource");
+                        tracing::warn!(resource = %name, "trigger: a migration is due but this replica's target does not serve the resource");
+                    }
+                }
+            } else if d.cancel.is_none() {
+                // At most one migration of a resource runs: the latest requested.
+                if let Some(keep) = latest(&migrations).map(|m| name_of(m).to_string()) {
+                    let message = superseded_by(&keep);
+                    for m in to_supersede(&migrations, &keep) {
+                        if supersede(&*self.store, m, &message, now).await?.is_some() {
+                            out.superseded.push(name_of(m).to_string());
+                        }
+                    }
+                }
+            }
+            if out.started.is_some() || !out.superseded.is_empty() {
+                migrations = of_resource(&self.store.list_migrations().await?, &gr.group, &gr.resource);
+            }
+            let deleted = prune_history(&*self.store, &migrations, self.history).await?;
+            if !deleted.is_empty() {
+                tracing::info!(resource = %name, deleted = ?deleted, keep = self.history,
+                    "trigger: finished migrations beyond the history limit deleted");
+            }
+            let Some(status) = d.status else { return Ok(out) };
+            let mut next = state.clone();
+            next.status = Some(status.clone());
+            match self.store.update_state_status(&next).await {
+                Ok(_) => {
+                    tracing::info!(storagestate = %name, persisted = ?status.persisted_storage_version_hashes,
+                        "trigger: migration succeeded; objects are stored in the current storage version");
+                    out.persisted = Some(status.persisted_storage_version_hashes);
+                    return Ok(out);
+                }
+                Err(e) if e.is_conflict() && attempt + 1 < STATE_WRITE_ATTEMPTS => {
+                    let Some(fresh) = self.store.get_state(&name).await? else { return Ok(out) };
+                    state = fresh;
+                    migrations = of_resource(&self.store.list_migrations().await?, &gr.group, &gr.resource);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The controllers: the reporter (every replica) and the decider (the leader).
+
+/// Starts the reporter: every `--discovery-interval` it reads the target's discovery and reports the hashes.
+/// Returns the task and the versions it found (for the decider).
+pub fn spawn_reporter(
+    config: SchedulerConfig,
+    target: kube::Client,
+    own: OwnApi,
+) -> (tokio::task::JoinHandle<()>, Local) {
+    let local = Local::default();
+    let s = local.served.clone();
+    let mut checked = local.startup_checked.subscribe();
+    let task = tokio::spawn(async move {
+        if config.replicas == Replicas::Several {
+            if let Err(e) = recreate_stale(&own, Timestamp::now(), config.discovery_interval).await {
+                tracing::warn!(error = %e, "trigger: the start-up check of storagestates failed");
+            }
+        } else {
+            // One replica: the decider's start-up check comes first.
+            let _ = checked.wait_for(|c| *c).await;
+        }
+        loop {
+            let complete = match discover(&target, config.request_timeout).await {
+                Ok(d) => {
+                    for (group, error) in &d.failed {
+                        tracing::warn!(group = %group, error = %error, "trigger: discovery of a group failed; its storagestates are left as they are");
+                    }
+                    {
+                        let mut map = s.write().unwrap_or_else(|e| e.into_inner());
+                        for r in &d.resources {
+                            map.insert(r.qualified(), r.gvr());
+                        }
+                    }
+                    report(&own, &config.identity, &d, Timestamp::now(), config.discovery_interval, config.replicas)
+                        .await;
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "trigger: discovery failed; nothing reported, retrying");
+                    false
                 }
             };
-            match written {
-                Ok(_) => {
-                    self.reset_pending.remove(&name);
-                    return Ok(());
-                }
-                Err(e) if e.code == 409 && attempt < 3 => {
-                    state = self.own.get(None, &name).await?;
-                    migrations = of_resource(&self.own.list_migrations().await?, &r.group, &r.resource);
-                }
-                Err(e) => return Err(e.into()),
-            }
+            // A target that cannot be read at all is retried sooner than a full interval.
+            let interval = config.discovery_interval;
+            tokio::time::sleep(if complete { interval } else { interval.min(Duration::from_secs(30)) }).await;
         }
-        Ok(())
-    }
+    });
+    (task, local)
+}
 
-    async fn prune(&self, name: &str, migrations: &[StorageVersionMigration]) -> Result<(), StoreError> {
-        let deleted = prune_history(&self.own, migrations, self.config.migration_history.max(1)).await?;
-        if !deleted.is_empty() {
-            tracing::info!(resource = %name, deleted = ?deleted, keep = self.config.migration_history,
-                "trigger: finished migrations beyond the history limit deleted");
-        }
-        Ok(())
-    }
+/// Starts the decider (leader only).
+pub fn spawn(config: SchedulerConfig, own: OwnApi, local: Local) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let decider = Decider::new(std::sync::Arc::new(own.clone()), &config, local.served.clone());
+        run_decider(decider, own, config.discovery_interval, local).await
+    })
+}
 
-    /// Every resource that has a finished migration (after the watch was lost).
-    async fn all_migrated_resources(&self) -> Finished {
-        match self.own.list_migrations().await {
-            Ok(all) => all
-                .iter()
-                .filter(|m| is_finished(m))
-                .map(|m| (m.spec.resource.group.clone(), m.spec.resource.resource.clone()))
-                .collect(),
-            Err(_) => Finished::new(),
+/// The decider's events: a periodic round every interval, and single decisions when a StorageState changes (a
+/// replica reported) or a migration finishes.
+async fn run_decider(mut decider: Decider<OwnApi>, own: OwnApi, interval: Duration, local: Local) {
+    // With several replicas every reporter checks at its own start ([`recreate_stale`]).
+    if decider.replicas == Replicas::One {
+        if let Err(e) = decider.reset_stale(Timestamp::now()).await {
+            tracing::warn!(error = %e, "trigger: listing storagestates for the start-up check");
         }
     }
-
-    /// Migrations finished: persisted = [current] where the latest one Succeeded for the current hash; history
-    /// pruned.
-    async fn on_finished(&mut self, finished: Finished) {
-        if finished.is_empty() {
-            return;
-        }
-        let all = match self.own.list_migrations().await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "trigger: listing storageversionmigrations");
-                return;
-            }
-        };
-        for (group, resource) in finished {
-            let name = qualified(&resource, &group);
-            let mine = of_resource(&all, &group, &resource);
-            if let Err(e) = self.prune(&name, &mine).await {
-                tracing::warn!(resource = %name, error = %e, "trigger: pruning migration history");
-            }
-            if self.reset_pending.contains(&name) {
-                continue; // its new migration is yet to be requested
-            }
-            for _ in 0..4 {
-                let state = match self.own.get::<StorageState>(None, &name).await {
-                    Ok(Some(s)) => s,
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::warn!(storagestate = %name, error = %e.message, "trigger: reading storagestate");
-                        break;
-                    }
-                };
-                let Some(status) = success_update(&state, &mine) else { break };
-                let mut next = state.clone();
-                next.status = Some(status);
-                match self.own.update_status(&next).await {
-                    Ok(_) => {
-                        tracing::info!(storagestate = %name, persisted = ?next.status.as_ref().map(|s| &s.persisted_storage_version_hashes),
-                            "trigger: migration succeeded; objects are stored in the current storage version");
-                        break;
-                    }
-                    Err(e) if e.code == 409 => continue,
-                    Err(e) => {
-                        tracing::warn!(storagestate = %name, error = %e.message, "trigger: updating storagestate after a migration");
-                        break;
-                    }
+    local.startup_checked.send_replace(true);
+    let mut states = watch_kind::<StorageState>(&own).await;
+    let mut migrations = watch_kind::<StorageVersionMigration>(&own).await;
+    let mut next_round = tokio::time::Instant::now();
+    loop {
+        let mut changed: BTreeSet<String> = BTreeSet::new();
+        let mut lost = false;
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_round) => {
+                if let Err(e) = decider.round(Timestamp::now()).await {
+                    tracing::warn!(error = %e, "trigger: reading storagestates and storageversionmigrations");
                 }
+                next_round = tokio::time::Instant::now() + interval;
+                continue;
             }
+            ev = recv(&mut states) => collect(ev, &mut changed, &mut lost, state_changed),
+            ev = recv(&mut migrations) => collect(ev, &mut changed, &mut lost, migration_finished),
+        }
+        if let Some(rx) = states.as_mut() {
+            while let Ok(ev) = rx.try_recv() {
+                collect(Some(ev), &mut changed, &mut lost, state_changed);
+            }
+        }
+        if let Some(rx) = migrations.as_mut() {
+            while let Ok(ev) = rx.try_recv() {
+                collect(Some(ev), &mut changed, &mut lost, migration_finished);
+            }
+        }
+        if lost {
+            // Events may have been missed: watch again and decide everything.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            states = watch_kind::<StorageState>(&own).await;
+            migrations = watch_kind::<StorageVersionMigration>(&own).await;
+            next_round = tokio::time::Instant::now();
+            continue;
+        }
+        for name in changed {
+            if let Err(e) = decider.resource(&name, Timestamp::now()).await {
+                tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying next period");
+            }
+        }
+    }
+}
+
+async fn watch_kind<K: Kind>(own: &OwnApi) -> Option<mpsc::Receiver<WatchOut>> {
+    let info = K::info();
+    let resource = own.registry().resource(info.group, info.versions[0], info.plural)?;
+    let params = WatchParams { send_initial_events: Some(false), ..Default::default() };
+    match resource.watch(None, info.versions[0], params).await {
+        Ok(rx) => Some(rx),
+        Err(e) => {
+            tracing::warn!(error = %e.message, resource = info.plural, "trigger: watching");
+            None
         }
     }
 }
@@ -1030,7 +1280,7 @@ impl Trigger {
 async fn recv(watch: &mut Option<mpsc::Receiver<WatchOut>>) -> Option<WatchOut> {
     match watch {
         Some(rx) => rx.recv().await,
-        // No watch (it could not be opened): fall back to a short poll of every finished migration.
+        // No watch (it could not be opened): fall back to a short wait, then a full round.
         None => {
             tokio::time::sleep(Duration::from_secs(1)).await;
             None
@@ -1038,17 +1288,29 @@ async fn recv(watch: &mut Option<mpsc::Receiver<WatchOut>>) -> Option<WatchOut> 
     }
 }
 
-fn collect_finished(ev: WatchOut, finished: &mut Finished, lost: &mut bool) {
+/// The StorageState a watch event concerns, if it calls for a decision.
+type Interest = fn(&Value) -> Option<String>;
+
+/// A StorageState changed: its name (DELETED ones need nothing).
+fn state_changed(object: &Value) -> Option<String> {
+    object["metadata"]["name"].as_str().map(str::to_string)
+}
+
+/// A migration finished: the StorageState of its resource.
+fn migration_finished(object: &Value) -> Option<String> {
+    let m = serde_json::from_value::<StorageVersionMigration>(object.clone()).ok()?;
+    is_finished(&m).then(|| qualified(&m.spec.resource.resource, &m.spec.resource.group))
+}
+
+fn collect(ev: Option<WatchOut>, changed: &mut BTreeSet<String>, lost: &mut bool, interest: Interest) {
     match ev {
-        WatchOut::Event { kind, object } if kind != "DELETED" => {
-            if let Ok(m) = serde_json::from_value::<StorageVersionMigration>(object) {
-                if is_finished(&m) {
-                    finished.insert((m.spec.resource.group.clone(), m.spec.resource.resource.clone()));
-                }
+        Some(WatchOut::Event { kind, object }) if kind != "DELETED" => {
+            if let Some(name) = interest(&object) {
+                changed.insert(name);
             }
         }
-        WatchOut::Event { .. } | WatchOut::Bookmark { .. } => {}
-        WatchOut::Error(_) => *lost = true,
+        Some(WatchOut::Event { .. }) | Some(WatchOut::Bookmark { .. }) => {}
+        Some(WatchOut::Error(_)) | None => *lost = true,
     }
 }
 
@@ -1117,7 +1379,7 @@ pub async fn request_migrations<S: MigrationStore + ?Sized>(
     let mut existing = store.list_migrations().await?;
     let mut created = Vec::new();
     for r in wanted {
-        let (m, superseded) = start_migration(store, &r.gvr(), r.hash.as_deref(), &existing).await?;
+        let (m, superseded) = start_migration(store, &r.gvr(), r.hash.as_deref(), &existing, Timestamp::now()).await?;
         for s in superseded {
             tracing::info!(migration = %s, by = %name_of(&m), "superseded");
         }
@@ -1180,148 +1442,156 @@ mod tests {
         m
     }
 
-    fn plan_of(st: Option<&StorageState>, ms: &[StorageVersionMigration], hash: &str, reset: bool) -> Plan {
-        plan(hash, st, ms, ts(100), reset)
+    const I: Duration = Duration::from_secs(600);
+
+    /// A StorageState (created at ts(0)) with one report per (reporter, hash, heartbeat).
+    fn reported(persisted: &[&str], reports: &[(&str, &str, i64)]) -> StorageState {
+        let mut s = state(reports.first().map(|r| r.1).unwrap_or(A), persisted, 100);
+        s.metadata.creation_timestamp = Some(Time(ts(0)));
+        s.status.as_mut().expect("status").current_storage_version_hashes = reports
+            .iter()
+            .map(|(id, h, hb)| crate::api::storage_state::ReportedStorageVersionHash {
+                reporter_id: id.to_string(),
+                current_storage_version_hash: h.to_string(),
+                last_heartbeat_time: Some(Time(ts(*hb))),
+            })
+            .collect();
+        s
+    }
+
+    /// The single-replica decision at ts(100) about a state whose one reporter sees `hash`.
+    fn one(persisted: &[&str], hash: &str, ms: &[StorageVersionMigration], reset: bool) -> Decision {
+        decide(&reported(persisted, &[("r", hash, 100)]), ms, ts(100), I, reset, Replicas::One, None)
     }
 
     #[test]
-    fn new_resource_gets_unknown_and_a_migration() {
-        let p = plan_of(None, &[], A, false);
-        assert_eq!(p.observation, Observation::New);
-        assert!(p.create_state && p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [UNKNOWN_HASH]);
-        assert_eq!(p.status.current_storage_version_hash.as_deref(), Some(A));
-        assert_eq!(p.status.last_heartbeat_time, Some(Time(ts(100))));
+    fn new_resource_is_migrated_at_the_first_poll() {
+        // The reporter's first report: persisted Unknown, current = hash.
+        let status = reported_status(None, "r", A, ts(100), I, false);
+        let mut st = reported(&[], &[]);
+        st.status = Some(status);
+        let d = decide(&st, &[], ts(100), I, false, Replicas::One, None);
+        assert_eq!(d.start.as_deref(), Some(A));
+        assert!(d.status.is_none() && d.cancel.is_none());
     }
 
     #[test]
-    fn new_resource_keeps_an_unfinished_migration_of_its_hash() {
-        // E.g. the migration was requested and the trigger stopped before it created the StorageState.
-        let p = plan_of(None, &[svm("m1", A, 1, Some((CONDITION_RUNNING, "Running")))], A, false);
-        assert!(!p.start_migration);
-        // ... but a succeeded one does not make a new StorageState "migrated": persisted starts Unknown, and a
-        // migration is requested (deleting a StorageState is the KEP's way to reset it).
-        let p = plan_of(None, &[svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))], A, false);
-        assert!(p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [UNKNOWN_HASH]);
+    fn an_unfinished_migration_of_the_hash_is_kept() {
+        let d = one(&[UNKNOWN_HASH], A, &[svm("m1", A, 1, Some((CONDITION_RUNNING, "Running")))], false);
+        assert_eq!(d.start, None);
+        assert_eq!(d.waiting, Some("its migration is under way"));
+        assert!(one(&[UNKNOWN_HASH], A, &[svm("m1", A, 1, None)], false).start.is_none());
     }
 
     #[test]
-    fn unchanged_hash_is_a_heartbeat_only() {
-        let st = state(A, &[A], 50);
-        let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))];
-        let p = plan_of(Some(&st), &ms, A, false);
-        assert_eq!(p.observation, Observation::Unchanged);
-        assert!(!p.start_migration && !p.create_state);
-        assert_eq!(p.status.persisted_storage_version_hashes, [A]);
-        assert_eq!(p.status.last_heartbeat_time, Some(Time(ts(100))));
-        // Migrated, and no migration at all (history pruned to nothing, or never needed): still nothing to do.
-        assert!(!plan_of(Some(&st), &[], A, false).start_migration);
+    fn successes_before_the_storagestate_was_created_do_not_count() {
+        // Deleting a StorageState resets it (the KEP's way): an old success does not make the new one migrated.
+        let mut st = reported(&[UNKNOWN_HASH], &[("r", A, 100)]);
+        st.metadata.creation_timestamp = Some(Time(ts(50)));
+        let d = decide(
+            &st,
+            &[svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))],
+            ts(100),
+            I,
+            false,
+            Replicas::One,
+            None,
+        );
+        assert_eq!(d.start.as_deref(), Some(A));
     }
 
     #[test]
-    fn unchanged_hash_while_the_migration_runs_waits() {
-        let st = state(A, &[UNKNOWN_HASH], 50);
-        let ms = [svm("m1", A, 1, None)];
-        let p = plan_of(Some(&st), &ms, A, false);
-        assert!(!p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [UNKNOWN_HASH]);
+    fn migrated_means_nothing_to_do() {
+        let done = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))];
+        assert_eq!(one(&[A], A, &done, false), Decision::default());
+        // No migration at all (history pruned to nothing, or never needed): still nothing to do.
+        assert_eq!(one(&[A], A, &[], false), Decision::default());
     }
 
     #[test]
-    fn unchanged_hash_without_a_migration_requests_one() {
+    fn without_a_migration_one_is_requested() {
         // The StorageState was written but its migration never was (a crash in between), or was deleted.
-        let p = plan_of(Some(&state(A, &[UNKNOWN_HASH], 50)), &[], A, false);
-        assert!(p.start_migration);
+        assert_eq!(one(&[UNKNOWN_HASH], A, &[], false).start.as_deref(), Some(A));
         // The latest migration is for another hash (a downgrade back to A after a migration to B).
         let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done"))), svm("m2", B, 2, None)];
-        assert!(plan_of(Some(&state(A, &[A, B], 50)), &ms, A, false).start_migration);
+        assert_eq!(one(&[A, B], A, &ms, false).start.as_deref(), Some(A));
     }
 
     #[test]
-    fn missed_success_is_applied() {
-        let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))];
-        let p = plan_of(Some(&state(A, &[UNKNOWN_HASH], 50)), &ms, A, false);
-        assert!(!p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [A]);
+    fn a_success_sets_persisted_to_the_agreed_hash_only_for_the_latest_migration() {
+        let done = [svm("m1", B, 1, Some((CONDITION_SUCCEEDED, "Done")))];
+        let d = one(&[A, B], B, &done, false);
+        assert_eq!(d.status.expect("update").persisted_storage_version_hashes, [B]);
+        assert_eq!(d.start, None);
+        // Missed while the trigger was down: applied.
+        assert_eq!(one(&[UNKNOWN_HASH], B, &done, false).status.expect("update").persisted_storage_version_hashes, [B]);
+        // A migration of an older hash succeeded (it finished before it could be superseded): migrate again.
+        let d = one(&[A, B], A, &done, false);
+        assert!(d.status.is_none());
+        assert_eq!(d.start.as_deref(), Some(A));
+        // A -> B -> A: the old success of A is not the latest migration; the one of B is unfinished.
+        let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done"))), svm("m2", B, 2, None)];
+        assert!(one(&[A, B], A, &ms, false).status.is_none());
+        // Several replicas: only when they all agree.
+        let split = reported(&[A, B], &[("r1", B, 100), ("r2", A, 100)]);
+        let d = decide(&split, &done, ts(100), I, false, Replicas::Several, None);
+        assert!(d.status.is_none() && d.start.is_none());
     }
 
     #[test]
     fn failed_migration_is_not_relaunched_but_a_superseded_one_is() {
-        let st = state(A, &[UNKNOWN_HASH], 50);
         let failed = [svm("m1", A, 1, Some((CONDITION_FAILED, "Forbidden")))];
-        assert!(!plan_of(Some(&st), &failed, A, false).start_migration);
+        let d = one(&[UNKNOWN_HASH], A, &failed, false);
+        assert_eq!(d.start, None);
+        assert!(d.waiting.expect("why").contains("failed"));
         // Superseded, and its successor is gone: it did not fail, it was replaced.
         let superseded = [svm("m1", A, 1, Some((CONDITION_FAILED, REASON_SUPERSEDED)))];
-        assert!(plan_of(Some(&st), &superseded, A, false).start_migration);
+        assert_eq!(one(&[UNKNOWN_HASH], A, &superseded, false).start.as_deref(), Some(A));
     }
 
     #[test]
-    fn changed_hash_appends_and_requests_a_migration() {
-        let st = state(A, &[A], 50);
-        let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))];
-        let p = plan_of(Some(&st), &ms, B, false);
-        assert_eq!(p.observation, Observation::Changed { from: A.into() });
-        assert!(p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [A, B]);
-        assert_eq!(p.status.current_storage_version_hash.as_deref(), Some(B));
-        // Back to A (a downgrade) while the migration to B runs, or after it succeeded: A is already listed, not
-        // appended twice, and the old success of A does not count (B's migration is the latest).
-        for b in [None, Some((CONDITION_SUCCEEDED, "Done"))] {
-            let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done"))), svm("m2", B, 2, b)];
-            let p = plan_of(Some(&state(B, &[A, B], 50)), &ms, A, false);
-            assert!(p.start_migration);
-            assert_eq!(p.status.persisted_storage_version_hashes, [A, B]);
-        }
-        // From Unknown.
-        let p = plan_of(Some(&state(A, &[UNKNOWN_HASH], 50)), &[], B, false);
-        assert_eq!(p.status.persisted_storage_version_hashes, [UNKNOWN_HASH, B]);
-    }
-
-    #[test]
-    fn changed_hash_with_its_migration_already_requested() {
+    fn changed_hash_requests_a_migration_unless_requested_already() {
+        let done_a = svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")));
+        assert_eq!(one(&[A, B], B, std::slice::from_ref(&done_a), false).start.as_deref(), Some(B));
         // `migrate` (or a previous run) requested the migration to B before the trigger saw B.
-        let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done"))), svm("m2", B, 2, None)];
-        let p = plan_of(Some(&state(A, &[A], 50)), &ms, B, false);
-        assert!(!p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [A, B]);
+        assert_eq!(one(&[A, B], B, &[done_a.clone(), svm("m2", B, 2, None)], false).start, None);
         // ... and it already succeeded.
-        let ms = [svm("m2", B, 2, Some((CONDITION_SUCCEEDED, "Done")))];
-        let p = plan_of(Some(&state(A, &[A], 50)), &ms, B, false);
-        assert!(!p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [B]);
+        let d = one(&[A, B], B, &[svm("m2", B, 2, Some((CONDITION_SUCCEEDED, "Done")))], false);
+        assert_eq!((d.start, d.status.expect("update").persisted_storage_version_hashes), (None, vec![B.to_string()]));
     }
 
     #[test]
     fn reset_requests_a_migration_even_after_a_success() {
-        let st = state(A, &[UNKNOWN_HASH], 1);
-        let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))];
-        let p = plan_of(Some(&st), &ms, A, true);
-        assert_eq!(p.observation, Observation::Reset);
-        assert!(p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [UNKNOWN_HASH]);
+        let done = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done")))];
+        let d = one(&[UNKNOWN_HASH], A, &done, true);
+        assert_eq!(d.start.as_deref(), Some(A));
+        assert!(d.status.is_none(), "persisted stays Unknown until the new migration succeeds");
         // An unfinished migration of the current hash is resumed, not restarted.
-        let ms = [svm("m1", A, 1, Some((CONDITION_RUNNING, "Running")))];
-        assert!(!plan_of(Some(&st), &ms, A, true).start_migration);
-        // A reset resource whose hash changed meanwhile: Unknown, current = new hash, migrate.
-        let p = plan_of(Some(&st), &ms, B, true);
-        assert!(p.start_migration);
-        assert_eq!(p.status.persisted_storage_version_hashes, [UNKNOWN_HASH]);
-        assert_eq!(p.status.current_storage_version_hash.as_deref(), Some(B));
+        assert!(one(&[UNKNOWN_HASH], A, &[svm("m1", A, 1, Some((CONDITION_RUNNING, "Running")))], true)
+            .start
+            .is_none());
     }
 
     #[test]
-    fn ha_reports_are_preserved() {
-        let mut st = state(A, &[A], 50);
-        let reports = vec![crate::api::storage_state::ReportedStorageVersionHash {
-            reporter_id: "replica-1".into(),
-            current_storage_version_hash: A.into(),
-            last_heartbeat_time: None,
-        }];
-        st.status.as_mut().expect("status").current_storage_version_hashes = reports.clone();
-        for h in [A, B] {
-            assert_eq!(plan_of(Some(&st), &[], h, false).status.current_storage_version_hashes, reports);
-        }
+    fn several_replicas_start_only_on_fresh_agreement_of_a_known_set_of_reporters() {
+        let st = reported(&[A, B], &[("r1", B, 100), ("r2", B, 95)]);
+        let set: BTreeSet<String> = ["r1".to_string(), "r2".to_string()].into();
+        let at =
+            |now: i64, prev: Option<&BTreeSet<String>>| decide(&st, &[], ts(now), I, false, Replicas::Several, prev);
+        assert_eq!(at(100, Some(&set)).start.as_deref(), Some(B));
+        // First round of this leader, or a new reporter: one more poll.
+        assert_eq!(at(100, None).waiting, Some("the set of reporters changed since the previous poll"));
+        let other: BTreeSet<String> = ["r1".to_string()].into();
+        assert!(at(100, Some(&other)).start.is_none());
+        // r2's report is older than one interval.
+        assert_eq!(at(95 + 601, Some(&set)).waiting, Some("a report is older than one discovery interval"));
+        // Diverging reports cancel unfinished migrations, never start one.
+        let split = reported(&[A, B], &[("r1", B, 100), ("r2", A, 100)]);
+        let running = [svm("m1", B, 1, Some((CONDITION_RUNNING, "Running")))];
+        let d = decide(&split, &running, ts(100), I, false, Replicas::Several, Some(&set));
+        assert!(d.start.is_none());
+        assert!(d.cancel.expect("cancel").contains(&format!("({A}, {B})")));
+        assert!(decide(&split, &[], ts(100), I, false, Replicas::Several, Some(&set)).cancel.is_none());
     }
 
     #[test]
@@ -1333,22 +1603,6 @@ mod tests {
         let mut never = state(A, &[A], 0);
         never.status.as_mut().expect("status").last_heartbeat_time = None;
         assert!(is_stale(&never, now, interval));
-    }
-
-    #[test]
-    fn success_sets_persisted_to_current_only_for_the_latest_migration() {
-        let done = [svm("m1", B, 1, Some((CONDITION_SUCCEEDED, "Done")))];
-        assert_eq!(success_update(&state(B, &[A, B], 0), &done).expect("update").persisted_storage_version_hashes, [B]);
-        // Already migrated: nothing to write.
-        assert!(success_update(&state(B, &[B], 0), &done).is_none());
-        // A migration of an older hash succeeded (it finished before it could be superseded): no conclusion.
-        assert!(success_update(&state(A, &[A, B], 0), &done).is_none());
-        // A -> B -> A: the old success of A is not the latest migration; the one of B is unfinished.
-        let ms = [svm("m1", A, 1, Some((CONDITION_SUCCEEDED, "Done"))), svm("m2", B, 2, None)];
-        assert!(success_update(&state(A, &[A, B], 0), &ms).is_none());
-        // Failed: nothing.
-        let failed = [svm("m1", B, 1, Some((CONDITION_FAILED, "Forbidden")))];
-        assert!(success_update(&state(B, &[A, B], 0), &failed).is_none());
     }
 
     #[test]
@@ -1382,7 +1636,7 @@ mod tests {
     #[test]
     fn superseded_status_never_reverts_a_terminal_condition() {
         let running = svm("m1", A, 1, Some((CONDITION_RUNNING, "Running")));
-        let st = superseded_status(&running, "m2", ts(5)).expect("status");
+        let st = superseded_status(&running, &superseded_by("m2"), ts(5)).expect("status");
         let by_type = |t: &str| st.conditions.iter().find(|c| c.type_ == t).cloned().expect("condition");
         assert_eq!(by_type(CONDITION_FAILED).status, "True");
         assert_eq!(by_type(CONDITION_FAILED).reason.as_deref(), Some(REASON_SUPERSEDED));

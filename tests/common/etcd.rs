@@ -122,6 +122,24 @@ impl Etcd {
         self.spawn();
     }
 
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let ok = Command::new("kill").arg(sig).arg(c.id().to_string()).status().expect("kill").success();
+            assert!(ok, "kill {sig} etcd");
+        }
+    }
+
+    /// Freezes etcd (SIGSTOP): connections stay open and nothing is answered, as with a partitioned member.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused etcd (SIGCONT) and waits until it is healthy again.
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+        self.wait_healthy();
+    }
+
     pub async fn client(&self) -> etcd_client::Client {
         etcd_client::Client::connect([self.endpoint.as_str()], None).await.expect("etcd client")
     }
