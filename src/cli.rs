@@ -473,6 +473,8 @@ struct RunningScheduler {
     /// Tells the election to stop leading and release its lock.
     stop_election: tokio::sync::watch::Sender<bool>,
     election: Option<tokio::task::JoinHandle<()>>,
+    /// Stopped before our reports are withdrawn, so that no late report puts them back.
+    reporter: Option<tokio::task::JoinHandle<()>>,
     /// Our reports are withdrawn on shutdown when other replicas share the StorageStates.
     withdraw: Option<(crate::scheduler::own::OwnApi, String)>,
 }
@@ -482,6 +484,9 @@ impl RunningScheduler {
     /// lease to expire) and withdraws our reports. Bounded: shutdown never hangs on etcd or the cluster.
     async fn stop(self) {
         let _ = self.stop_election.send(true);
+        if let Some(r) = &self.reporter {
+            r.abort();
+        }
         let steps = async {
             if let Some(e) = self.election {
                 let _ = e.await;
@@ -561,7 +566,7 @@ async fn start_scheduler(
         econfig.validate().map_err(anyhow::Error::msg)?;
     }
     let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
-    let (_reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
+    let (reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
     let withdraw =
         (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
@@ -573,12 +578,12 @@ async fn start_scheduler(
             "leader election: none (no cluster Lease and no etcd to elect with, or --leader-elect=false); this process runs the scheduler");
         election_metrics.set(&econfig.name, true);
         let _tasks = start();
-        return Ok(RunningScheduler { stop_election, election: None, withdraw });
+        return Ok(RunningScheduler { stop_election, election: None, reporter, withdraw });
     };
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(election::supervise(leading_rx, start));
     let election = tokio::spawn(election::run(lock, econfig, leading_tx, election_metrics, stop_rx));
-    Ok(RunningScheduler { stop_election, election: Some(election), withdraw })
+    Ok(RunningScheduler { stop_election, election: Some(election), reporter, withdraw })
 }
 
 /// The CSI migration webhooks' gates and, with a cluster (--kubeconfig or in a pod), its CSIDrivers.

@@ -67,12 +67,15 @@ pub struct ListParams {
 }
 
 #[derive(Debug)]
-pub struct ListOut {
-    pub items: Vec<Value>,
+pub struct ListOut<T = Value> {
+    pub items: Vec<T>,
     pub revision: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<i64>,
 }
+
+/// One object's JSON for clients, spliced from its stored bytes (see [`Resource::list_raw`]).
+pub struct RawObject(pub Vec<u8>);
 
 #[derive(Clone, Debug, Default)]
 pub struct DeleteOptions {
@@ -852,7 +855,7 @@ impl Resource {
     /// Waits (briefly) until `rv` has been reached, for reads that must be "not older than" it.
     async fn wait_for_revision(&self, rv: u64) -> ApiResult<()> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-        while self.storage.current_revision() < rv {
+        while self.storage.current_revision() < rv && self.storage.sync_revision().await < rv {
             if tokio::time::Instant::now() >= deadline {
                 let mut e = ApiError::timeout(format!(
                     "Too large resource version: {rv}, current: {}",
@@ -879,6 +882,49 @@ impl Resource {
     }
 
     pub async fn list(&self, namespace: Option<&str>, version: &str, p: &ListParams) -> ApiResult<ListOut> {
+        let (label, field) = (&p.label_selector, &p.field_selector);
+        self.list_with(namespace, p, |kv| {
+            let obj = self.decode_stored(kv, version)?;
+            Ok(self.matches(&obj, label, field).then_some(obj))
+        })
+        .await
+    }
+
+    /// A list without selectors whose items are written for the client straight from their stored bytes: the
+    /// stored JSON with apiVersion, kind and metadata.resourceVersion spliced in, without building a
+    /// `serde_json::Value` per object (the cost of a large LIST). `None` when selectors need the objects parsed.
+    pub async fn list_raw(
+        &self,
+        namespace: Option<&str>,
+        version: &str,
+        p: &ListParams,
+    ) -> ApiResult<Option<ListOut<RawObject>>> {
+        if !p.label_selector.is_empty() || !p.field_selector.is_empty() {
+            return Ok(None);
+        }
+        let info = self.info();
+        let api_version = info.api_version(version);
+        let out = self
+            .list_with(namespace, p, |kv| match splice_stored(&kv.value, kv.mod_revision, &api_version, info.kind) {
+                Some(raw) => Ok(Some(RawObject(raw))),
+                // Not in the shape this server writes: go through the parsed path, which reports it properly.
+                None => {
+                    let obj = self.decode_stored(kv, version)?;
+                    serde_json::to_vec(&obj).map(|b| Some(RawObject(b))).map_err(|e| ApiError::internal(e.to_string()))
+                }
+            })
+            .await?;
+        Ok(Some(out))
+    }
+
+    /// The list machinery (resourceVersion semantics, chunking, continue tokens) with `item` deciding what each
+    /// stored object becomes (`None`: filtered out).
+    async fn list_with<T>(
+        &self,
+        namespace: Option<&str>,
+        p: &ListParams,
+        mut item: impl FnMut(&KeyValue) -> ApiResult<Option<T>>,
+    ) -> ApiResult<ListOut<T>> {
         self.stored("list")?;
         let prefix = self.prefix(namespace);
         let rv_match = p.resource_version_match.as_deref().unwrap_or("");
@@ -950,8 +996,7 @@ impl Resource {
             let n = res.items.len();
             for (idx, kv) in res.items.iter().enumerate() {
                 last_key = Some(kv.key.clone());
-                let obj = self.decode_stored(kv, version)?;
-                if self.matches(&obj, &p.label_selector, &p.field_selector) {
+                if let Some(obj) = item(kv)? {
                     items.push(obj);
                     if p.limit > 0 && items.len() >= p.limit {
                         // Stopped inside this page: what is left of it is still to come.
@@ -1112,5 +1157,89 @@ impl Resource {
             }
         };
         Ok(out.map(|(kind, object)| (WatchOut::Event { kind, object }, ev.revision)))
+    }
+}
+
+/// The client's JSON of a stored object without parsing it into a `Value`: the stored bytes are a JSON object
+/// (written by [`Resource::encode`]); its top-level members are copied as they are, apiVersion and kind replaced,
+/// and metadata.resourceVersion added. `None` when the bytes are not such an object (or need unescaping to read
+/// their keys); the caller then takes the parsed path.
+pub fn splice_stored(stored: &[u8], revision: u64, api_version: &str, kind: &str) -> Option<Vec<u8>> {
+    use serde_json::value::RawValue;
+    use std::collections::BTreeMap;
+    let top: BTreeMap<&str, &RawValue> = serde_json::from_slice(stored).ok()?;
+    let mut out = Vec::with_capacity(stored.len() + 64);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    serde_json::to_writer(&mut out, api_version).ok()?;
+    out.extend_from_slice(b",\"kind\":");
+    serde_json::to_writer(&mut out, kind).ok()?;
+    let mut has_metadata = false;
+    for (key, value) in &top {
+        if matches!(*key, "apiVersion" | "kind") {
+            continue;
+        }
+        out.push(b',');
+        serde_json::to_writer(&mut out, key).ok()?;
+        out.push(b':');
+        if *key == "metadata" {
+            has_metadata = true;
+            let mut meta: BTreeMap<&str, &RawValue> = serde_json::from_str(value.get()).ok()?;
+            let rv = serde_json::value::to_raw_value(&revision.to_string()).ok()?;
+            meta.insert("resourceVersion", &rv);
+            serde_json::to_writer(&mut out, &meta).ok()?;
+        } else {
+            out.extend_from_slice(value.get().as_bytes());
+        }
+    }
+    if !has_metadata {
+        out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":");
+        serde_json::to_writer(&mut out, &revision.to_string()).ok()?;
+        out.push(b'}');
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+#[cfg(test)]
+mod splice_tests {
+    use super::splice_stored;
+    use serde_json::{json, Value};
+
+    /// What the parsed path gives: the stored object with apiVersion, kind and resourceVersion set.
+    fn parsed(stored: &Value, rv: u64, api_version: &str, kind: &str) -> Value {
+        let mut o = stored.clone();
+        o["apiVersion"] = json!(api_version);
+        o["kind"] = json!(kind);
+        if o.get("metadata").is_none() {
+            o["metadata"] = json!({});
+        }
+        o["metadata"]["resourceVersion"] = json!(rv.to_string());
+        o
+    }
+
+    #[test]
+    fn splice_equals_the_parsed_path() {
+        let cases = [
+            json!({"apiVersion": "core.gardener.cloud/v1alpha1", "kind": "ShootState",
+                "metadata": {"name": "a", "namespace": "n", "labels": {"x/y": "z\"q"}, "uid": "u"},
+                "spec": {"gardener": [{"name": "ca", "data": {"k": "v\\n\u{e9}"}}]}}),
+            json!({"apiVersion": "v", "kind": "K", "metadata": {}, "status": {"conditions": []}}),
+            json!({"apiVersion": "v", "kind": "K", "spec": {}}),
+            json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "b", "resourceVersion": "7"}}),
+        ];
+        for stored in cases {
+            let bytes = serde_json::to_vec(&stored).unwrap();
+            let raw = splice_stored(&bytes, 42, "core.gardener.cloud/v1beta1", "ShootState").expect("spliced");
+            let got: Value = serde_json::from_slice(&raw).expect("valid JSON");
+            assert_eq!(got, parsed(&stored, 42, "core.gardener.cloud/v1beta1", "ShootState"), "{stored}");
+        }
+    }
+
+    #[test]
+    fn splice_declines_what_it_cannot_borrow() {
+        assert!(splice_stored(b"[1,2]", 1, "v", "K").is_none());
+        assert!(splice_stored(b"{\"a\\u0062\":1}", 1, "v", "K").is_none(), "escaped keys go the parsed way");
+        assert!(splice_stored(b"{\"metadata\":", 1, "v", "K").is_none());
+        assert!(splice_stored(b"", 1, "v", "K").is_none());
     }
 }

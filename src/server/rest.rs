@@ -7,7 +7,7 @@ use super::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::selectors::{FieldSelector, LabelSelector};
 use crate::registry::{
-    decode::parse_json, DeleteOptions, FieldValidation, ListOut, ListParams, PatchType, Resource, WatchOut,
+    decode::parse_json, DeleteOptions, FieldValidation, ListOut, ListParams, PatchType, RawObject, Resource, WatchOut,
     WatchParams, WriteOptions,
 };
 use axum::body::Body;
@@ -242,7 +242,13 @@ async fn dispatch(
             }
             labels.verb = "LIST";
             let out = negotiate(accept, true)?;
-            let list = res.list(ns, v, &list_params(&q)?).await?;
+            let params = list_params(&q)?;
+            if out == Output::Json {
+                if let Some(list) = res.list_raw(ns, v, &params).await? {
+                    return Ok(render_raw_list(&res, v, list));
+                }
+            }
+            let list = res.list(ns, v, &params).await?;
             render_list(&res, v, list, out, &q)
         }
         (Method::POST, None) => {
@@ -412,15 +418,7 @@ fn render_list(
     q: &HashMap<String, String>,
 ) -> ApiResult<Response> {
     let info = res.strategy.info();
-    let mut meta = serde_json::Map::new();
-    meta.insert("resourceVersion".into(), Value::String(list.revision.to_string()));
-    if let Some(c) = list.continue_token {
-        meta.insert("continue".into(), Value::String(c));
-    }
-    if let Some(r) = list.remaining {
-        meta.insert("remainingItemCount".into(), Value::from(r));
-    }
-    let meta = Value::Object(meta);
+    let meta = list_meta(&list);
     let body = match out {
         Output::Json => object([
             ("apiVersion", Value::String(info.api_version(version))),
@@ -440,6 +438,43 @@ fn render_list(
         }
     };
     Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
+}
+
+/// ListMeta of a list response.
+fn list_meta<T>(list: &ListOut<T>) -> Value {
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), Value::String(list.revision.to_string()));
+    if let Some(c) = &list.continue_token {
+        meta.insert("continue".into(), Value::String(c.clone()));
+    }
+    if let Some(r) = list.remaining {
+        meta.insert("remainingItemCount".into(), Value::from(r));
+    }
+    Value::Object(meta)
+}
+
+/// A JSON list written from the items' spliced bytes (no `Value` per item).
+fn render_raw_list(res: &Resource, version: &str, list: ListOut<RawObject>) -> Response {
+    let info = res.strategy.info();
+    let size: usize = list.items.iter().map(|i| i.0.len() + 1).sum();
+    let mut body = Vec::with_capacity(size + 256);
+    body.extend_from_slice(b"{\"apiVersion\":");
+    let _ = serde_json::to_writer(&mut body, &info.api_version(version));
+    body.extend_from_slice(b",\"kind\":");
+    let _ = serde_json::to_writer(&mut body, info.list_kind);
+    body.extend_from_slice(b",\"metadata\":");
+    let _ = serde_json::to_writer(&mut body, &list_meta(&list));
+    body.extend_from_slice(b",\"items\":[");
+    for (i, item) in list.items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&item.0);
+    }
+    body.extend_from_slice(b"]}");
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert("content-type", HeaderValue::from_static(JSON));
+    r
 }
 
 async fn watch(

@@ -641,6 +641,10 @@ impl Storage for EncryptedStorage {
         self.config.decrypt_kv(kv)
     }
 
+    async fn sync_revision(&self) -> Revision {
+        self.inner.sync_revision().await
+    }
+
     async fn check_health(&self) -> Result<()> {
         self.inner.check_health().await
     }

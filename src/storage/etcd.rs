@@ -60,6 +60,8 @@ impl EtcdArgs {
             }
             opts = opts.with_tls(tls);
         }
+        // Requests and watches on a member cut off from the cluster fail instead of stalling silently.
+        let opts = opts.with_require_leader(true);
         etcd_client::Client::connect(&self.servers, Some(opts))
             .await
             .with_context(|| format!("connecting to etcd at {}", self.servers.join(",")))
@@ -100,7 +102,6 @@ pub struct EtcdOptions {
 /// notifications into bookmarks.
 pub struct EtcdStorage {
     kv: KvClient,
-    watch_client: WatchClient,
     /// `--etcd-prefix` without a trailing slash.
     prefix: String,
     hub: Arc<WatchHub>,
@@ -141,8 +142,10 @@ fn storage_error(e: etcd_client::Error, size: usize) -> StorageError {
     match e {
         E::GRpcStatus(s) => {
             let msg = s.message();
-            if msg.contains("request is too large") || s.code() == tonic::Code::ResourceExhausted {
+            if msg.contains("request is too large") || msg.contains("message length too large") {
                 StorageError::TooLarge { size, limit: 0 }
+            } else if msg.contains("required revision is a future revision") {
+                StorageError::Unavailable(format!("Too large resource version: etcd: {msg}"))
             } else if msg.contains("required revision has been compacted") {
                 StorageError::Expired { requested: 0, oldest: 0 }
             } else if matches!(
@@ -151,6 +154,8 @@ fn storage_error(e: etcd_client::Error, size: usize) -> StorageError {
                     | tonic::Code::DeadlineExceeded
                     | tonic::Code::Cancelled
                     | tonic::Code::Unknown
+                    // Also "too many requests" and "database space exceeded": retryable, not the request's fault.
+                    | tonic::Code::ResourceExhausted
             ) {
                 StorageError::Unavailable(format!("etcd: {msg}"))
             } else {
@@ -186,22 +191,13 @@ impl EtcdStorage {
         };
         let feed = tokio::spawn(feed.run(revision));
         if !opts.compaction_interval.is_zero() {
-            let compactor =
-                Compactor { kv: kv.clone(), key: format!("{prefix}.compact_rev_key"), compacted: compacted.clone() };
+            // kube-apiserver's key, outside every prefix: all servers on one etcd take turns compacting it.
+            let compactor = Compactor { kv: kv.clone(), key: "compact_rev_key".into(), compacted: compacted.clone() };
             // Stops with the feed's runtime; holding only clients, it needs no handle of its own.
             tokio::spawn(compactor.run(opts.compaction_interval));
         }
         tracing::info!(prefix = %prefix, revision, "connected to etcd");
-        Ok(Arc::new(Self {
-            kv,
-            watch_client,
-            prefix,
-            hub,
-            current,
-            compacted,
-            max_value_bytes: opts.max_value_bytes,
-            feed,
-        }))
+        Ok(Arc::new(Self { kv, prefix, hub, current, compacted, max_value_bytes: opts.max_value_bytes, feed }))
     }
 
     /// The watch hub (history ring and watchers).
@@ -235,28 +231,29 @@ impl EtcdStorage {
         Ok(self.list(prefix, ListOptions { start_after: None, limit: 0, revision: None }).await?.items)
     }
 
-    /// etcd's compaction revision, asked of etcd itself (a watch from revision 1 is refused with it), so that
-    /// compactions by other replicas or by an operator count too.
-    async fn compact_revision(&self) -> Result<Revision> {
-        let mut wc = self.watch_client.clone();
-        let probe = format!("{}.compaction-probe", self.prefix);
-        let mut stream =
-            wc.watch(probe, Some(WatchOptions::new().with_start_revision(1))).await.map_err(|e| storage_error(e, 0))?;
-        let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
-            .await
-            .map_err(|_| StorageError::Unavailable("etcd did not answer a watch in 5s".into()))?
-            .map_err(|e| storage_error(e, 0))?;
-        let c = first.as_ref().map_or(0, |r| rev(r.compact_revision()));
-        if let Some(r) = first.filter(|r| !r.canceled()) {
-            let _ = stream.cancel(r.watch_id()).await;
+    /// Whether etcd still has the history after `revision` (not compacted past it): a count-only range read at
+    /// `revision + 1`, which etcd refuses with "compacted" otherwise. Compactions by other replicas or an operator
+    /// count too; nothing of the history is scanned.
+    async fn history_after(&self, revision: Revision) -> Result<bool> {
+        let opts = GetOptions::new().with_prefix().with_count_only().with_revision(revision as i64 + 1);
+        match self.kv.clone().get(format!("{}/", self.prefix), Some(opts)).await {
+            Ok(resp) => {
+                self.seen(resp.header());
+                Ok(true)
+            }
+            Err(e) => match storage_error(e, 0) {
+                StorageError::Expired { .. } => {
+                    self.compacted.fetch_max(revision + 2, Ordering::AcqRel);
+                    Ok(false)
+                }
+                other => Err(other),
+            },
         }
-        self.compacted.fetch_max(c, Ordering::AcqRel);
-        Ok(self.compacted.load(Ordering::Acquire))
     }
 
     /// `Expired` for a read at `requested` that etcd refused as compacted, with the oldest readable revision.
     async fn expired(&self, requested: Revision) -> StorageError {
-        let oldest = self.compact_revision().await.unwrap_or(requested + 1);
+        let oldest = self.compacted.load(Ordering::Acquire).max(requested + 1);
         StorageError::Expired { requested, oldest }
     }
 }
@@ -396,17 +393,21 @@ impl Storage for EtcdStorage {
     async fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
         // Events after `after` must still be in etcd's history, not only in ours: a compaction (ours, another
         // replica's, an operator's) expires older watches exactly as it expires older continue tokens.
-        if after < self.current_revision() {
-            let oldest = self.compact_revision().await?;
-            if after + 1 < oldest {
-                return Err(StorageError::Expired { requested: after, oldest });
-            }
+        if after < self.current_revision() && !self.history_after(after).await? {
+            let oldest = self.compacted.load(Ordering::Acquire).max(after + 2);
+            return Err(StorageError::Expired { requested: after, oldest });
         }
         self.hub.watch(prefix, after)
     }
 
     fn progress_revision(&self) -> Revision {
         self.hub.progress_revision()
+    }
+
+    async fn sync_revision(&self) -> Revision {
+        // Writes through other replicas, or outside our prefix, move etcd's revision without us seeing them.
+        let _ = self.check_health().await;
+        self.current_revision()
     }
 
     async fn check_health(&self) -> Result<()> {

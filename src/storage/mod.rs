@@ -126,6 +126,11 @@ pub trait Storage: Send + Sync + 'static {
     /// The newest committed revision.
     fn current_revision(&self) -> Revision;
 
+    /// The newest committed revision, asked of the backend where other processes write too (etcd).
+    async fn sync_revision(&self) -> Revision {
+        self.current_revision()
+    }
+
     /// Whether the backend answers (readiness): the embedded store always does; etcd must answer a read.
     async fn check_health(&self) -> Result<()> {
         Ok(())

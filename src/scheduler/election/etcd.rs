@@ -108,9 +108,10 @@ impl EtcdLock {
     /// One keep-alive of the held lease: Ok(false) when it expired, or the key is no longer attached to it.
     async fn renew(&mut self) -> Result<bool, String> {
         let Some(held) = self.held.as_mut() else { return Ok(false) };
-        if held.keep_alive.is_none() {
-            held.keep_alive = Some(self.client.lease_keep_alive(held.lease).await.map_err(|e| e.to_string())?);
-        }
+        // A fresh keep-alive stream every time: an attempt cut off at the renew deadline may have left an answer
+        // buffered in the old one, which a later renewal would take for its own.
+        held.keep_alive = None;
+        held.keep_alive = Some(self.client.lease_keep_alive(held.lease).await.map_err(|e| e.to_string())?);
         let lease = held.lease;
         let ttl = match keep_alive_once(held.keep_alive.as_mut()).await {
             Ok(ttl) => ttl,

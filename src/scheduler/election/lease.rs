@@ -50,7 +50,8 @@ pub fn decide(
     now: Instant,
     wall: Timestamp,
 ) -> LeaseAction {
-    let seconds = i32::try_from(lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+    // Rounded up: other candidates must never wait less than our own lease duration.
+    let seconds = i32::try_from((lease_duration.as_secs_f64().ceil() as u64).max(1)).unwrap_or(i32::MAX);
     let fresh = LeaseSpec {
         holder_identity: Some(me.to_string()),
         lease_duration_seconds: Some(seconds),
