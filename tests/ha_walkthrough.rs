@@ -114,9 +114,15 @@ impl StateStore for Memory {
         i.states.insert(name, next.clone());
         Ok(next)
     }
-    async fn delete_state(&self, name: &str) -> Result<(), StoreError> {
-        self.inner.lock().expect("lock").states.remove(name);
-        Ok(())
+    async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError> {
+        let mut inner = self.inner.lock().expect("lock");
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let unchanged =
+            inner.states.get(&name).is_some_and(|cur| cur.metadata.resource_version == s.metadata.resource_version);
+        if unchanged {
+            inner.states.remove(&name);
+        }
+        Ok(unchanged)
     }
 }
 

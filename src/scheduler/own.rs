@@ -92,6 +92,23 @@ impl OwnApi {
         }
     }
 
+    /// Deletes the object if it still has this uid and resourceVersion: false when it is gone or has changed.
+    pub async fn delete_unchanged<K: Kind>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        uid: Option<String>,
+        resource_version: Option<String>,
+    ) -> ApiResult<bool> {
+        let (r, v) = self.resource::<K>()?;
+        let opts = DeleteOptions { uid, resource_version, ..DeleteOptions::default() };
+        match r.delete(namespace, name, v, &opts).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code == 404 || e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The registry, for watches.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry

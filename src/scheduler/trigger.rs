@@ -657,8 +657,9 @@ pub trait StateStore: Send + Sync {
     async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError>;
     /// PUT of `/status`, conditional on `metadata.resourceVersion`.
     async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError>;
-    /// A missing StorageState is not an error.
-    async fn delete_state(&self, name: &str) -> Result<(), StoreError>;
+    /// Deletes `s` only as it was read (uid and resourceVersion preconditions): false when it is gone or another
+    /// replica wrote it meanwhile.
+    async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError>;
 }
 
 #[async_trait::async_trait]
@@ -675,8 +676,10 @@ impl StateStore for OwnApi {
     async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError> {
         Ok(self.update_status(s).await?)
     }
-    async fn delete_state(&self, name: &str) -> Result<(), StoreError> {
-        Ok(self.delete::<StorageState>(None, name).await?)
+    async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError> {
+        let m = &s.metadata;
+        let name = m.name.as_deref().unwrap_or_default();
+        Ok(self.delete_unchanged::<StorageState>(None, name, m.uid.clone(), m.resource_version.clone()).await?)
     }
 }
 
@@ -714,7 +717,10 @@ pub async fn recreate_stale<S: StateStore + ?Sized>(
     for s in store.list_states().await? {
         if is_stale(&s, now, interval) {
             let name = s.metadata.name.clone().unwrap_or_default();
-            store.delete_state(&name).await?;
+            if !store.delete_state(&s).await? {
+                // Another replica recreated or reported into it first: it is no longer stale.
+                continue;
+            }
             tracing::info!(storagestate = %name, "trigger: heartbeat older than two discovery intervals, storagestate recreated with persisted storage versions Unknown");
             out.push(name);
         }
