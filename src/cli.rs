@@ -7,6 +7,7 @@ use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use crate::storage::encryption::{EncryptedStorage, EncryptionConfig};
+use crate::storage::etcd::{EtcdOptions, EtcdStorage};
 use crate::storage::Storage;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::collections::HashMap;
@@ -120,7 +121,7 @@ pub struct InspectArgs {
     /// Directory of the embedded store (unused with --etcd-servers).
     #[arg(long, default_value = "./data")]
     pub data_dir: PathBuf,
-    /// The etcd backend: --etcd-servers, --etcd-prefix, --etcd-cafile, --etcd-certfile, --etcd-keyfile.
+    /// Or read the keys from etcd: --etcd-servers, --etcd-prefix, --etcd-cafile, --etcd-certfile, --etcd-keyfile.
     #[command(flatten)]
     pub etcd: crate::storage::etcd::EtcdArgs,
     /// The server's EncryptionConfiguration: decrypts values in memory to show their apiVersion.
@@ -135,11 +136,14 @@ pub struct InspectArgs {
 }
 
 /// `storage inspect`.
-pub fn storage(command: StorageCommand) -> anyhow::Result<()> {
+pub async fn storage(command: StorageCommand) -> anyhow::Result<()> {
     match command {
         StorageCommand::Inspect(a) => {
             let config = a.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
-            let entries = crate::storage::inspect::inspect(&a.data_dir, config.as_ref(), &a.prefix)?;
+            let entries = match a.etcd.enabled() {
+                true => crate::storage::inspect::inspect_etcd(&a.etcd, config.as_ref(), &a.prefix).await?,
+                false => crate::storage::inspect::inspect(&a.data_dir, config.as_ref(), &a.prefix)?,
+            };
             print!(
                 "{}",
                 match a.output {
@@ -373,10 +377,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // TLS, authentication and authorization with their reloads; kept alive until the server stops.
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
 
-    let storage = EmbeddedStorage::open(
-        &args.data_dir,
-        EmbeddedOptions { history: args.watch_history, max_value_bytes: args.max_object_bytes.max(1) + 64 * 1024 },
-    )?;
+    // Room for the encryption envelope and metadata on top of the largest object.
+    let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
+    let storage: Arc<dyn Storage> = if args.etcd.enabled() {
+        let client = args.etcd.connect().await?;
+        let opts = EtcdOptions {
+            history: args.watch_history,
+            max_value_bytes,
+            compaction_interval: args.etcd.compaction_interval,
+        };
+        EtcdStorage::open(client, &args.etcd.prefix, opts).await?
+    } else {
+        EmbeddedStorage::open(&args.data_dir, EmbeddedOptions { history: args.watch_history, max_value_bytes })?
+    };
     let storage: Arc<dyn Storage> = match encryption {
         Some(config) => {
             tracing::info!(resources = ?config.describe(), "encryption at rest enabled");
@@ -413,7 +426,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
         crate::scheduler::start(args.scheduler_config(), target, own, scheduler_metrics);
     }
-    tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving");
+    match args.etcd.enabled() {
+        true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
+        false => tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving"),
+    }
     println!("migration-apiserver is serving on {server_url}");
     println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
     println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());

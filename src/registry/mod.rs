@@ -132,6 +132,8 @@ impl Default for RegistryConfig {
 /// All served resources.
 pub struct Registry {
     pub resources: Vec<Arc<Resource>>,
+    /// The store every resource uses (for health checks).
+    pub storage: Arc<dyn Storage>,
 }
 
 impl Registry {
@@ -140,7 +142,7 @@ impl Registry {
             .into_iter()
             .map(|strategy| Arc::new(Resource { strategy, storage: storage.clone(), config: config.clone() }))
             .collect();
-        Registry { resources }
+        Registry { resources, storage }
     }
 
     /// The resource `plural` of `group` if `version` is served.
@@ -1017,7 +1019,7 @@ impl Resource {
         } else {
             (Vec::new(), if rv.is_empty() || rv == "0" { self.storage.current_revision() } else { parse_rv(&rv)? })
         };
-        let mut events = self.storage.watch(&prefix, after).map_err(|e| match e {
+        let mut events = self.storage.watch(&prefix, after).await.map_err(|e| match e {
             StorageError::Expired { requested, oldest } => {
                 ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
             }

@@ -87,13 +87,16 @@ pub fn in_process_client(app: axum::Router) -> kube::Client {
 
 /// A client for the target named by `--kubeconfig` (or the in-cluster config when running in a pod).
 pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
         }
         None => kube::Config::incluster()?,
     };
+    // The migrator and trigger own retries (their backoff, Retry-After, attempt budget) and every retry must pass
+    // the migration rate limit: kube's built-in retry layer (429/503/504, up to 15 times) would bypass both.
+    config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }
 

@@ -177,10 +177,16 @@ async fn health() -> &'static str {
 }
 
 async fn ready(State(st): State<Arc<AppState>>) -> Response {
-    if st.ready.load(Ordering::Relaxed) {
-        "ok".into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "[-]shutdown failed: reason withheld\nreadyz check failed").into_response()
+    if !st.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "[-]shutdown failed: reason withheld\nreadyz check failed")
+            .into_response();
+    }
+    match st.registry.storage.check_health().await {
+        Ok(()) => "ok".into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readyz: storage check failed");
+            (StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed: reason withheld\nreadyz check failed").into_response()
+        }
     }
 }
 

@@ -452,7 +452,7 @@ impl Storage for EmbeddedStorage {
         self.submit(OpKind::Delete { key: key.to_owned(), expected }).await
     }
 
-    fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
         self.hub.watch(prefix, after)
     }
 
@@ -594,8 +594,8 @@ mod tests {
         let c = s.create("/c", b("1")).await.expect("create");
         assert_eq!(c.mod_revision, 4);
         // History before the reopen is gone, but watching from the open revision works.
-        assert!(matches!(s.watch("/", 2), Err(StorageError::Expired { requested: 2, oldest: 3 })));
-        let mut rx = s.watch("/", 3).expect("watch");
+        assert!(matches!(s.watch("/", 2).await, Err(StorageError::Expired { requested: 2, oldest: 3 })));
+        let mut rx = s.watch("/", 3).await.expect("watch");
         assert_eq!(next_event(&mut rx).await.revision, 4);
     }
 
@@ -692,10 +692,10 @@ mod tests {
         assert_eq!(s.hub().compacted_revision(), 20);
         let err = s.list("/k/", page(None, 5, Some(5))).await.err();
         assert_eq!(err, Some(StorageError::Expired { requested: 5, oldest: 20 }));
-        assert!(matches!(s.watch("/k/", 19), Err(StorageError::Expired { requested: 19, oldest: 20 })));
+        assert!(matches!(s.watch("/k/", 19).await, Err(StorageError::Expired { requested: 19, oldest: 20 })));
         let ok = s.list("/k/", page(None, 0, Some(25))).await.expect("list");
         assert_eq!((ok.items.len(), ok.revision), (25, 25));
-        let mut rx = s.watch("/k/", 20).expect("watch");
+        let mut rx = s.watch("/k/", 20).await.expect("watch");
         assert_eq!(next_event(&mut rx).await.revision, 21);
     }
 
@@ -705,7 +705,7 @@ mod tests {
         let s = open(dir.path(), 100_000);
         s.create("/w/first", b("v")).await.expect("create");
         s.create("/other/x", b("v")).await.expect("create");
-        let mut from_start = s.watch("/w/", 0).expect("watch");
+        let mut from_start = s.watch("/w/", 0).await.expect("watch");
 
         let writers: Vec<_> = (0..8)
             .map(|t| {
@@ -722,7 +722,7 @@ mod tests {
         // Start another watcher mid-way, from a revision that is partly replayed.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let mid = s.progress_revision();
-        let mut from_mid = s.watch("/w/", mid).expect("watch");
+        let mut from_mid = s.watch("/w/", mid).await.expect("watch");
         for w in writers {
             w.await.expect("writer");
         }
@@ -744,7 +744,7 @@ mod tests {
             assert_eq!(next_event(&mut from_mid).await.revision, expected);
             expected += 1;
         }
-        let last = next_event(&mut s.watch("/w/first", end - 1).expect("watch")).await;
+        let last = next_event(&mut s.watch("/w/first", end - 1).await.expect("watch")).await;
         assert_eq!(last.kind, EventKind::Deleted);
         assert_eq!(last.value, b("v"));
         assert_eq!(last.prev.as_ref().map(|p| p.mod_revision), Some(1));
@@ -755,8 +755,8 @@ mod tests {
     async fn watcher_that_never_reads_does_not_block_writers() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = open(dir.path(), 100);
-        let mut stuck = s.watch("/", 0).expect("watch");
-        let mut live = s.watch("/", 0).expect("watch");
+        let mut stuck = s.watch("/", 0).await.expect("watch");
+        let mut live = s.watch("/", 0).await.expect("watch");
         let reader = tokio::spawn(async move {
             let mut n = 0;
             while let Some(item) = live.recv().await {

@@ -641,8 +641,12 @@ impl Storage for EncryptedStorage {
         self.config.decrypt_kv(kv)
     }
 
-    fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
-        let mut events = self.inner.watch(prefix, after)?;
+    async fn check_health(&self) -> Result<()> {
+        self.inner.check_health().await
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
+        let mut events = self.inner.watch(prefix, after).await?;
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let config = self.config.clone();
         tokio::spawn(async move {
@@ -988,7 +992,7 @@ resources:
         let inner = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).expect("open");
         let rotated = || config(&keys("aesgcm", &[("key2", &b64(&[2u8; 32])), ("key1", KEY1)]));
         let s = EncryptedStorage::new(inner.clone(), config(&keys("aesgcm", &[("key1", KEY1)])));
-        let mut watch = s.watch("/registry/", 0).expect("watch");
+        let mut watch = s.watch("/registry/", 0).await.expect("watch");
 
         let kv = s.create(KEY, Bytes::from_static(PLAIN)).await.expect("create");
         assert_eq!((kv.value.as_ref(), kv.stale, kv.mod_revision), (PLAIN, false, 1));
@@ -1030,7 +1034,7 @@ resources:
         let e = s1.get(KEY).await.expect_err("undecryptable");
         assert!(e.to_string().contains("aesgcm:v1:key2"), "{e}");
         assert!(s1.list("/registry/", ListOptions { start_after: None, limit: 0, revision: None }).await.is_err());
-        let mut w1 = s1.watch("/registry/", 2).expect("watch");
+        let mut w1 = s1.watch("/registry/", 2).await.expect("watch");
         assert!(matches!(next(&mut w1).await, WatchItem::Error(StorageError::Internal(_))));
 
         let deleted = s2.delete(KEY, None).await.expect("delete");

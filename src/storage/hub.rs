@@ -147,6 +147,34 @@ impl WatchHub {
         let _ = rx.wait_for(|p| *p >= revision).await;
     }
 
+    /// Every event up to `revision` has been published (a backend's progress notification with no events of its
+    /// own, e.g. etcd's): bookmarks may advance to it.
+    pub fn advance(&self, revision: Revision) {
+        let _st = self.lock();
+        self.progress.send_if_modified(|p| {
+            if revision > *p {
+                *p = revision;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// The backend lost events (its history was compacted while the feed was down): every watcher gets `Expired`
+    /// and is dropped (clients re-list), and the history restarts empty at `revision`.
+    pub fn expire_all(&self, revision: Revision) {
+        let mut st = self.lock();
+        st.ring.clear();
+        st.compacted = st.compacted.max(revision);
+        let oldest = st.compacted;
+        for w in st.watchers.drain(..) {
+            let _ = w.tx.try_send(WatchItem::Error(StorageError::Expired { requested: w.sent_upto, oldest }));
+        }
+        drop(st);
+        self.advance(revision);
+    }
+
     /// The newest revision all of whose events are in the ring and have been handed to watchers.
     pub fn progress_revision(&self) -> Revision {
         *self.progress.borrow()

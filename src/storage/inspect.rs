@@ -31,8 +31,27 @@ pub struct InspectEntry {
 /// The keys under `prefix` in the store in `data_dir` (the server must be stopped). With `config`, values are
 /// decrypted in memory to read their apiVersion.
 pub fn inspect(data_dir: &Path, config: Option<&EncryptionConfig>, prefix: &str) -> anyhow::Result<Vec<InspectEntry>> {
-    let stored = EmbeddedStorage::scan(data_dir, prefix)?;
-    Ok(stored
+    Ok(describe(EmbeddedStorage::scan(data_dir, prefix)?, config))
+}
+
+/// The same for keys read from etcd (`storage inspect --etcd-servers`).
+pub async fn inspect_etcd(
+    etcd: &super::etcd::EtcdArgs,
+    config: Option<&EncryptionConfig>,
+    prefix: &str,
+) -> anyhow::Result<Vec<InspectEntry>> {
+    let client = etcd.connect().await?;
+    let opts = super::etcd::EtcdOptions {
+        history: 1,
+        max_value_bytes: usize::MAX,
+        compaction_interval: std::time::Duration::ZERO,
+    };
+    let store = super::etcd::EtcdStorage::open(client, &etcd.prefix, opts).await?;
+    Ok(describe(store.scan(prefix).await?, config))
+}
+
+fn describe(stored: Vec<super::KeyValue>, config: Option<&EncryptionConfig>) -> Vec<InspectEntry> {
+    stored
         .into_iter()
         .map(|kv| {
             let encoding = Encoding::of(&kv.value);
@@ -61,7 +80,7 @@ pub fn inspect(data_dir: &Path, config: Option<&EncryptionConfig>, prefix: &str)
             }
             entry
         })
-        .collect())
+        .collect()
 }
 
 /// `apiVersion` of a JSON object, without keeping (or printing) anything else of it.

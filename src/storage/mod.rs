@@ -118,11 +118,16 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Events under `prefix` with revision > `after`, in revision order, then live ones.
     /// `Expired` when `after` is older than the retained history.
-    fn watch(&self, prefix: &str, after: Revision) -> Result<tokio::sync::mpsc::Receiver<WatchItem>>;
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<tokio::sync::mpsc::Receiver<WatchItem>>;
 
     /// The newest revision all of whose events have been handed to watchers: a safe bookmark.
     fn progress_revision(&self) -> Revision;
 
     /// The newest committed revision.
     fn current_revision(&self) -> Revision;
+
+    /// Whether the backend answers (readiness): the embedded store always does; etcd must answer a read.
+    async fn check_health(&self) -> Result<()> {
+        Ok(())
+    }
 }

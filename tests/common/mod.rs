@@ -2,6 +2,7 @@
 //! and certificate directories, and talks to it with the `kube` crate or real kubectl.
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};
@@ -14,8 +15,19 @@ pub struct Server {
     pub dir: PathBuf,
     pub port: u16,
     pub extra_args: Vec<String>,
+    /// The etcd this server stores in (`--etcd-servers`), or none for the embedded store.
+    pub etcd_endpoint: Option<String>,
     child: Option<Child>,
+    /// An etcd of this server's own (the etcd backend chosen by `MIGRATION_APISERVER_TEST_BACKEND=etcd`); dropped
+    /// after the server.
+    own_etcd: Option<etcd::Etcd>,
     _tmp: Option<tempfile::TempDir>,
+}
+
+/// The backend the suites run on: `MIGRATION_APISERVER_TEST_BACKEND=etcd` runs every `Server::start` on an etcd
+/// of its own (CI runs the conformance suite both ways); otherwise the embedded store.
+pub fn etcd_backend_selected() -> bool {
+    std::env::var("MIGRATION_APISERVER_TEST_BACKEND").is_ok_and(|b| b == "etcd")
 }
 
 pub fn free_port() -> u16 {
@@ -26,17 +38,41 @@ pub fn free_port() -> u16 {
 impl Server {
     /// Starts a server in a fresh temporary directory.
     pub fn start(extra: &[&str]) -> Server {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_path_buf();
-        let mut s = Server {
-            dir,
-            port: free_port(),
-            extra_args: extra.iter().map(|s| s.to_string()).collect(),
-            child: None,
-            _tmp: Some(tmp),
-        };
+        if etcd_backend_selected() {
+            let etcd = etcd::Etcd::start();
+            let mut s = Server::prepare(extra, Some(etcd.endpoint.clone()));
+            s.own_etcd = Some(etcd);
+            s.spawn();
+            return s;
+        }
+        let mut s = Server::prepare(extra, None);
         s.spawn();
         s
+    }
+
+    /// Starts a server storing in `etcd` (several servers on one etcd are replicas of one another).
+    pub fn start_on_etcd(etcd: &etcd::Etcd, extra: &[&str]) -> Server {
+        let mut s = Server::prepare(extra, Some(etcd.endpoint.clone()));
+        s.spawn();
+        s
+    }
+
+    fn prepare(extra: &[&str], etcd_endpoint: Option<String>) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        Server {
+            dir: tmp.path().to_path_buf(),
+            port: free_port(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            etcd_endpoint,
+            child: None,
+            own_etcd: None,
+            _tmp: Some(tmp),
+        }
+    }
+
+    /// This server's etcd, when the backend is an etcd of its own.
+    pub fn etcd(&mut self) -> Option<&mut etcd::Etcd> {
+        self.own_etcd.as_mut()
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -62,6 +98,7 @@ impl Server {
             .arg(self.data_dir())
             .arg("--cert-dir")
             .arg(self.cert_dir())
+            .args(self.etcd_endpoint.iter().flat_map(|e| ["--etcd-servers", e.as_str()]))
             .args(&self.extra_args)
             .args(self.scheduler_default())
             .stdout(Stdio::null())
@@ -168,11 +205,19 @@ impl Server {
     }
 
     pub async fn client(&self) -> kube::Client {
-        let kc = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("config");
+        kube::Client::try_from(self.client_config().await).expect("client")
+    }
+
+    /// A client that reports 429/503/504 as they come (kube's default client retries them up to 15 times).
+    pub async fn client_without_retries(&self) -> kube::Client {
+        let mut cfg = self.client_config().await;
+        cfg.default_retry = false;
         kube::Client::try_from(cfg).expect("client")
+    }
+
+    async fn client_config(&self) -> kube::Config {
+        let kc = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config")
     }
 }
 
