@@ -1006,6 +1006,8 @@ async fn etcd_rows_inner(
     for row in &mut rows {
         row.pair = Some(row.scenario.clone());
         row.scenario += ", on etcd";
+        // The targets are the embedded store's (issue 2); etcd's rows are there for the ratio.
+        row.target.clear();
         if row.scenario.starts_with("CREATE") {
             row.notes += &format!(
                 "; etcd holds {} keys under {prefix}/ ({} created by this step); etcd VmRSS {}",
@@ -1816,4 +1818,64 @@ fn machine() -> String {
         mem_kib.unwrap_or(0) as f64 / (1024.0 * 1024.0),
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(response: Value) -> Vec<u8> {
+        json!({"apiVersion": ADMISSION_V1, "kind": "AdmissionReview", "response": response}).to_string().into_bytes()
+    }
+
+    #[test]
+    fn templates_fill_every_placeholder() {
+        let t = Template::new(&admission_review("uid-@N@", "CREATE", &admitted_migration("@N@")));
+        let v: Value = serde_json::from_slice(&t.render("r-0000042")).expect("JSON");
+        assert_eq!(v["request"]["uid"], "uid-r-0000042");
+        assert_eq!(v["request"]["name"], "deployments-r-0000042");
+        assert_eq!(v["request"]["object"]["metadata"]["name"], "deployments-r-0000042");
+        assert!(!String::from_utf8_lossy(&t.render("x")).contains("@N@"));
+    }
+
+    #[test]
+    fn wrong_admission_answers_do_not_count() {
+        let ok = answer(json!({"uid": "u1", "allowed": true}));
+        assert_eq!(check_review(&ok, "u1", None), Ok(()));
+        // Another request's uid, a denial, a patch from /validate, a missing or different patch from /mutate.
+        assert!(check_review(&ok, "u2", None).is_err());
+        assert!(check_review(&answer(json!({"uid": "u1", "allowed": false})), "u1", None).is_err());
+        let patched = answer(json!({"uid": "u1", "allowed": true, "patchType": "JSONPatch", "patch": "W10="}));
+        assert!(check_review(&patched, "u1", None).is_err());
+        assert_eq!(check_review(&patched, "u1", Some("W10=")), Ok(()));
+        assert!(check_review(&patched, "u1", Some("W3t9XQ==")).is_err());
+        assert!(check_review(&ok, "u1", Some("W10=")).is_err());
+        assert!(check_review(b"{}", "u1", None).is_err());
+        assert!(check_review(b"not json", "u1", None).is_err());
+    }
+
+    #[test]
+    fn paired_rows_follow_their_pair_with_the_ratio() {
+        let row = |name: &str, rps: f64, pair: Option<&str>| Row {
+            scenario: name.into(),
+            rps_v: Some(rps),
+            pair: pair.map(String::from),
+            ..Row::default()
+        };
+        let mut rows = vec![row("GET", 1000.0, None), row("LIST", 100.0, None), row("CREATE", 500.0, None)];
+        merge_pairs(
+            &mut rows,
+            vec![row("GET, on etcd", 250.0, Some("GET")), row("CREATE, on etcd", 1000.0, Some("CREATE"))],
+        );
+        let names: Vec<&str> = rows.iter().map(|r| r.scenario.as_str()).collect();
+        assert_eq!(names, ["GET", "GET, on etcd", "LIST", "CREATE", "CREATE, on etcd"]);
+        assert!(rows[1].notes.starts_with("requests/s x0.25 of the embedded store's"), "{}", rows[1].notes);
+        assert!(rows[4].notes.starts_with("requests/s x2.00"), "{}", rows[4].notes);
+    }
+
+    #[test]
+    fn big_shoot_state_is_about_100_kib() {
+        let len = big_shoot_state("bench", "s-1").to_string().len();
+        assert!((100 * 1024..110 * 1024).contains(&len), "{len}");
+    }
 }
