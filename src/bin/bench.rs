@@ -63,8 +63,9 @@ struct Args {
     /// Scenario groups to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "core,admission,encryption,migration,etcd")]
     only: Vec<Group>,
-    /// etcd binary (v3.4+) for the etcd backend's rows; they are skipped when it does not exist.
-    #[arg(long, default_value = "/usr/bin/etcd")]
+    /// etcd binary (v3.4+) for the etcd backend's rows, a path or a name looked up in PATH; the rows are skipped
+    /// when there is none.
+    #[arg(long, default_value = "etcd")]
     etcd: PathBuf,
 }
 
@@ -173,13 +174,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if on(Group::Etcd) {
         match bin {
-            Some(_) if !args.etcd.is_file() => {
-                eprintln!("bench: etcd skipped: no etcd binary at {}", args.etcd.display());
-            }
-            Some(bin) => {
-                let etcd_rows = etcd_rows(bin, &args.etcd, conns, duration, &run).await;
-                merge_pairs(&mut rows, etcd_rows);
-            }
+            Some(bin) => match find_program(&args.etcd) {
+                Some(etcd) => {
+                    let etcd_rows = etcd_rows(bin, &etcd, conns, duration, &run).await;
+                    merge_pairs(&mut rows, etcd_rows);
+                }
+                None => eprintln!("bench: etcd skipped: no etcd binary {}", args.etcd.display()),
+            },
             None => needs_server("etcd"),
         }
     }
@@ -1737,6 +1738,14 @@ impl Drop for ServerProcess {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `program` itself when it is a path, else the first file of that name in PATH.
+fn find_program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.is_file().then(|| program.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(program)).find(|p| p.is_file())
 }
 
 fn free_port() -> anyhow::Result<u16> {
