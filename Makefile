@@ -3,7 +3,9 @@ CARGO ?= cargo
 PORT ?= 8443
 DATA_DIR ?= ./data
 CERT_DIR ?= ./certs
-BIN := target/release/migration-apiserver
+# cargo's output directory: CARGO_TARGET_DIR when it is set, as for cargo itself.
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+BIN := $(TARGET_DIR)/release/migration-apiserver
 # make deploy: FORM=aggregated (APIServices, default) or crds (CRDs + admission webhooks); IMAGE=<registry>/<name>:<tag>
 FORM ?= aggregated
 IMAGE ?=
@@ -32,7 +34,7 @@ test: deps
 
 bench: deps
 	$(CARGO) build --release --bins
-	./target/release/bench --server $(BIN)
+	$(TARGET_DIR)/release/bench --server $(BIN)
 
 # CA, serving certificate (SANs include migration-apiserver.migration-apiserver.svc, the in-cluster name) and admin
 # client certificate; existing files are kept.

@@ -128,7 +128,7 @@ pub struct InspectArgs {
     #[arg(long)]
     pub encryption_provider_config: Option<PathBuf>,
     /// Only keys under this prefix.
-    #[arg(long, default_value = "/registry/")]
+    #[arg(long, id = "key_prefix", default_value = "/registry/")]
     pub prefix: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = InspectOutput::Table)]

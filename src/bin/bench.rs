@@ -32,6 +32,9 @@ const API: &str = "/apis/migration.k8s.io/v1alpha1";
 const JSON: &str = "application/json";
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 const MERGE_PATCH: &str = "application/merge-patch+json";
+/// Limits for TCP connect and TLS handshake, and for one request with its answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "Load generator for migration-apiserver; prints a markdown table")]
@@ -41,7 +44,8 @@ struct Args {
     #[arg(long, required_unless_present = "url", conflicts_with = "url")]
     server: Option<PathBuf>,
     /// URL of an already running server, e.g. https://127.0.0.1:8443 (needs --kubeconfig). Run it with
-    /// --disable-scheduler, or the scheduler runs and prunes the bench's StorageVersionMigrations.
+    /// --disable-scheduler, or the scheduler runs and prunes the bench's StorageVersionMigrations. Only the core
+    /// and admission scenarios run against it.
     #[arg(long, requires = "kubeconfig")]
     url: Option<String>,
     /// Admin kubeconfig of the running server (CA and client certificate).
@@ -50,12 +54,34 @@ struct Args {
     /// Duration of each timed scenario: 10s, 500ms, 1m [default: 10s, 2s with --quick].
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// Connections for GET; LIST uses a quarter of them, CREATE twice as many.
+    /// Connections for GET; LIST uses a quarter of them, CREATE and admission reviews twice as many.
     #[arg(long, default_value_t = 32)]
     connections: usize,
-    /// Smoke run: short scenarios and 10^4 instead of 10^5 stored objects.
+    /// Smoke run: short scenarios, 10^4 instead of 10^5 stored objects, migrations of 10^3 and 10^4 objects.
     #[arg(long)]
     quick: bool,
+    /// Scenario groups to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "core,admission,encryption,migration,etcd")]
+    only: Vec<Group>,
+    /// etcd binary (v3.4+) for the etcd backend's rows, a path or a name looked up in PATH; the rows are skipped
+    /// when there is none.
+    #[arg(long, default_value = "etcd")]
+    etcd: PathBuf,
+}
+
+/// Groups of scenarios (`--only`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Group {
+    /// GET, LIST, CREATE, watch fan-out, server memory and the 10^5 store step, on the embedded store.
+    Core,
+    /// AdmissionReview throughput of /validate and /mutate.
+    Admission,
+    /// ShootState create and get with a 100 KiB body, aesgcm against identity (starts its own servers).
+    Encryption,
+    /// The migrator: 10^4 and 10^5 objects of another server (starts its own servers).
+    Migration,
+    /// GET, CREATE, LIST and watch fan-out on the etcd backend (starts etcd and a server on it).
+    Etcd,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -91,14 +117,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let duration = args.duration.unwrap_or(Duration::from_secs(if args.quick { 2 } else { 10 }));
     let bulk: u64 = if args.quick { 10_000 } else { 100_000 };
     let conns = args.connections.max(1);
+    let on = |g: Group| args.only.contains(&g);
     let mut idle_rss = None;
     let (mut server, target) = match (&args.server, &args.url, &args.kubeconfig) {
         (Some(bin), _, _) => {
-            // Idle memory of a server with default flags, scheduler included.
-            let (idle, _) = ServerProcess::start(bin, &[]).await?;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            idle_rss = rss_kib(idle.child.id());
-            drop(idle);
+            if on(Group::Core) {
+                // Idle memory of a server with default flags, scheduler included.
+                let (idle, _) = ServerProcess::start(bin, &[]).await?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                idle_rss = rss_kib(idle.child.id());
+            }
             // The embedded scheduler would act on the bench's StorageVersionMigrations (run them against this
             // server, then delete all but --migration-history of them): measure the API alone.
             let (server, target) = ServerProcess::start(bin, &["--disable-scheduler"]).await?;
@@ -114,49 +142,133 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let loadavg = loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    let started = Instant::now();
 
+    let mut created = 0;
+    if on(Group::Core) {
+        let (core, n) = core_rows(&target, pid, conns, duration, &run, true).await;
+        rows.extend(core);
+        created = n;
+    }
+    if on(Group::Admission) {
+        rows.extend(admission_rows(&target, pid, conns * 2, duration, &run).await);
+    }
+    if on(Group::Core) {
+        rows.extend(store_rows(&target, server.as_mut(), conns * 2, bulk, idle_rss, created, &run).await);
+    }
+    drop(server);
+
+    let bin = args.server.as_deref();
+    let needs_server = |what: &str| eprintln!("bench: {what} skipped: it starts servers of its own (needs --server)");
+    if on(Group::Encryption) {
+        match bin {
+            Some(bin) => rows.extend(encryption_rows(bin, conns, duration, &run).await),
+            None => needs_server("encryption"),
+        }
+    }
+    if on(Group::Migration) {
+        match bin {
+            Some(bin) => rows.extend(migration_rows(bin, args.quick).await),
+            None => needs_server("migration"),
+        }
+    }
+    if on(Group::Etcd) {
+        match bin {
+            Some(bin) => match find_program(&args.etcd) {
+                Some(etcd) => {
+                    let etcd_rows = etcd_rows(bin, &etcd, conns, duration, &run).await;
+                    merge_pairs(&mut rows, etcd_rows);
+                }
+                None => eprintln!("bench: etcd skipped: no etcd binary {}", args.etcd.display()),
+            },
+            None => needs_server("etcd"),
+        }
+    }
+
+    println!("| scenario | requests/s | p50 ms | p99 ms | target | notes |");
+    println!("|---|---:|---:|---:|---|---|");
+    for r in &rows {
+        let cells = [&r.rps, &r.p50, &r.p99, &r.target].map(|c| if c.is_empty() { "-" } else { c.as_str() });
+        println!("| {} | {} | {} |", r.scenario, cells.join(" | "), r.notes);
+    }
+    println!(
+        "\n{}; load average before the run: {loadavg}; the run took {:.0} s",
+        machine(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// GET, LIST (JSON, and Table when `table`), CREATE and watch fan-out against `target`; also returns how many
+/// objects the CREATE step stored.
+async fn core_rows(
+    target: &Target,
+    pid: Option<u32>,
+    conns: usize,
+    duration: Duration,
+    run: &str,
+    table: bool,
+) -> (Vec<Row>, u64) {
+    let mut rows = Vec::new();
     // 1. GET of one object.
     eprintln!("bench: GET ({conns} connections, {duration:?})");
     let name = format!("get-{run}.bench.io");
-    target.call_ok(&Req::post(format!("{API}/storagestates"), storage_state(&format!("get-{run}")))).await?;
-    let get = Req::get(format!("{API}/storagestates/{name}"));
-    let load = run_load(&target, pid, conns, Some(duration), u64::MAX, Arc::new(move |_| get.clone())).await;
-    rows.push(load.row("GET one object", conns, Goal::MinRps(20_000.0), ""));
+    match target.call_ok(&Req::post(format!("{API}/storagestates"), storage_state(&format!("get-{run}")))).await {
+        Ok(_) => {
+            let get = Req::get(format!("{API}/storagestates/{name}"));
+            let load = run_load(target, pid, conns, Some(duration), u64::MAX, Arc::new(move |_| get.clone())).await;
+            rows.push(load.row("GET one object", conns, Goal::MinRps(20_000.0), ""));
+        }
+        Err(e) => rows.push(Row::failed("GET one object".into(), e)),
+    }
 
     // 2. LIST of 1000 objects, as JSON and as Table; the svm collection holds exactly these.
     let list_conns = (conns / 4).max(1);
     eprintln!("bench: LIST ({list_conns} connections, {duration:?})");
-    rows.extend(list_rows(&target, pid, list_conns, duration, &run).await);
+    rows.extend(list_rows(target, pid, list_conns, duration, run, table).await);
 
     // 3. CREATE of new objects.
     let create_conns = conns * 2;
     eprintln!("bench: CREATE ({create_conns} connections, {duration:?})");
-    let load = run_load(&target, pid, create_conns, Some(duration), u64::MAX, new_states(format!("c-{run}"))).await;
+    let load = run_load(target, pid, create_conns, Some(duration), u64::MAX, new_states(format!("c-{run}"))).await;
     let created = load.stats.ok;
     rows.push(load.row("CREATE (new names)", create_conns, Goal::MinRps(5_000.0), ""));
 
     // 4. Watch fan-out.
     let (streams, updates) = (100, 200);
     eprintln!("bench: watch fan-out ({streams} streams, {updates} updates)");
-    let watch = watch_fanout(&target, &run, streams, updates).await;
+    let watch = watch_fanout(target, run, streams, updates).await;
     rows.push(
         watch.unwrap_or_else(|e| Row::failed(format!("watch fan-out: {streams} streams x {updates} updates"), e)),
     );
+    (rows, created)
+}
 
-    // 5. Server memory: idle, then after storing `bulk` objects.
+/// Server memory: idle (measured before), then after storing `bulk` more objects.
+async fn store_rows(
+    target: &Target,
+    server: Option<&mut ServerProcess>,
+    conns: usize,
+    bulk: u64,
+    idle_rss: Option<u64>,
+    created: u64,
+    run: &str,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let pid = server.as_ref().map(|s| s.child.id());
     let bulk_label = format!("10^{}", bulk.ilog10());
     let notes = idle_rss.map_or("needs --server".into(), |k| {
         format!("VmRSS {}, default flags, 1 s after /readyz, empty store", mib(k))
     });
     let target_rss = Goal::MaxMib(30.0).show(idle_rss.map(|k| k as f64 / 1024.0));
     rows.push(Row { scenario: "server RSS idle".into(), target: target_rss, notes, ..Row::default() });
-    eprintln!("bench: storing {bulk_label} objects ({create_conns} connections)");
-    let load = run_load(&target, pid, create_conns, None, bulk, new_states(format!("b-{run}"))).await;
+    eprintln!("bench: storing {bulk_label} objects ({conns} connections)");
+    let load = run_load(target, pid, conns, None, bulk, new_states(format!("b-{run}"))).await;
     let took = format!("took {:.1} s", load.elapsed.as_secs_f64());
     let stored = load.stats.ok;
-    rows.push(load.row(&format!("store {bulk_label} objects (CREATE)"), create_conns, Goal::None, &took));
+    rows.push(load.row(&format!("store {bulk_label} objects (CREATE)"), conns, Goal::None, &took));
     let total = 1 + 1000 + created + 1 + stored;
-    let notes = match (server.as_mut().and_then(ServerProcess::exited), pid.and_then(rss_kib)) {
+    let notes = match (server.and_then(ServerProcess::exited), pid.and_then(rss_kib)) {
         (Some(exit), _) => format!("the server exited during the run ({exit}); its log is on stderr"),
         (None, Some(kib)) => format!(
             "VmRSS {} with ~{} objects stored ({} of them by this step)",
@@ -167,21 +279,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         (None, None) => "needs --server".into(),
     };
     rows.push(Row { scenario: format!("server RSS after {bulk_label} objects"), notes, ..Row::default() });
-    drop(server);
-
-    println!("| scenario | requests/s | p50 ms | p99 ms | target | notes |");
-    println!("|---|---:|---:|---:|---|---|");
-    for r in &rows {
-        let cells = [&r.rps, &r.p50, &r.p99, &r.target].map(|c| if c.is_empty() { "-" } else { c.as_str() });
-        println!("| {} | {} | {} |", r.scenario, cells.join(" | "), r.notes);
-    }
-    println!("\n{}; load average before the run: {loadavg}", machine());
-    Ok(())
+    rows
 }
 
 // Scenarios that need more than one load run.
 
-async fn list_rows(target: &Target, pid: Option<u32>, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
+async fn list_rows(
+    target: &Target,
+    pid: Option<u32>,
+    conns: usize,
+    duration: Duration,
+    run: &str,
+    table: bool,
+) -> Vec<Row> {
     let path = format!("{API}/storageversionmigrations");
     let fail = |e| vec![Row::failed("LIST 1000 objects".into(), e)];
     // Fill the collection up to exactly 1000 (a --url server may already hold some).
@@ -199,7 +309,8 @@ async fn list_rows(target: &Target, pid: Option<u32>, conns: usize, duration: Du
         return fail(anyhow!("seeding {missing} objects: {}", seed.stats.error_summary()));
     }
     let mut rows = Vec::new();
-    for (label, accept, key) in [("JSON", JSON, "items"), ("Table", TABLE, "rows")] {
+    let forms = [("JSON", JSON, "items"), ("Table", TABLE, "rows")];
+    for (label, accept, key) in forms.into_iter().take(if table { 2 } else { 1 }) {
         let req = Req::get(path.clone()).accept(accept);
         let probe = match target.call_ok(&req).await {
             Ok(b) => b,
@@ -228,7 +339,8 @@ async fn watch_fanout(target: &Target, run: &str, streams: usize, updates: usize
     let mut watchers = tokio::task::JoinSet::new(); // dropping it (also on errors) ends the watches
     for _ in 0..streams {
         let mut conn = target.connect().await?;
-        let resp = conn.send(&Req::get(format!("{coll}?watch=true&resourceVersion={rv0}"))).await?;
+        let watch = Req::get(format!("{coll}?watch=true&resourceVersion={rv0}"));
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, conn.send(&watch)).await.context("watch: no answer")??;
         if !resp.status().is_success() {
             bail!("watch answered {}", resp.status());
         }
@@ -318,7 +430,724 @@ async fn watch_fanout(target: &Target, run: &str, streams: usize, updates: usize
         p99: pct(&lat_us, 0.99),
         target: Goal::MaxP99Ms(10.0).show(p99),
         notes,
+        p99_v: p99,
+        ..Row::default()
     })
+}
+
+// Admission webhooks (issue 3).
+
+const ADMISSION_V1: &str = "admission.k8s.io/v1";
+
+/// /validate with a StorageVersionMigration CREATE and /mutate with a StorageState CREATE (the kind that has a
+/// default, so that the answer carries a patch), as kube-apiserver sends them for the CRD form. Every answer is
+/// checked: its uid echoed, allowed, and no patch (/validate) or exactly the expected patch (/mutate).
+async fn admission_rows(target: &Target, pid: Option<u32>, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for mutate in [false, true] {
+        let scenario = if mutate {
+            "AdmissionReview /mutate (StorageState CREATE)"
+        } else {
+            "AdmissionReview /validate (StorageVersionMigration CREATE)"
+        };
+        eprintln!("bench: {scenario} ({conns} connections, {duration:?})");
+        match admission_row(target, pid, conns, duration, run, mutate, scenario).await {
+            Ok(row) => rows.push(row),
+            Err(e) => rows.push(Row::failed(scenario.into(), e)),
+        }
+    }
+    rows
+}
+
+async fn admission_row(
+    target: &Target,
+    pid: Option<u32>,
+    conns: usize,
+    duration: Duration,
+    run: &str,
+    mutate: bool,
+    scenario: &str,
+) -> anyhow::Result<Row> {
+    let path = if mutate { "/mutate" } else { "/validate" };
+    let object = |n: &str| if mutate { admitted_storage_state(n) } else { admitted_migration(n) };
+    let template = Arc::new(Template::new(&admission_review("uid-@N@", "CREATE", &object("@N@"))));
+    let uid = |n: &str| format!("uid-{n}");
+
+    // Probes, one of them an object that must be denied: a webhook that allows everything cannot score.
+    let probe_n = format!("{run}-probe");
+    let answer = target.call_ok(&Req::post(path.into(), template.render(&probe_n))).await?;
+    let patch = if mutate {
+        let patch = review_response(&answer, &uid(&probe_n))?["patch"].as_str().unwrap_or_default().to_string();
+        let decoded = base64::engine::general_purpose::STANDARD.decode(&patch).context("the patch is not base64")?;
+        let ops: json_patch::Patch = serde_json::from_slice(&decoded).context("the patch is not a JSON Patch")?;
+        let mut patched = object(&probe_n);
+        json_patch::patch(&mut patched, &ops).context("the patch does not apply to the object sent")?;
+        if patched["status"]["persistedStorageVersionHashes"] != json!(["Unknown"]) {
+            bail!(
+                "the patch does not default status.persistedStorageVersionHashes: {}",
+                String::from_utf8_lossy(&decoded)
+            );
+        }
+        Some(patch)
+    } else {
+        None
+    };
+    check_review(&answer, &uid(&probe_n), patch.as_deref()).map_err(|e| anyhow!("probe: {e}"))?;
+    let mut invalid = object(&format!("{run}-invalid"));
+    invalid["spec"] = json!({});
+    let denied = target
+        .call_ok(&Req::post(path.into(), Template::new(&admission_review("uid-x", "CREATE", &invalid)).render("")))
+        .await?;
+    if !mutate && review_response(&denied, "uid-x")?["allowed"] != false {
+        bail!("an object without spec.resource was not denied: {}", String::from_utf8_lossy(&denied));
+    }
+
+    let size = template.render(&format!("{run}-0000000")).len();
+    let r = run.to_string();
+    let (t, p) = (template.clone(), path.to_string());
+    let make: MakeReq = Arc::new(move |i| Req::post(p.clone(), t.render(&format!("{r}-{i:07}"))));
+    let r = run.to_string();
+    let check: Check = Arc::new(move |i, body| check_review(body, &format!("uid-{r}-{i:07}"), patch.as_deref()));
+    let load = run_load_checked(target, pid, conns, Some(duration), u64::MAX, make, Some(check)).await;
+    let what = if mutate { "allowed, uid echoed, the expected JSON Patch" } else { "allowed, uid echoed, no patch" };
+    let note = format!("{:.1} KiB per review; every answer checked: {what}", size as f64 / 1024.0);
+    let mut row = load.row(scenario, conns, Goal::MinRps(30_000.0), &note);
+    // The issue's second target is p99 <= 5 ms.
+    row.target += &format!("; {}", Goal::MaxP99Ms(5.0).show(row.p99_v));
+    Ok(row)
+}
+
+/// The `response` of an AdmissionReview answer to `uid`.
+fn review_response(body: &[u8], uid: &str) -> anyhow::Result<Value> {
+    let v: Value = serde_json::from_slice(body).context("the answer is not JSON")?;
+    if v["apiVersion"] != ADMISSION_V1 || v["kind"] != "AdmissionReview" {
+        bail!("not an {ADMISSION_V1} AdmissionReview: {v}");
+    }
+    if v["response"]["uid"] != uid {
+        bail!("uid {uid} not echoed: {v}");
+    }
+    Ok(v["response"].clone())
+}
+
+/// An allowed answer to `uid`, with exactly `patch` (base64) or no patch at all.
+fn check_review(body: &[u8], uid: &str, patch: Option<&str>) -> Result<(), String> {
+    let r = review_response(body, uid).map_err(|e| e.to_string())?;
+    if r["allowed"] != true {
+        return Err(format!("not allowed: {r}"));
+    }
+    match patch {
+        None if r.get("patch").is_some() || r.get("patchType").is_some() => {
+            Err(format!("a patch in a validating answer: {r}"))
+        }
+        Some(p) if r["patchType"] != "JSONPatch" || r["patch"] != p => Err(format!("not the expected patch: {r}")),
+        _ => Ok(()),
+    }
+}
+
+/// An AdmissionReview as kube-apiserver sends it to a webhook for a write of `object`.
+fn admission_review(uid: &str, operation: &str, object: &Value) -> Value {
+    let (group, version) = object["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let resource = format!("{}s", kind.to_lowercase());
+    json!({
+        "apiVersion": ADMISSION_V1, "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": resource},
+            "name": object["metadata"]["name"],
+            "operation": operation,
+            "userInfo": {
+                "username": "system:serviceaccount:kube-system:storage-version-migrator",
+                "uid": "5b0c8a52-1f4e-4a2b-9c61-0d7e3f5a9b21",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
+            },
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": "storage-version-migrator"},
+        },
+    })
+}
+
+/// Metadata as kube-apiserver has filled it in by the time the webhooks see a CREATE.
+fn admitted_meta(name: &str) -> Value {
+    json!({
+        "name": name,
+        "uid": "0d1f3c5e-2b4a-4c6e-8f10-32547698badc",
+        "generation": 1,
+        "creationTimestamp": "2026-11-21T02:00:00Z",
+        "labels": {"app.kubernetes.io/managed-by": "storage-version-migrator"},
+        "managedFields": [{
+            "manager": "storage-version-migrator", "operation": "Update", "apiVersion": "migration.k8s.io/v1alpha1",
+            "time": "2026-11-21T02:00:00Z", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app.kubernetes.io/managed-by": {}}}, "f:spec": {".": {}, "f:resource": {".": {}, "f:group": {}, "f:resource": {}}}},
+        }],
+    })
+}
+
+fn admitted_migration(n: &str) -> Value {
+    json!({
+        "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
+        "metadata": admitted_meta(&format!("deployments-{n}")),
+        "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
+    })
+}
+
+fn admitted_storage_state(n: &str) -> Value {
+    json!({
+        "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageState",
+        "metadata": admitted_meta(&format!("r{n}.bench.io")),
+        "spec": {"resource": {"group": "bench.io", "resource": format!("r{n}")}},
+    })
+}
+
+/// A JSON body with `@N@` placeholders, rendered per request without serializing it again.
+struct Template(Vec<Bytes>);
+
+impl Template {
+    fn new(body: &Value) -> Template {
+        Template(body.to_string().split("@N@").map(|p| Bytes::from(p.to_owned())).collect())
+    }
+
+    fn render(&self, n: &str) -> Bytes {
+        let mut out = Vec::with_capacity(self.0.iter().map(Bytes::len).sum::<usize>() + self.0.len() * n.len());
+        for (k, part) in self.0.iter().enumerate() {
+            if k > 0 {
+                out.extend_from_slice(n.as_bytes());
+            }
+            out.extend_from_slice(part);
+        }
+        Bytes::from(out)
+    }
+}
+
+// ShootState with a 100 KiB body, encrypted at rest against identity (issue 3).
+
+const SHOOTSTATES_V1BETA1: &str = "/apis/core.gardener.cloud/v1beta1";
+const SHOOTSTATE_KEYS: &str = "/registry/core.gardener.cloud/shootstates/";
+/// The most ShootStates one CREATE step writes (10^4 x 100 KiB = 1 GiB on disk).
+const SHOOTSTATE_CREATE_LIMIT: u64 = 10_000;
+
+/// CREATE and GET of 100 KiB ShootStates on a server without encryption (identity) and on one whose
+/// EncryptionConfiguration has aesgcm as its first provider; afterwards `storage inspect` checks how the values
+/// were stored.
+async fn encryption_rows(bin: &Path, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
+    let dir = std::env::temp_dir().join(format!("migration-apiserver-bench-enc-{}", std::process::id()));
+    let config = match encryption_config(&dir) {
+        Ok(c) => c,
+        Err(e) => return vec![Row::failed("ShootState 100 KiB, aesgcm".into(), e)],
+    };
+    let config_arg = config.to_string_lossy().into_owned();
+    let mut creates = Vec::new();
+    let mut gets = Vec::new();
+    for (label, extra) in [("identity", vec![]), ("aesgcm", vec!["--encryption-provider-config", config_arg.as_str()])]
+    {
+        let (c, g) = (format!("ShootState CREATE 100 KiB, {label}"), format!("ShootState GET 100 KiB, {label}"));
+        eprintln!("bench: ShootState 100 KiB, {label} ({conns} connections, {duration:?} each)");
+        match shootstate_rows(bin, &extra, label, conns, duration, run).await {
+            Ok((create, get)) => {
+                creates.push(create);
+                gets.push(get);
+            }
+            Err(e) => creates.push(Row::failed(format!("{c} / {g}"), e)),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for rows in [&mut creates, &mut gets] {
+        if let [identity, aesgcm] = &mut rows[..] {
+            let ratio = ratio_note(aesgcm, identity, "identity's");
+            aesgcm.notes = format!("{ratio}; {}", aesgcm.notes);
+        }
+    }
+    creates.into_iter().chain(gets).collect()
+}
+
+/// A kube-apiserver EncryptionConfiguration for ShootStates: aesgcm with a fresh random key first, identity second.
+fn encryption_config(dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let mut key = [0u8; 32];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    let yaml = format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
+         - resources: [shootstates.core.gardener.cloud]\n  providers:\n  - aesgcm:\n      keys:\n      \
+         - name: key1\n        secret: {}\n  - identity: {{}}\n",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    );
+    let path = dir.join("encryption-config.yaml");
+    std::fs::write(&path, yaml)?;
+    Ok(path)
+}
+
+async fn shootstate_rows(
+    bin: &Path,
+    extra: &[&str],
+    label: &str,
+    conns: usize,
+    duration: Duration,
+    run: &str,
+) -> anyhow::Result<(Row, Row)> {
+    // A short watch history: the ring would otherwise hold up to 10^5 events of 100 KiB in memory.
+    let mut args = vec!["--disable-scheduler", "--watch-history", "1000"];
+    args.extend_from_slice(extra);
+    let (mut server, target) = ServerProcess::start(bin, &args).await?;
+    let pid = Some(server.child.id());
+    let ns = "bench";
+    let coll = format!("{SHOOTSTATES_V1BETA1}/namespaces/{ns}/shootstates");
+    let template = Arc::new(Template::new(&big_shoot_state(ns, "s-@N@")));
+    let size = template.render(&format!("{run}-0000000")).len();
+
+    let (t, c, r) = (template.clone(), coll.clone(), run.to_string());
+    let make: MakeReq = Arc::new(move |i| Req::post(c.clone(), t.render(&format!("{r}-{i:07}"))));
+    let load = run_load(&target, pid, conns, Some(duration), SHOOTSTATE_CREATE_LIMIT, make).await;
+    let note = format!("{:.0} KiB per object", size as f64 / 1024.0);
+    let mut create = load.row(&format!("ShootState CREATE 100 KiB, {label}"), conns, Goal::None, &note);
+    let created = load.stats.ok;
+
+    let name = format!("s-{run}-get");
+    let body = target.call_ok(&Req::post(coll.clone(), template.render(&format!("{run}-get")))).await?;
+    let stored: Value = serde_json::from_slice(&body)?;
+    let get = Req::get(format!("{coll}/{name}"));
+    let probe = target.call_ok(&get).await?;
+    let read: Value = serde_json::from_slice(&probe)?;
+    if read["spec"] != stored["spec"] {
+        bail!("GET {name} does not return the spec that was written");
+    }
+    let load = run_load(&target, pid, conns, Some(duration), u64::MAX, Arc::new(move |_| get.clone())).await;
+    let note = format!("{:.0} KiB per response", probe.len() as f64 / 1024.0);
+    let get = load.row(&format!("ShootState GET 100 KiB, {label}"), conns, Goal::None, &note);
+
+    // How the values were stored, read from the store file by `storage inspect` (the server must be stopped).
+    server.stop().await?;
+    let items = stored_shootstates(bin, &server.data_dir())?;
+    let expected = if label == "identity" { "identity" } else { "aesgcm:v1:key1" };
+    let matching = items.iter().filter(|e| e["encryption"] == expected).count();
+    if matching != items.len() || items.len() as u64 != created + 1 {
+        bail!(
+            "storage inspect: {matching} of {} stored ShootStates are {expected}, {} were created",
+            items.len(),
+            created + 1
+        );
+    }
+    create.notes += &format!("; storage inspect: all {} stored as {expected}", thousands(items.len() as f64));
+    Ok((create, get))
+}
+
+/// What `storage inspect` reports of the stored ShootStates (key, encryption, apiVersion, ...) of a stopped server.
+fn stored_shootstates(bin: &Path, data_dir: &Path) -> anyhow::Result<Vec<Value>> {
+    let inspect = Command::new(bin).args(["storage", "inspect", "-o", "json", "--data-dir"]).arg(data_dir).output()?;
+    if !inspect.status.success() {
+        bail!("storage inspect: {}", String::from_utf8_lossy(&inspect.stderr));
+    }
+    let all: Value = serde_json::from_slice(&inspect.stdout).context("storage inspect -o json")?;
+    let items = all["items"].as_array().context("storage inspect -o json has no items")?;
+    let ours = |e: &&Value| e["key"].as_str().is_some_and(|k| k.starts_with(SHOOTSTATE_KEYS));
+    Ok(items.iter().filter(ours).cloned().collect())
+}
+
+/// A ShootState of about 100 KiB, mostly the certificates and keys of its `gardener` secrets, as real ones are.
+fn big_shoot_state(ns: &str, name: &str) -> Value {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random_b64 = |len: usize| {
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as u8
+            })
+            .collect();
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    };
+    let mut gardener = Vec::new();
+    let mut object = Value::Null;
+    for k in 0.. {
+        object = json!({
+            "apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
+            "metadata": {"name": name, "namespace": ns, "labels": {"shoot.gardener.cloud/name": "bench"}},
+            "spec": {
+                "gardener": gardener,
+                "extensions": [
+                    {"kind": "Infrastructure", "purpose": "aws", "state": {"vpc": {"id": "vpc-0a1b2c3d", "cidr": "10.250.0.0/16"}}},
+                    {"kind": "Worker", "state": {"machineDeployments": {"pool-a": {"replicas": 3}}}},
+                ],
+            },
+        });
+        if object.to_string().len() >= 100 * 1024 {
+            break;
+        }
+        gardener.push(json!({
+            "name": format!("secret-{k}"), "type": "secret",
+            "labels": {"managed-by": "secrets-manager", "manager-identity": "gardenlet"},
+            "data": {"ca.crt": random_b64(900), "ca.key": random_b64(1200)},
+        }));
+    }
+    object
+}
+
+// The migrator (issue 4).
+
+/// Migrations of 10^4 and 10^5 (--quick: 10^3 and 10^4) objects, each by a fresh migrating server.
+async fn migration_rows(bin: &Path, quick: bool) -> Vec<Row> {
+    let sizes: [u64; 2] = if quick { [1_000, 10_000] } else { [10_000, 100_000] };
+    let mut rows = Vec::new();
+    let mut peaks = Vec::new();
+    for n in sizes {
+        let scenario = format!("migrate 10^{} objects (--migration-qps 0)", n.ilog10());
+        eprintln!("bench: {scenario}");
+        match migrate(bin, n, &scenario).await {
+            Ok((row, peak, growth)) => {
+                rows.push(row);
+                peaks.push((n, peak, growth));
+            }
+            Err(e) => rows.push(Row::failed(scenario, e)),
+        }
+    }
+    if let [(n1, peak1, _), (n2, peak2, growth2)] = peaks[..] {
+        let across = peak2.saturating_sub(peak1);
+        let worst = across.max(growth2);
+        rows.push(Row {
+            scenario: format!("migrator peak RSS growth, 10^{} -> 10^{} objects", n1.ilog10(), n2.ilog10()),
+            target: Goal::MaxMib(20.0).show(Some(worst as f64 / 1024.0)),
+            notes: format!(
+                "VmHWM {} -> {} (+{}); during the 10^{} migration alone +{}; the target judges the larger",
+                mib(peak1),
+                mib(peak2),
+                mib(across),
+                n2.ilog10(),
+                mib(growth2)
+            ),
+            ..Row::default()
+        });
+    }
+    rows
+}
+
+/// A target server holding `n` ShootStates stored as v1alpha1 and restarted with storage version v1beta1, and a
+/// second server (the migrator, --kubeconfig to the target, scheduler without trigger, unlimited QPS) asked to
+/// migrate them with a StorageVersionMigration. Returns the row, the migrator's peak RSS (VmHWM, KiB) and its
+/// growth during the migration.
+async fn migrate(bin: &Path, n: u64, scenario: &str) -> anyhow::Result<(Row, u64, u64)> {
+    let namespaces = 10;
+    let v1alpha1 = ["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1alpha1"];
+    let (mut target_server, target) = ServerProcess::start(bin, &v1alpha1).await?;
+    let make: MakeReq = Arc::new(move |i| {
+        let (ns, name) = (format!("bench-{}", i % namespaces), format!("s-{i:06}"));
+        let body = json!({"apiVersion": "core.gardener.cloud/v1alpha1", "kind": "ShootState",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"n": i}}]}});
+        Req::post(
+            format!("/apis/core.gardener.cloud/v1alpha1/namespaces/{ns}/shootstates"),
+            Bytes::from(body.to_string()),
+        )
+    });
+    let seed = run_load(&target, None, 64, None, n, make).await;
+    if seed.stats.ok != n {
+        bail!("creating {n} ShootStates: {}", seed.stats.error_summary());
+    }
+    let v1beta1 = ["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1beta1"];
+    let target = target_server.restart(&v1beta1).await?;
+    let kubeconfig = target_server.kubeconfig().to_string_lossy().into_owned();
+    let migrator_args = ["--kubeconfig", kubeconfig.as_str(), "--disable-trigger", "--migration-qps", "0"];
+    let (mut migrator_server, migrator) = ServerProcess::start(bin, &migrator_args).await?;
+    let (mpid, tpid) = (migrator_server.child.id(), target_server.child.id());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let hwm_before = hwm_kib(mpid).context("no VmHWM for the migrator")?;
+    let requests_before = target_requests(&target).await?;
+
+    let name = format!("bench-shootstates-{n}");
+    let svm = json!({
+        "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
+        "metadata": {"name": name, "labels": {"migration.k8s.io/resource": "shootstates.core.gardener.cloud"}},
+        "spec": {"resource": {"group": "core.gardener.cloud", "version": "v1beta1", "resource": "shootstates"}},
+    });
+    let cpu0 = (CpuTicks::now(Some(mpid)), cpu_ticks(tpid));
+    let started = Instant::now();
+    migrator.call_ok(&Req::post(format!("{API}/storageversionmigrations"), Bytes::from(svm.to_string()))).await?;
+    let mut conn = migrator.connect().await?;
+    let status = loop {
+        let svm: Value =
+            serde_json::from_slice(&conn.call_ok(&Req::get(format!("{API}/storageversionmigrations/{name}"))).await?)?;
+        let condition = |t: &str| {
+            svm["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == t && c["status"] == "True"))
+                .cloned()
+        };
+        if let Some(failed) = condition("Failed") {
+            bail!("the migration failed: {failed}");
+        }
+        if condition("Succeeded").is_some() {
+            break svm["status"].clone();
+        }
+        if let Some(exit) = migrator_server.exited().or_else(|| target_server.exited()) {
+            bail!("a server exited during the migration ({exit})");
+        }
+        if started.elapsed() > Duration::from_secs(900) {
+            bail!("the migration did not finish within 15 min: {}", svm["status"]);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = started.elapsed();
+    let cpu = cpu0
+        .0
+        .usage_since(Some(mpid), took)
+        .replace("server", &format!("target {}, migrator", cores(cpu0.1, cpu_ticks(tpid), took)));
+    let hwm = hwm_kib(mpid).context("no VmHWM for the migrator")?;
+    let requests = target_requests(&target).await?;
+    if status["migratedObjects"] != n {
+        bail!("the migration succeeded with migratedObjects {} instead of {n}", status["migratedObjects"]);
+    }
+    drop(migrator_server);
+
+    // Every object is stored in the new version now.
+    target_server.stop().await?;
+    let items = stored_shootstates(bin, &target_server.data_dir())?;
+    let migrated = items.iter().filter(|e| e["apiVersion"] == "core.gardener.cloud/v1beta1").count() as u64;
+    if migrated != n || items.len() as u64 != n {
+        bail!("after the migration {migrated} of {} stored ShootStates are v1beta1 (expected all {n})", items.len());
+    }
+
+    let mut by_verb: BTreeMap<String, f64> = BTreeMap::new();
+    for (verb, after) in &requests {
+        let d = after - requests_before.get(verb).copied().unwrap_or(0.0);
+        if d > 0.0 {
+            by_verb.insert(verb.clone(), d);
+        }
+    }
+    let total: f64 = by_verb.values().sum();
+    if total < n as f64 {
+        bail!("the target counted {total} ShootState requests (apiserver_request_total) for {n} migrated objects");
+    }
+    let verbs: Vec<String> = by_verb.iter().map(|(v, c)| format!("{} {v}", thousands(*c))).collect();
+    let rate = n as f64 / took.as_secs_f64();
+    let growth = hwm.saturating_sub(hwm_before);
+    let notes = format!(
+        "{} objects in {:.1} s; at the target {} requests ({}) = {:.3} per object; migrator VmHWM {}, +{} during the \
+         migration; afterwards storage inspect: all {} stored as v1beta1; {cpu}",
+        thousands(n as f64),
+        took.as_secs_f64(),
+        thousands(total),
+        verbs.join(", "),
+        total / n as f64,
+        mib(hwm),
+        mib(growth),
+        thousands(n as f64),
+    );
+    let row = Row {
+        scenario: scenario.to_string(),
+        rps: thousands(rate),
+        target: Goal::MinRps(2_000.0).show(Some(rate)),
+        notes,
+        rps_v: Some(rate),
+        ..Row::default()
+    };
+    Ok((row, hwm, growth))
+}
+
+/// The target's request counters for ShootStates (`apiserver_request_total`), summed by verb.
+async fn target_requests(target: &Target) -> anyhow::Result<BTreeMap<String, f64>> {
+    let text = target.call_ok(&Req::get("/metrics".into()).accept("text/plain")).await?;
+    let mut by_verb = BTreeMap::new();
+    for line in String::from_utf8_lossy(&text).lines() {
+        let Some(labels) = line.strip_prefix("apiserver_request_total{") else { continue };
+        if !labels.contains("resource=\"shootstates\"") {
+            continue;
+        }
+        let verb = labels.split("verb=\"").nth(1).and_then(|v| v.split('"').next()).unwrap_or("?").to_string();
+        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        *by_verb.entry(verb).or_default() += value;
+    }
+    Ok(by_verb)
+}
+
+// The etcd backend (issue 6).
+
+/// GET, LIST (JSON), CREATE and watch fan-out against a server on a fresh etcd, as rows paired with the embedded
+/// store's. A write must show up in etcd first, so that a server that ignores --etcd-servers cannot pass for one
+/// on etcd.
+async fn etcd_rows(bin: &Path, etcd_bin: &Path, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
+    match etcd_rows_inner(bin, etcd_bin, conns, duration, run).await {
+        Ok(rows) => rows,
+        Err(e) => vec![Row::failed("etcd backend (GET, CREATE, LIST, watch)".into(), e)],
+    }
+}
+
+async fn etcd_rows_inner(
+    bin: &Path,
+    etcd_bin: &Path,
+    conns: usize,
+    duration: Duration,
+    run: &str,
+) -> anyhow::Result<Vec<Row>> {
+    let etcd = EtcdProcess::start(etcd_bin).await?;
+    let prefix = format!("/bench-{run}");
+    let url = format!("http://{}", etcd.client);
+    let args = ["--disable-scheduler", "--etcd-servers", url.as_str(), "--etcd-prefix", prefix.as_str()];
+    let (mut server, target) = ServerProcess::start(bin, &args).await?;
+    let pid = Some(server.child.id());
+    target.call_ok(&Req::post(format!("{API}/storagestates"), storage_state(&format!("etcd-probe-{run}")))).await?;
+    let keys = etcd.count(&format!("{prefix}/")).await?;
+    if keys == 0 {
+        bail!(
+            "the server does not keep its data in etcd (nothing under {prefix}/ after a create): this build of the \
+             server ignores --etcd-servers"
+        );
+    }
+    eprintln!("bench: etcd {} (pid {}), server on it", etcd.client, etcd.child.id());
+    let (mut rows, created) = core_rows(&target, pid, conns, duration, run, false).await;
+    if let Some(exit) = server.exited() {
+        bail!("the server on etcd exited ({exit})");
+    }
+    let keys = etcd.count(&format!("{prefix}/")).await?;
+    let etcd_kib = rss_kib(etcd.child.id());
+    for row in &mut rows {
+        row.pair = Some(row.scenario.clone());
+        row.scenario += ", on etcd";
+        // The targets are the embedded store's (issue 2); etcd's rows are there for the ratio.
+        row.target.clear();
+        if row.scenario.starts_with("CREATE") {
+            row.notes += &format!(
+                "; etcd holds {} keys under {prefix}/ ({} created by this step); etcd VmRSS {}",
+                thousands(keys as f64),
+                thousands(created as f64),
+                etcd_kib.map_or("?".into(), mib)
+            );
+        }
+    }
+    Ok(rows)
+}
+
+/// Puts each row with a `pair` right after the row it pairs with, with the ratio of their figures in its notes.
+fn merge_pairs(rows: &mut Vec<Row>, paired: Vec<Row>) {
+    for mut row in paired {
+        match row.pair.as_ref().and_then(|p| rows.iter().rposition(|r| &r.scenario == p)) {
+            Some(i) => {
+                let ratio = ratio_note(&row, &rows[i], "the embedded store's");
+                if !ratio.is_empty() {
+                    row.notes = format!("{ratio}; {}", row.notes);
+                }
+                rows.insert(i + 1, row);
+            }
+            None => rows.push(row),
+        }
+    }
+}
+
+/// "requests/s x0.42 of <whose>, p99 x2.10": how `row` compares with `base`.
+fn ratio_note(row: &Row, base: &Row, whose: &str) -> String {
+    let mut parts = Vec::new();
+    if let (Some(a), Some(b)) = (row.rps_v, base.rps_v) {
+        if b > 0.0 {
+            parts.push(format!("requests/s x{:.2} of {whose}", a / b));
+        }
+    }
+    if let (Some(a), Some(b)) = (row.p99_v, base.p99_v) {
+        if b > 0.0 {
+            parts.push(format!("p99 x{:.2}", a / b));
+        }
+    }
+    parts.join(", ")
+}
+
+/// etcd on free loopback ports with a temporary data directory; killed and removed on drop.
+struct EtcdProcess {
+    child: Child,
+    dir: PathBuf,
+    /// host:port of the client URL (plain HTTP).
+    client: String,
+}
+
+impl EtcdProcess {
+    async fn start(bin: &Path) -> anyhow::Result<EtcdProcess> {
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let dir =
+            std::env::temp_dir().join(format!("migration-apiserver-bench-etcd-{}-{client_port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let log = std::fs::File::create(dir.join("etcd.log"))?;
+        let client = format!("127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let child = Command::new(bin)
+            .args(["--name", "bench", "--data-dir"])
+            .arg(dir.join("data"))
+            .args([
+                "--listen-client-urls",
+                &format!("http://{client}"),
+                "--advertise-client-urls",
+                &format!("http://{client}"),
+            ])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("bench={peer}"), "--initial-cluster-state", "new"])
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut etcd = EtcdProcess { child, dir, client };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = etcd.child.try_wait()? {
+                let log = std::fs::read_to_string(etcd.dir.join("etcd.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                bail!("etcd exited ({status}): {}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            }
+            match http_plain(&etcd.client, Method::GET, "/health", None).await {
+                Ok((s, body)) if s.is_success() && String::from_utf8_lossy(&body).contains("true") => return Ok(etcd),
+                _ if started.elapsed() > Duration::from_secs(30) => bail!("etcd did not become healthy within 30 s"),
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// The number of keys under `prefix` (through etcd's gRPC gateway).
+    async fn count(&self, prefix: &str) -> anyhow::Result<u64> {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let mut end = prefix.as_bytes().to_vec();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let body = json!({"key": b64(prefix.as_bytes()), "range_end": b64(&end), "count_only": true});
+        let (status, answer) = http_plain(&self.client, Method::POST, "/v3/kv/range", Some(body)).await?;
+        if !status.is_success() {
+            bail!("etcd range answered {status}: {}", String::from_utf8_lossy(&answer));
+        }
+        let v: Value = serde_json::from_slice(&answer)?;
+        // int64 fields are strings in the gateway's JSON, and absent when 0.
+        Ok(v["count"].as_str().and_then(|c| c.parse().ok()).unwrap_or(0))
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One plain-HTTP request on a new connection (etcd's gateway).
+async fn http_plain(
+    authority: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+    let tcp = TcpStream::connect(authority).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(connection);
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, authority)
+        .header(CONTENT_TYPE, JSON)
+        .body(Full::new(body))?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status();
+    Ok((status, resp.into_body().collect().await?.to_bytes()))
 }
 
 // Closed-loop load: `conns` workers, each with one keep-alive connection, take request numbers
@@ -332,6 +1161,9 @@ struct Load {
     cpu: String,
 }
 
+/// Checks the body of a successful response to request number `i`; an `Err` counts the request as failed.
+type Check = Arc<dyn Fn(u64, &[u8]) -> Result<(), String> + Send + Sync>;
+
 async fn run_load(
     target: &Target,
     pid: Option<u32>,
@@ -340,14 +1172,27 @@ async fn run_load(
     limit: u64,
     make: MakeReq,
 ) -> Load {
+    run_load_checked(target, pid, conns, duration, limit, make, None).await
+}
+
+/// [`run_load`], with every successful answer checked by `check`.
+async fn run_load_checked(
+    target: &Target,
+    pid: Option<u32>,
+    conns: usize,
+    duration: Option<Duration>,
+    limit: u64,
+    make: MakeReq,
+    check: Option<Check>,
+) -> Load {
     let next = Arc::new(AtomicU64::new(0));
     let cpu0 = CpuTicks::now(pid);
     let start = Instant::now();
     let deadline = duration.map(|d| start + d);
     let workers: Vec<_> = (0..conns)
         .map(|_| {
-            let (target, next, make) = (target.clone(), next.clone(), make.clone());
-            tokio::spawn(async move { worker(target, next, limit, deadline, make).await })
+            let (target, next, make, check) = (target.clone(), next.clone(), make.clone(), check.clone());
+            tokio::spawn(async move { worker(target, next, limit, deadline, make, check).await })
         })
         .collect();
     let mut stats = Stats::default();
@@ -362,7 +1207,14 @@ async fn run_load(
     Load { stats, elapsed, cpu: cpu0.usage_since(pid, elapsed) }
 }
 
-async fn worker(target: Target, next: Arc<AtomicU64>, limit: u64, deadline: Option<Instant>, make: MakeReq) -> Stats {
+async fn worker(
+    target: Target,
+    next: Arc<AtomicU64>,
+    limit: u64,
+    deadline: Option<Instant>,
+    make: MakeReq,
+    check: Option<Check>,
+) -> Stats {
     let mut stats = Stats::default();
     let mut conn: Option<Conn> = None;
     let mut failed_connects = 0;
@@ -392,9 +1244,15 @@ async fn worker(target: Target, next: Arc<AtomicU64>, limit: u64, deadline: Opti
         let req = make(i);
         let t = Instant::now();
         match c.call(&req).await {
-            Ok((status, _)) if status.is_success() => {
-                stats.ok += 1;
-                stats.samples.push(micros(t.elapsed()));
+            Ok((status, body)) if status.is_success() => {
+                let took = micros(t.elapsed());
+                match check.as_ref().map_or(Ok(()), |check| check(i, &body)) {
+                    Ok(()) => {
+                        stats.ok += 1;
+                        stats.samples.push(took);
+                    }
+                    Err(e) => stats.error(format!("wrong answer: {e}"), Some(WRONG_ANSWER)),
+                }
             }
             Ok((status, body)) => stats.error(
                 format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
@@ -409,11 +1267,14 @@ async fn worker(target: Target, next: Arc<AtomicU64>, limit: u64, deadline: Opti
     stats
 }
 
+/// The `Stats::by_status` key of answers that had a success status but failed their check.
+const WRONG_ANSWER: u16 = 1;
+
 #[derive(Default)]
 struct Stats {
     ok: u64,
     errors: u64,
-    /// Errors by HTTP status; 0 = transport error.
+    /// Errors by HTTP status; 0 = transport error, [`WRONG_ANSWER`] = a success status with a wrong body.
     by_status: BTreeMap<u16, u64>,
     first_error: Option<String>,
     samples: Vec<u32>,
@@ -437,7 +1298,11 @@ impl Stats {
         let by: Vec<String> = self
             .by_status
             .iter()
-            .map(|(s, n)| if *s == 0 { format!("transport: {n}") } else { format!("{s}: {n}") })
+            .map(|(s, n)| match *s {
+                0 => format!("transport: {n}"),
+                WRONG_ANSWER => format!("wrong answer: {n}"),
+                s => format!("{s}: {n}"),
+            })
             .collect();
         let first = self.first_error.as_deref().unwrap_or("").replace('|', "\\|").replace('\n', " ");
         format!("{} errors ({}; first: {first})", self.errors, by.join(", "))
@@ -464,6 +1329,9 @@ impl Load {
             p99: pct(s, 0.99),
             target: goal.show((!s.is_empty()).then(|| if let Goal::MaxP99Ms(_) = goal { pct_f(s, 0.99) } else { rps })),
             notes,
+            rps_v: Some(rps),
+            p99_v: (!s.is_empty()).then(|| pct_f(s, 0.99)),
+            ..Row::default()
         }
     }
 }
@@ -478,6 +1346,11 @@ struct Row {
     p99: String,
     target: String,
     notes: String,
+    /// Requests/s and p99 ms as numbers, for ratios between rows.
+    rps_v: Option<f64>,
+    p99_v: Option<f64>,
+    /// The scenario of the row this one is paired with (printed right after it).
+    pair: Option<String>,
 }
 
 impl Row {
@@ -667,11 +1540,18 @@ impl Target {
     }
 
     async fn connect(&self) -> anyhow::Result<Conn> {
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
+        // A server that cannot accept (out of file descriptors, stopped) must not hang the bench.
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((self.host.as_str(), self.port)))
             .await
+            .map_err(|_| anyhow!("timed out"))
+            .and_then(|r| Ok(r?))
             .with_context(|| format!("connecting to {}", self.authority))?;
         tcp.set_nodelay(true)?;
-        let tls = self.tls.connect(self.server_name.clone(), tcp).await.context("TLS handshake")?;
+        let tls = tokio::time::timeout(CONNECT_TIMEOUT, self.tls.connect(self.server_name.clone(), tcp))
+            .await
+            .map_err(|_| anyhow!("timed out"))
+            .and_then(|r| Ok(r?))
+            .context("TLS handshake")?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(connection);
         Ok(Conn { sender, authority: self.authority.clone() })
@@ -703,10 +1583,16 @@ impl Conn {
         Ok(self.sender.send_request(request).await?)
     }
 
+    /// One request and its whole answer, within [`REQUEST_TIMEOUT`].
     async fn call(&mut self, req: &Req) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
-        let resp = self.send(req).await?;
-        let status = resp.status();
-        Ok((status, resp.into_body().collect().await?.to_bytes()))
+        let call = async {
+            let resp = self.send(req).await?;
+            let status = resp.status();
+            Ok((status, resp.into_body().collect().await?.to_bytes()))
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, call)
+            .await
+            .map_err(|_| anyhow!("{} {}: no answer within {REQUEST_TIMEOUT:?}", req.method, req.path))?
     }
 
     async fn call_ok(&mut self, req: &Req) -> anyhow::Result<Bytes> {
@@ -721,37 +1607,51 @@ impl Conn {
 
 struct ServerProcess {
     child: Child,
+    bin: PathBuf,
     dir: PathBuf,
+    port: u16,
+    /// How the server ended, when it ended by itself.
+    died: Option<String>,
+    /// Stopped by us (`stop`), not died.
+    stopped: bool,
 }
 
 impl ServerProcess {
+    /// Starts `bin serve` in a new temporary directory on a free port and waits for /readyz.
     async fn start(bin: &Path, extra_args: &[&str]) -> anyhow::Result<(ServerProcess, Target)> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = free_port()?;
         let dir = std::env::temp_dir().join(format!("migration-apiserver-bench-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let log = std::fs::File::create(dir.join("server.log"))?;
+        let child = Self::spawn(bin, &dir, port, extra_args)?;
+        let mut server = ServerProcess { child, bin: bin.to_path_buf(), dir, port, died: None, stopped: false };
+        let target = server.wait_ready().await?;
+        Ok((server, target))
+    }
+
+    fn spawn(bin: &Path, dir: &Path, port: u16, extra_args: &[&str]) -> anyhow::Result<Child> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("server.log"))?;
         let (data, certs) = (dir.join("data"), dir.join("certs"));
         let child = Command::new(bin)
             .args(["serve", "--secure-port", &port.to_string(), "--bind-address", "127.0.0.1", "--data-dir"])
             .args([data.as_os_str(), "--cert-dir".as_ref(), certs.as_os_str()])
             .args(extra_args)
+            // A panic's backtrace lands in the log (kept when the server dies; see `Drop`).
+            .env("RUST_BACKTRACE", std::env::var_os("RUST_BACKTRACE").unwrap_or("1".into()))
             .stdout(log.try_clone()?)
             .stderr(log)
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let mut server = ServerProcess { child, dir };
-        eprintln!(
-            "bench: started {} {} (pid {}) on port {port}",
-            bin.display(),
-            extra_args.join(" "),
-            server.child.id()
-        );
-        let kubeconfig = server.dir.join("certs/admin.kubeconfig");
+        eprintln!("bench: started {} {} (pid {}) on port {port}", bin.display(), extra_args.join(" "), child.id());
+        Ok(child)
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<Target> {
+        let kubeconfig = self.kubeconfig();
         let started = Instant::now();
         let mut last_err = anyhow!("not started");
         while started.elapsed() < Duration::from_secs(60) {
-            if let Some(exit) = server.exited() {
+            if let Some(exit) = self.exited() {
                 bail!("the server exited ({exit})");
             }
             let ready = async {
@@ -760,7 +1660,7 @@ impl ServerProcess {
                 Ok::<_, anyhow::Error>(target)
             };
             match ready.await {
-                Ok(target) => return Ok((server, target)),
+                Ok(target) => return Ok(target),
                 Err(e) => last_err = e,
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -768,30 +1668,112 @@ impl ServerProcess {
         Err(last_err.context("the server did not become ready within 60 s"))
     }
 
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("certs/admin.kubeconfig")
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Stops the server (SIGTERM, then SIGKILL after 20 s) and keeps its directory.
+    async fn stop(&mut self) -> anyhow::Result<()> {
+        if self.exited().is_some() {
+            bail!("the server had exited by itself");
+        }
+        self.stopped = true;
+        if self.child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        // std has SIGKILL only; a graceful stop closes the store cleanly.
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// Stops the server and starts it again on the same directory and port with `extra_args`.
+    async fn restart(&mut self, extra_args: &[&str]) -> anyhow::Result<Target> {
+        self.stop().await?;
+        self.child = Self::spawn(&self.bin, &self.dir, self.port, extra_args)?;
+        self.stopped = false;
+        self.wait_ready().await
+    }
+
     /// If the server has exited: how, after printing the end of its log to stderr.
     fn exited(&mut self) -> Option<String> {
+        if let Some(died) = &self.died {
+            return Some(died.clone());
+        }
+        if self.stopped {
+            return None;
+        }
         let status = self.child.try_wait().ok()??;
         let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
-        eprintln!("bench: the server exited ({status}); the end of its log:");
+        eprintln!("bench: the server (pid {}) exited ({status}); the end of its log:", self.child.id());
         tail.iter().rev().for_each(|l| eprintln!("  {l}"));
+        self.died = Some(status.to_string());
         Some(status.to_string())
     }
 }
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        // A server that died by itself keeps its whole log.
+        if self.exited().is_some() {
+            let kept = self.dir.with_extension("log");
+            if std::fs::copy(self.dir.join("server.log"), &kept).is_ok() {
+                eprintln!("bench: the log of the server that exited is kept in {}", kept.display());
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
+/// `program` itself when it is a path, else the first file of that name in PATH.
+fn find_program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.is_file().then(|| program.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(program)).find(|p| p.is_file())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
 // /proc readings.
 
 fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Peak resident set size.
+fn hwm_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+    status.lines().find_map(|l| l.strip_prefix(field))?.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// Cores used between two `cpu_ticks` readings `elapsed` apart.
+fn cores(before: Option<u64>, after: Option<u64>, elapsed: Duration) -> String {
+    match (before, after) {
+        (Some(a), Some(b)) => format!("{:.2}", b.saturating_sub(a) as f64 / (elapsed.as_secs_f64() * 100.0)),
+        _ => "?".into(),
+    }
 }
 
 /// utime + stime of a process, in clock ticks.
@@ -826,12 +1808,7 @@ impl CpuTicks {
     /// Cores used since `self`: `/proc` counts USER_HZ = 100 ticks per second.
     fn usage_since(&self, server: Option<u32>, elapsed: Duration) -> String {
         let now = CpuTicks::now(server);
-        let c: Vec<String> = (0..4)
-            .map(|i| match (self.0[i], now.0[i]) {
-                (Some(a), Some(b)) => format!("{:.2}", b.saturating_sub(a) as f64 / (elapsed.as_secs_f64() * 100.0)),
-                _ => "?".into(),
-            })
-            .collect();
+        let c: Vec<String> = (0..4).map(|i| cores(self.0[i], now.0[i], elapsed)).collect();
         format!("CPU cores used: server {}, bench {}, whole machine {} (stolen {})", c[0], c[1], c[2], c[3])
     }
 }
@@ -850,4 +1827,64 @@ fn machine() -> String {
         mem_kib.unwrap_or(0) as f64 / (1024.0 * 1024.0),
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(response: Value) -> Vec<u8> {
+        json!({"apiVersion": ADMISSION_V1, "kind": "AdmissionReview", "response": response}).to_string().into_bytes()
+    }
+
+    #[test]
+    fn templates_fill_every_placeholder() {
+        let t = Template::new(&admission_review("uid-@N@", "CREATE", &admitted_migration("@N@")));
+        let v: Value = serde_json::from_slice(&t.render("r-0000042")).expect("JSON");
+        assert_eq!(v["request"]["uid"], "uid-r-0000042");
+        assert_eq!(v["request"]["name"], "deployments-r-0000042");
+        assert_eq!(v["request"]["object"]["metadata"]["name"], "deployments-r-0000042");
+        assert!(!String::from_utf8_lossy(&t.render("x")).contains("@N@"));
+    }
+
+    #[test]
+    fn wrong_admission_answers_do_not_count() {
+        let ok = answer(json!({"uid": "u1", "allowed": true}));
+        assert_eq!(check_review(&ok, "u1", None), Ok(()));
+        // Another request's uid, a denial, a patch from /validate, a missing or different patch from /mutate.
+        assert!(check_review(&ok, "u2", None).is_err());
+        assert!(check_review(&answer(json!({"uid": "u1", "allowed": false})), "u1", None).is_err());
+        let patched = answer(json!({"uid": "u1", "allowed": true, "patchType": "JSONPatch", "patch": "W10="}));
+        assert!(check_review(&patched, "u1", None).is_err());
+        assert_eq!(check_review(&patched, "u1", Some("W10=")), Ok(()));
+        assert!(check_review(&patched, "u1", Some("W3t9XQ==")).is_err());
+        assert!(check_review(&ok, "u1", Some("W10=")).is_err());
+        assert!(check_review(b"{}", "u1", None).is_err());
+        assert!(check_review(b"not json", "u1", None).is_err());
+    }
+
+    #[test]
+    fn paired_rows_follow_their_pair_with_the_ratio() {
+        let row = |name: &str, rps: f64, pair: Option<&str>| Row {
+            scenario: name.into(),
+            rps_v: Some(rps),
+            pair: pair.map(String::from),
+            ..Row::default()
+        };
+        let mut rows = vec![row("GET", 1000.0, None), row("LIST", 100.0, None), row("CREATE", 500.0, None)];
+        merge_pairs(
+            &mut rows,
+            vec![row("GET, on etcd", 250.0, Some("GET")), row("CREATE, on etcd", 1000.0, Some("CREATE"))],
+        );
+        let names: Vec<&str> = rows.iter().map(|r| r.scenario.as_str()).collect();
+        assert_eq!(names, ["GET", "GET, on etcd", "LIST", "CREATE", "CREATE, on etcd"]);
+        assert!(rows[1].notes.starts_with("requests/s x0.25 of the embedded store's"), "{}", rows[1].notes);
+        assert!(rows[4].notes.starts_with("requests/s x2.00"), "{}", rows[4].notes);
+    }
+
+    #[test]
+    fn big_shoot_state_is_about_100_kib() {
+        let len = big_shoot_state("bench", "s-1").to_string().len();
+        assert!((100 * 1024..110 * 1024).contains(&len), "{len}");
+    }
 }
