@@ -126,6 +126,8 @@ pub trait Strategy: Send + Sync {
     fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
     fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
+    /// The same from an object's stored JSON, without an intermediate `Value` (`None` if it does not decode).
+    fn cells_from_json(&self, json: &[u8], now: chrono::DateTime<chrono::Utc>) -> Option<Vec<Value>>;
     /// OpenAPI v3 schema of the kind and the schemas it references, by fully qualified name.
     fn schemas(&self) -> (String, serde_json::Map<String, Value>);
 }
@@ -227,6 +229,10 @@ impl<K: Kind> Strategy for KindStrategy<K> {
             Ok(t) => t.cells(now),
             Err(_) => K::columns().iter().map(|_| Value::Null).collect(),
         }
+    }
+
+    fn cells_from_json(&self, json: &[u8], now: chrono::DateTime<chrono::Utc>) -> Option<Vec<Value>> {
+        serde_json::from_slice::<K>(json).ok().map(|t| t.cells(now))
     }
     fn schemas(&self) -> (String, serde_json::Map<String, Value>) {
         crate::server::openapi::kind_schemas::<K>()

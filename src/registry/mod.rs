@@ -919,7 +919,7 @@ impl Resource {
 
     /// The list machinery (resourceVersion semantics, chunking, continue tokens) with `item` deciding what each
     /// stored object becomes (`None`: filtered out).
-    async fn list_with<T>(
+    pub async fn list_with<T>(
         &self,
         namespace: Option<&str>,
         p: &ListParams,

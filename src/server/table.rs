@@ -99,3 +99,90 @@ pub fn table(
         ("rows", Value::Array(rows)),
     ])
 }
+
+/// A Table row written from an object's stored JSON (no `Value` of the whole object): the cells from a typed
+/// decode, the object as PartialObjectMetadata or the whole object spliced from the stored bytes. `None` when the
+/// stored bytes are not in the shape this server writes; the caller then takes the parsed path.
+pub fn raw_row(
+    strategy: &dyn Strategy,
+    stored: &[u8],
+    revision: u64,
+    api_version: &str,
+    include: IncludeObject,
+    meta_version: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<Vec<u8>> {
+    use serde_json::value::RawValue;
+    use std::collections::BTreeMap;
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        name: Option<String>,
+        #[serde(rename = "creationTimestamp")]
+        creation_timestamp: Option<String>,
+    }
+    let head: Head = serde_json::from_slice(stored).ok()?;
+    let meta_raw = head.metadata.map_or("{}", RawValue::get);
+    let meta: Meta = serde_json::from_str(meta_raw).ok()?;
+    let mut cells = vec![meta.name.map_or(Value::Null, Value::String)];
+    cells.extend(strategy.cells_from_json(stored, now)?);
+    let created = meta.creation_timestamp.as_deref().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    cells.push(Value::String(match created {
+        Some(t) => human_duration(now - t.with_timezone(&chrono::Utc)),
+        None => "<unknown>".into(),
+    }));
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"cells\":");
+    serde_json::to_writer(&mut out, &cells).ok()?;
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            let mut m: BTreeMap<&str, &RawValue> = serde_json::from_str(meta_raw).ok()?;
+            let rv = serde_json::value::to_raw_value(&revision.to_string()).ok()?;
+            m.insert("resourceVersion", &rv);
+            out.extend_from_slice(b",\"object\":{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":");
+            serde_json::to_writer(&mut out, &format!("meta.k8s.io/{meta_version}")).ok()?;
+            out.extend_from_slice(b",\"metadata\":");
+            serde_json::to_writer(&mut out, &m).ok()?;
+            out.push(b'}');
+        }
+        IncludeObject::Object => {
+            let object = crate::registry::splice_stored(stored, revision, api_version, strategy.info().kind)?;
+            out.extend_from_slice(b",\"object\":");
+            out.extend_from_slice(&object);
+        }
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_rows_equal_parsed_rows() {
+        let kinds = crate::api::kinds(&Default::default()).expect("kinds");
+        let svm = kinds.iter().find(|k| k.info().kind == "StorageVersionMigration").expect("svm");
+        let stored = json!({
+            "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
+            "metadata": {"name": "m", "uid": "u", "creationTimestamp": "2026-11-20T10:00:00Z", "labels": {"a": "b"}},
+            "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
+            "status": {"conditions": [{"type": "Running", "status": "True", "lastUpdateTime": "2026-11-20T10:00:00Z"}]},
+        });
+        let bytes = serde_json::to_vec(&stored).unwrap();
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-21T04:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        let mut obj = stored.clone();
+        obj["metadata"]["resourceVersion"] = json!("9");
+        for include in [IncludeObject::None, IncludeObject::Metadata, IncludeObject::Object] {
+            let raw = raw_row(svm.as_ref(), &bytes, 9, "migration.k8s.io/v1alpha1", include, "v1", now).expect("raw");
+            let raw: Value = serde_json::from_slice(&raw).expect("valid JSON");
+            assert_eq!(raw, row(svm.as_ref(), obj.clone(), include, "v1", now), "{include:?}");
+        }
+        assert!(raw_row(svm.as_ref(), b"not json", 1, "v", IncludeObject::None, "v1", now).is_none());
+    }
+}
