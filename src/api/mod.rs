@@ -88,6 +88,8 @@ pub trait Kind: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'stati
     fn defaults(&mut self) {}
     /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
     fn prepare_for_create(&mut self) {}
+    /// What a main-resource write leaves of status: none (kinds with `/status`, [`KindInfo::has_status`]).
+    fn clear_status(&mut self) {}
     fn validate(&self) -> Vec<FieldError>;
     /// Validation of an update of the main resource (spec, metadata).
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
@@ -112,6 +114,28 @@ pub struct Decoded {
     pub unknown_fields: Vec<String>,
 }
 
+/// The write validating admission checks in [`Strategy::admission_pass`].
+#[derive(Clone, Copy, Debug)]
+pub enum PassWrite<'a> {
+    Create,
+    /// An update from `old` (as sent); `status`: of the `/status` subresource.
+    Update {
+        old: &'a Value,
+        status: bool,
+    },
+}
+
+/// What validating admission needs of an object, from one typed pass.
+#[derive(Debug)]
+pub struct AdmissionPass {
+    /// The object's metadata as decoded (and prepared, on create), for the registry's metadata checks.
+    pub metadata: ObjectMeta,
+    /// The kind's own validation errors.
+    pub errors: Vec<FieldError>,
+    /// Fields of the object the decoder did not know.
+    pub unknown_fields: Vec<String>,
+}
+
 /// Per-kind policy over JSON objects, as the generic registry sees it.
 pub trait Strategy: Send + Sync {
     fn info(&self) -> &'static KindInfo;
@@ -122,6 +146,14 @@ pub trait Strategy: Send + Sync {
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError>;
     fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError>;
+    /// Validating admission in one typed pass over `obj` as sent (apiVersion and kind already checked): the steps
+    /// of [`decode`](Self::decode), then on create [`Kind::clear_status`] and [`prepare_for_create`]
+    /// (Self::prepare_for_create), and the kind's validation (against `old`, decoded the same way, on update) —
+    /// without the JSON round trips between them.
+    fn admission_pass(&self, obj: &Value, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError>;
+    /// Mutating admission in one typed pass: [`decode`](Self::decode) with, on create, [`prepare_for_create`]
+    /// (Self::prepare_for_create) applied before the object is written back as JSON.
+    fn admission_defaults(&self, obj: &Value, create: bool) -> Result<Decoded, ApiError>;
     /// The response to a create of a create-only kind, computed in place.
     fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
@@ -144,6 +176,39 @@ impl<K: Kind> KindStrategy<K> {
     }
     fn typed(obj: &Value) -> Result<K, ApiError> {
         K::deserialize(obj).map_err(|e| ApiError::internal(format!("decoding stored {}: {e}", K::info().kind)))
+    }
+    /// A request's object decoded into the kind's type (with its defaults), and the fields the decoder did not
+    /// know, sorted; a value of the wrong type is a 400 naming its path.
+    fn decode_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
+        let mut unknown = Vec::new();
+        let mut note = |path: serde_ignored::Path<'_>| {
+            // apiVersion and kind are checked by the registry; the typed structs do not carry them.
+            if let serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key } = &path {
+                if key == "apiVersion" || key == "kind" {
+                    return;
+                }
+            }
+            // serde_ignored writes "?" for every Option on the way; a field path has none.
+            let p = path.to_string().split('.').filter(|s| *s != "?").collect::<Vec<_>>().join(".");
+            unknown.push(p)
+        };
+        // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
+        let mut typed: K = match serde_ignored::deserialize(obj, &mut note) {
+            Ok(typed) => typed,
+            Err(_) => {
+                let e = serde_path_to_error::deserialize::<_, K>(obj).err();
+                let (path, inner) = match e {
+                    Some(e) => (path_string(e.path()), e.into_inner().to_string()),
+                    None => (String::new(), "the object does not decode".to_string()),
+                };
+                let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
+                return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
+            }
+        };
+        typed.defaults();
+        unknown.sort();
+        unknown.dedup();
+        Ok((typed, unknown))
     }
     /// Applies `f` to the typed object, keeping apiVersion and kind (the typed structs do not carry them).
     fn modify(obj: &mut Value, f: impl FnOnce(&mut K)) -> Result<(), ApiError> {
@@ -176,23 +241,14 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         &self.storage_version
     }
     fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
-        let mut unknown = Vec::new();
-        let mut note = |path: serde_ignored::Path<'_>| {
-            // serde_ignored writes "?" for every Option on the way; a field path has none.
-            let p = path.to_string().split('.').filter(|s| *s != "?").collect::<Vec<_>>().join(".");
-            // apiVersion and kind are checked by the registry; the typed structs do not carry them.
-            if p != "apiVersion" && p != "kind" {
-                unknown.push(p)
-            }
-        };
-        let de = serde_ignored::Deserializer::new(&obj, &mut note);
-        let mut typed: K = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = path_string(e.path());
-            let inner = e.into_inner();
-            let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
-            ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind))
-        })?;
-        typed.defaults();
+        self.admission_defaults(&obj, false)
+    }
+    fn admission_defaults(&self, obj: &Value, create: bool) -> Result<Decoded, ApiError> {
+        let (mut typed, unknown_fields) = Self::decode_typed(obj)?;
+        if create {
+            typed.prepare_for_create();
+            typed.defaults();
+        }
         let mut object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
         if let (Some(o), Some(src)) = (object.as_object_mut(), obj.as_object()) {
             for k in ["apiVersion", "kind"] {
@@ -201,9 +257,29 @@ impl<K: Kind> Strategy for KindStrategy<K> {
                 }
             }
         }
-        unknown.sort();
-        unknown.dedup();
-        Ok(Decoded { object, unknown_fields: unknown })
+        Ok(Decoded { object, unknown_fields })
+    }
+    fn admission_pass(&self, obj: &Value, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError> {
+        let (mut typed, unknown_fields) = Self::decode_typed(obj)?;
+        let errors = match write {
+            PassWrite::Create => {
+                if K::info().has_status {
+                    typed.clear_status();
+                }
+                typed.prepare_for_create();
+                typed.defaults();
+                typed.validate()
+            }
+            PassWrite::Update { old, status } => {
+                let (old, _) = Self::decode_typed(old)?;
+                if status {
+                    typed.validate_status_update(&old)
+                } else {
+                    typed.validate_update(&old)
+                }
+            }
+        };
+        Ok(AdmissionPass { metadata: typed.metadata().clone(), errors, unknown_fields })
     }
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
         Self::modify(obj, |typed| {

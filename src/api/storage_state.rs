@@ -147,6 +147,9 @@ impl Kind for StorageState {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
+    fn clear_status(&mut self) {
+        self.status = None;
+    }
     fn defaults(&mut self) {
         if let Some(s) = &mut self.status {
             if s.persisted_storage_version_hashes.is_empty() {

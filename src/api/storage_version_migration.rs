@@ -205,6 +205,9 @@ impl Kind for StorageVersionMigration {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
+    fn clear_status(&mut self) {
+        self.status = None;
+    }
     fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();
         let r = &self.spec.resource;

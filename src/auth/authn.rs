@@ -15,7 +15,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::{header, HeaderMap, HeaderName};
 use rustls_pki_types::CertificateDer;
@@ -23,8 +24,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::trust::{
-    ClientTrust, RequestHeaderConfig, DEFAULT_EXTRA_HEADERS_PREFIX, DEFAULT_GROUP_HEADER, DEFAULT_UID_HEADER,
-    DEFAULT_USERNAME_HEADER,
+    ClientTrust, RequestHeaderConfig, TrustState, DEFAULT_EXTRA_HEADERS_PREFIX, DEFAULT_GROUP_HEADER,
+    DEFAULT_UID_HEADER, DEFAULT_USERNAME_HEADER,
 };
 use super::{Error, Result};
 
@@ -57,17 +58,124 @@ impl UserInfo {
 }
 
 /// The client's certificate chain (end entity first) as presented in the TLS handshake, in which the client
-/// proved it holds the key. The server inserts it into the extensions of every request on that connection; whether
-/// it chains to a trusted CA is decided per request ([`ClientTrust::verify`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerCertificates(pub Vec<CertificateDer<'static>>);
+/// proved it holds the key. The server attaches it to every request on that connection (a clone is a reference
+/// count); whether it chains to a trusted CA is decided per request ([`ClientTrust::verify`]), and remembered for
+/// the connection while the trust bundles are unchanged and the verification is fresh, so that the requests of a
+/// keep-alive connection neither hash the chain again nor parse the certificate again.
+#[derive(Debug, Clone)]
+pub struct PeerCertificates {
+    chain: Arc<[CertificateDer<'static>]>,
+    memo: Arc<Mutex<Option<PeerMemo>>>,
+}
 
-impl PeerCertificates {
-    /// The client's own certificate.
-    pub fn end_entity(&self) -> Option<&CertificateDer<'static>> {
-        self.0.first()
+/// What one verification of a connection's chain found.
+#[derive(Debug, Clone)]
+struct PeerMemo {
+    /// The trust bundles verified against.
+    state: Arc<TrustState>,
+    expires: Instant,
+    by_client_ca: bool,
+    by_request_header_ca: bool,
+    subject: Option<Arc<CertSubject>>,
+}
+
+/// The parts of a client certificate authentication reads: subject CN and O values, and the validity period
+/// (checked on every request: a keep-alive connection may outlive the certificate).
+#[derive(Debug)]
+struct CertSubject {
+    common_name: String,
+    organizations: Vec<String>,
+    not_before: i64,
+    not_after: i64,
+}
+
+impl CertSubject {
+    fn parse(cert: &CertificateDer<'_>) -> Option<CertSubject> {
+        let (_, cert) = match x509_parser::parse_x509_certificate(cert) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot parse client certificate");
+                return None;
+            }
+        };
+        let subject = cert.subject();
+        let common_name = subject.iter_common_name().next().and_then(|a| a.as_str().ok()).unwrap_or("").to_string();
+        let organizations = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_string).collect();
+        let validity = cert.validity();
+        Some(CertSubject {
+            common_name,
+            organizations,
+            not_before: validity.not_before.timestamp(),
+            not_after: validity.not_after.timestamp(),
+        })
+    }
+
+    fn valid_now(&self) -> bool {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        self.not_before <= now && now <= self.not_after
+    }
+
+    /// The x509 user: CN as name, O values as groups (`None` for an empty CN or outside the validity period).
+    fn user(&self) -> Option<UserInfo> {
+        if !self.valid_now() {
+            tracing::debug!("client certificate is not valid at this time");
+            return None;
+        }
+        if self.common_name.is_empty() {
+            return None;
+        }
+        Some(UserInfo {
+            name: self.common_name.clone(),
+            uid: String::new(),
+            groups: self.organizations.clone(),
+            extra: BTreeMap::new(),
+        })
     }
 }
+
+impl PeerCertificates {
+    pub fn new(chain: Vec<CertificateDer<'static>>) -> Self {
+        PeerCertificates { chain: chain.into(), memo: Arc::default() }
+    }
+
+    /// The chain, end entity first.
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.chain
+    }
+
+    /// The client's own certificate.
+    pub fn end_entity(&self) -> Option<&CertificateDer<'static>> {
+        self.chain.first()
+    }
+
+    /// The chain verified against `trust` as it is now, and the end entity's subject: remembered from an earlier
+    /// request of the connection when the bundles have not changed since and the verification is fresh.
+    fn verified(&self, trust: &ClientTrust) -> PeerMemo {
+        let generation = trust.current().generation;
+        let now = Instant::now();
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(m) = memo.as_ref().filter(|m| m.state.generation == generation && m.expires > now) {
+            return m.clone();
+        }
+        let v = trust.verify(&self.chain);
+        let subject = match memo.as_ref() {
+            Some(m) => m.subject.clone(),
+            None => self.end_entity().and_then(CertSubject::parse).map(Arc::new),
+        };
+        let fresh = PeerMemo {
+            state: v.state,
+            expires: now + PEER_MEMO_TTL,
+            by_client_ca: v.by_client_ca,
+            by_request_header_ca: v.by_request_header_ca,
+            subject,
+        };
+        *memo = Some(fresh.clone());
+        fresh
+    }
+}
+
+/// How long a connection relies on one verification of its chain (as [`ClientTrust::verify`]'s own cache).
+const PEER_MEMO_TTL: Duration = Duration::from_secs(60);
 
 /// Authenticates bearer tokens that are not in the static table (kube-apiserver's TokenReview API). Errors are
 /// logged and the request is unauthenticated, as in kube-apiserver.
@@ -121,17 +229,17 @@ impl Authenticator {
     /// The user of a request, by every method that needs no network call (front proxy, x509, static tokens).
     pub fn authenticate(&self, peer: Option<&PeerCertificates>, headers: &HeaderMap) -> Option<UserInfo> {
         if let (Some(trust), Some(peer)) = (&self.trust, peer) {
-            let verified = trust.verify(&peer.0);
-            let end_entity = peer.end_entity()?;
+            let verified = peer.verified(trust);
+            let subject = verified.subject.as_deref()?;
             if verified.by_request_header_ca {
                 if let Some(config) = &verified.state.request_header {
-                    if let Some(user) = user_from_front_proxy(config, end_entity, headers) {
+                    if let Some(user) = user_from_front_proxy(config, subject, headers) {
                         return Some(user.with_authenticated_group());
                     }
                 }
             }
             if verified.by_client_ca {
-                if let Some(user) = user_from_certificate(end_entity) {
+                if let Some(user) = subject.user() {
                     return Some(user.with_authenticated_group());
                 }
             }
@@ -173,32 +281,33 @@ pub fn strip_request_headers(config: Option<&RequestHeaderConfig>, headers: &mut
     for name in [DEFAULT_USERNAME_HEADER, DEFAULT_UID_HEADER, DEFAULT_GROUP_HEADER] {
         headers.remove(name);
     }
-    let mut prefixes = vec![DEFAULT_EXTRA_HEADERS_PREFIX.to_ascii_lowercase()];
     if let Some(c) = config {
         for name in c.username_headers.iter().chain(&c.uid_headers).chain(&c.group_headers) {
             headers.remove(name);
         }
-        prefixes.extend(c.extra_prefixes.iter().cloned());
     }
-    let extra: Vec<HeaderName> =
-        headers.keys().filter(|k| prefixes.iter().any(|p| k.as_str().starts_with(p.as_str()))).cloned().collect();
-    for name in extra {
-        headers.remove(name);
+    // Header names are lower case; so are the configured prefixes.
+    let is_extra = |k: &HeaderName| {
+        let k = k.as_str();
+        let default = DEFAULT_EXTRA_HEADERS_PREFIX.len();
+        k.len() >= default && k[..default].eq_ignore_ascii_case(DEFAULT_EXTRA_HEADERS_PREFIX)
+            || config.is_some_and(|c| c.extra_prefixes.iter().any(|p| k.starts_with(p.as_str())))
+    };
+    if headers.keys().any(is_extra) {
+        let extra: Vec<HeaderName> = headers.keys().filter(|k| is_extra(k)).cloned().collect();
+        for name in extra {
+            headers.remove(name);
+        }
     }
 }
 
 /// The identity a verified front-proxy certificate vouches for: `None` when its CN is not allowed or no user name
 /// header is set (then other methods are tried, as in k8s.io/apiserver).
-fn user_from_front_proxy(
-    config: &RequestHeaderConfig,
-    cert: &CertificateDer<'_>,
-    headers: &HeaderMap,
-) -> Option<UserInfo> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
-    if !parsed.validity().is_valid() {
+fn user_from_front_proxy(config: &RequestHeaderConfig, cert: &CertSubject, headers: &HeaderMap) -> Option<UserInfo> {
+    if !cert.valid_now() {
         return None;
     }
-    let cn = parsed.subject().iter_common_name().next().and_then(|a| a.as_str().ok()).unwrap_or("");
+    let cn = cert.common_name.as_str();
     if !config.allows(cn) {
         tracing::debug!(cn, "front-proxy certificate is not in the allowed names");
         return None;
@@ -256,26 +365,7 @@ fn unescape_extra_key(key: &str) -> String {
 ///
 /// The certificate's chain must already have been verified against the client CA ([`ClientTrust::verify`]).
 pub fn user_from_certificate(cert: &CertificateDer<'_>) -> Option<UserInfo> {
-    let (_, cert) = match x509_parser::parse_x509_certificate(cert) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot parse client certificate");
-            return None;
-        }
-    };
-    // Verifications are cached for a while and a long-lived connection may outlive the
-    // certificate, so the validity period is checked again for every request.
-    if !cert.validity().is_valid() {
-        tracing::debug!("client certificate is not valid at this time");
-        return None;
-    }
-    let subject = cert.subject();
-    let name = subject.iter_common_name().next()?.as_str().ok()?;
-    if name.is_empty() {
-        return None;
-    }
-    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_string).collect();
-    Some(UserInfo { name: name.to_string(), uid: String::new(), groups, extra: BTreeMap::new() })
+    CertSubject::parse(cert)?.user()
 }
 
 /// The token of an `Authorization: Bearer <token>` header, parsed as kube-apiserver does
@@ -544,7 +634,7 @@ mod tests {
     }
 
     fn peer(cert_pem: &str) -> PeerCertificates {
-        PeerCertificates(vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("pem")])
+        PeerCertificates::new(vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("pem")])
     }
 
     fn bundle(ca: &CertAuthority) -> CaBundle {
@@ -596,10 +686,13 @@ mod tests {
         let (empty_cn, _) = issue_client_cert(&ca, "", &["g"]).expect("issue");
         assert_eq!(authn.authenticate(Some(&peer(&empty_cn)), &HeaderMap::new()), None);
         assert_eq!(
-            authn.authenticate(Some(&PeerCertificates(vec![CertificateDer::from(vec![1, 2, 3])])), &HeaderMap::new()),
+            authn.authenticate(
+                Some(&PeerCertificates::new(vec![CertificateDer::from(vec![1, 2, 3])])),
+                &HeaderMap::new()
+            ),
             None
         );
-        assert_eq!(authn.authenticate(Some(&PeerCertificates(Vec::new())), &HeaderMap::new()), None);
+        assert_eq!(authn.authenticate(Some(&PeerCertificates::new(Vec::new())), &HeaderMap::new()), None);
 
         // A certificate of another CA is no identity; after a CA rotation, the old CA's certificates are not either.
         let other = CertAuthority::generate("other").expect("ca");

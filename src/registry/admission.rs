@@ -4,21 +4,23 @@
 //! `prepare_for_create`, metadata validation, the kind's validation — and leave out what belongs to the storing
 //! server (uid, resourceVersion, timestamps, generation, dropping status on create), which kube-apiserver does itself.
 
-use super::{meta_str, FieldValidation, Registry, Resource};
-use crate::error::ApiResult;
+use super::{Registry, Resource};
+use crate::api::meta::validate_object_meta;
+use crate::api::{AdmissionPass, Decoded, PassWrite};
+use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
 use std::sync::Arc;
 
 /// A write to admit, with the object(s) as kube-apiserver sent them.
-#[derive(Clone, Copy, Debug)]
-pub enum AdmissionWrite<'a> {
+#[derive(Clone, Debug)]
+pub enum AdmissionWrite {
     Create {
-        object: &'a Value,
+        object: Value,
     },
     /// `status`: the write is to the `/status` subresource.
     Update {
-        object: &'a Value,
-        old_object: &'a Value,
+        object: Value,
+        old_object: Value,
         status: bool,
     },
 }
@@ -81,15 +83,16 @@ impl Resource {
     /// Mutating admission: the kind's defaults, as the aggregated API applies them — decode defaults plus
     /// `prepare_for_create` on create, decode defaults on update (main resource and `/status`). Idempotent: the
     /// patched object defaults to itself, so a reinvocation returns no patch.
-    pub fn admission_default(&self, version: &str, write: AdmissionWrite<'_>) -> ApiResult<Defaulted> {
-        let sent = match write {
-            AdmissionWrite::Create { object } | AdmissionWrite::Update { object, .. } => object,
+    pub fn admission_default(&self, version: &str, write: AdmissionWrite) -> ApiResult<Defaulted> {
+        let (sent, create) = match write {
+            AdmissionWrite::Create { object } => (object, true),
+            AdmissionWrite::Update { object, .. } => (object, false),
         };
-        let (mut defaulted, warnings) = self.decode_body(sent.clone(), &[], version, FieldValidation::Warn)?;
-        if let AdmissionWrite::Create { .. } = write {
-            self.strategy.prepare_for_create(&mut defaulted)?;
-        }
-        let patch = json_patch::diff(sent, &with_defaults(sent, &defaulted));
+        self.check_type_meta(&sent, version)?;
+        let Decoded { object: mut defaulted, unknown_fields } = self.strategy.admission_defaults(&sent, create)?;
+        self.set_type_meta(&mut defaulted, version);
+        let warnings = unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect();
+        let patch = json_patch::diff(&sent, &with_defaults(&sent, &defaulted));
         Ok(Defaulted { patch, warnings })
     }
 
@@ -100,45 +103,126 @@ impl Resource {
         &self,
         version: &str,
         namespace: Option<&str>,
-        write: AdmissionWrite<'_>,
+        write: AdmissionWrite,
     ) -> ApiResult<Vec<String>> {
-        match write {
-            AdmissionWrite::Create { object } => {
-                let (mut obj, warnings) = self.decode_body(object.clone(), &[], version, FieldValidation::Warn)?;
-                self.check_namespace(&mut obj, namespace)?;
-                if self.info().has_status {
-                    if let Some(o) = obj.as_object_mut() {
-                        o.remove("status");
-                    }
-                }
-                self.strategy.prepare_for_create(&mut obj)?;
-                let mut errs = self.validate_meta(&obj);
-                errs.extend(self.strategy.validate(&obj)?);
-                if !errs.is_empty() {
-                    return Err(self.invalid(meta_str(&obj, "name"), errs));
-                }
-                Ok(warnings)
-            }
+        let (object, pass) = match &write {
+            AdmissionWrite::Create { object } => (object, PassWrite::Create),
             AdmissionWrite::Update { object, old_object, status } => {
-                let (mut new, warnings) = self.decode_body(object.clone(), &[], version, FieldValidation::Warn)?;
-                let (mut old, _) = self.decode_body(old_object.clone(), &[], version, FieldValidation::Ignore)?;
-                self.check_namespace(&mut new, namespace)?;
-                self.check_namespace(&mut old, namespace)?;
-                let mut errs = self.validate_meta(&new);
-                errs.extend(self.strategy.validate_update(&new, &old, status)?);
-                if !errs.is_empty() {
-                    return Err(self.invalid(meta_str(&new, "name"), errs));
-                }
-                Ok(warnings)
+                (object, PassWrite::Update { old: old_object, status: *status })
             }
+        };
+        self.check_type_meta(object, version)?;
+        if let PassWrite::Update { old, .. } = pass {
+            self.check_type_meta(old, version)?;
         }
+        let AdmissionPass { mut metadata, errors, unknown_fields } = self.strategy.admission_pass(object, pass)?;
+        self.check_namespace_of(&mut metadata.namespace, namespace)?;
+        if let PassWrite::Update { old, .. } = pass {
+            let mut old_namespace = old.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+            self.check_namespace_of(&mut old_namespace, namespace)?;
+        }
+        let metadata = serde_json::to_value(&metadata).map_err(|e| ApiError::internal(e.to_string()))?;
+        let mut errs = validate_object_meta(&metadata, self.info().namespaced, self.info().name_rule);
+        errs.extend(errors);
+        if !errs.is_empty() {
+            let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default();
+            return Err(self.invalid(name, errs));
+        }
+        Ok(unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
     use serde_json::json;
+
+    fn registry(dir: &std::path::Path) -> Registry {
+        let storage = EmbeddedStorage::open(dir, EmbeddedOptions::default()).expect("store");
+        let kinds = crate::api::kinds(&Default::default()).expect("kinds");
+        Registry::new(storage, kinds, Default::default())
+    }
+
+    fn resource<'a>(r: &'a Registry, kind: &str) -> &'a Arc<Resource> {
+        r.resources.iter().find(|r| r.strategy.info().kind == kind).expect("kind")
+    }
+
+    /// The typed admission pass answers as the REST path's decode, defaults, preparation and validation do.
+    #[test]
+    fn validating_admission_decodes_once_and_answers_as_the_api() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = registry(dir.path());
+        let svm = resource(&r, "StorageVersionMigration");
+        let object = |spec: Value| {
+            json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
+                   "metadata": {"name": "m1", "bogus": 1}, "spec": spec,
+                   "status": {"conditions": [{"type": "Succeeded", "status": "True"}, {"type": "Failed", "status": "True"}]}})
+        };
+        let good = json!({"resource": {"group": "apps", "version": "v1", "resource": "deployments"}, "extra": true});
+        // Unknown fields are warnings (apiVersion and kind are not unknown); status is dropped on create, so the
+        // contradictory conditions do not count.
+        let warnings = svm
+            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: object(good.clone()) })
+            .expect("allowed");
+        assert_eq!(warnings, vec!["unknown field \"metadata.bogus\"", "unknown field \"spec.extra\""]);
+        // A value of the wrong type: 400 naming the field, as the REST decode says it.
+        let e = svm
+            .admission_validate(
+                "v1alpha1",
+                None,
+                AdmissionWrite::Create { object: object(json!({"resource": {"group": 5}})) },
+            )
+            .unwrap_err();
+        assert_eq!(e.code, 400);
+        assert!(
+            e.message.starts_with("error decoding StorageVersionMigration at spec.resource.group: invalid type"),
+            "{}",
+            e.message
+        );
+        // Missing fields: 422 listing each.
+        let e = svm
+            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: object(json!({"resource": {}})) })
+            .unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message.contains("spec.resource.resource") && e.message.contains("spec.resource.version"),
+            "{}",
+            e.message
+        );
+        // Another kind's apiVersion: 400.
+        let mut other = object(good.clone());
+        other["apiVersion"] = json!("migration.k8s.io/v2");
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: other }).unwrap_err();
+        assert!(e.message.contains("does not match the expected API version"), "{}", e.message);
+        // Updates validate against the old object: spec.resource is immutable; a /status update checks status.
+        let mut changed = good.clone();
+        changed["resource"]["version"] = json!("v2");
+        let update =
+            |new: Value, status: bool| AdmissionWrite::Update { object: new, old_object: object(good.clone()), status };
+        let e = svm.admission_validate("v1alpha1", None, update(object(changed), false)).unwrap_err();
+        assert!(e.message.contains("spec.resource") && e.message.contains("immutable"), "{}", e.message);
+        let e = svm.admission_validate("v1alpha1", None, update(object(good.clone()), true)).unwrap_err();
+        assert_eq!(e.code, 422, "{}", e.message);
+        // Namespaced kinds take the request's namespace; another one in the object is a 400.
+        let ss = resource(&r, "ShootState");
+        let shoot = |ns: Option<&str>| {
+            let mut o = json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState", "metadata": {"name": "s"}, "spec": {}});
+            if let Some(ns) = ns {
+                o["metadata"]["namespace"] = json!(ns);
+            }
+            o
+        };
+        assert!(ss
+            .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::Create { object: shoot(None) })
+            .is_ok());
+        let e = ss
+            .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::Create { object: shoot(Some("garden-b")) })
+            .unwrap_err();
+        assert!(e.message.contains("does not match the namespace sent on the request"), "{}", e.message);
+        let e = ss.admission_validate("v1beta1", None, AdmissionWrite::Create { object: shoot(None) }).unwrap_err();
+        assert!(e.message.contains("metadata.namespace"), "{}", e.message);
+    }
 
     #[test]
     fn defaults_fill_only_what_is_unset() {

@@ -297,14 +297,8 @@ impl Resource {
         Ok(Bytes::from(bytes))
     }
 
-    /// Decodes a request body for this kind: version/kind checks, typed round trip, field validation.
-    fn decode_body(
-        &self,
-        body: Value,
-        dups: &[String],
-        version: &str,
-        fv: FieldValidation,
-    ) -> ApiResult<(Value, Vec<String>)> {
+    /// A request body is a JSON object whose apiVersion and kind, when set, are this kind's in `version`.
+    pub(crate) fn check_type_meta(&self, body: &Value, version: &str) -> ApiResult<()> {
         let i = self.info();
         if !body.is_object() {
             return Err(ApiError::bad_request(format!("the body of the request must be a JSON object ({})", i.kind)));
@@ -325,6 +319,19 @@ impl Resource {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Decodes a request body for this kind: version/kind checks, typed round trip, field validation.
+    fn decode_body(
+        &self,
+        body: Value,
+        dups: &[String],
+        version: &str,
+        fv: FieldValidation,
+    ) -> ApiResult<(Value, Vec<String>)> {
+        self.check_type_meta(&body, version)?;
+        let i = self.info();
         let decoded = self.strategy.decode(body)?;
         let mut problems: Vec<String> = decoded.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
         problems.extend(dups.iter().map(|f| format!("duplicate field {f:?}")));
@@ -341,31 +348,46 @@ impl Resource {
             _ => Vec::new(),
         };
         let mut obj = decoded.object;
-        if let Some(o) = obj.as_object_mut() {
-            o.insert("apiVersion".into(), Value::String(want_av));
-            o.insert("kind".into(), Value::String(i.kind.into()));
-        }
+        self.set_type_meta(&mut obj, version);
         Ok((obj, warnings))
     }
 
-    fn check_namespace(&self, obj: &mut Value, namespace: Option<&str>) -> ApiResult<()> {
-        let namespaced = self.info().namespaced;
-        let m = meta_mut(obj);
-        if !namespaced {
-            m.remove("namespace");
+    /// apiVersion and kind of this kind in `version`.
+    pub(crate) fn set_type_meta(&self, obj: &mut Value, version: &str) {
+        if let Some(o) = obj.as_object_mut() {
+            o.insert("apiVersion".into(), Value::String(self.info().api_version(version)));
+            o.insert("kind".into(), Value::String(self.info().kind.into()));
+        }
+    }
+
+    /// [`check_namespace`](Self::check_namespace) of a decoded object's `metadata.namespace`.
+    pub(crate) fn check_namespace_of(&self, ns: &mut Option<String>, namespace: Option<&str>) -> ApiResult<()> {
+        if !self.info().namespaced {
+            *ns = None;
             return Ok(());
         }
         let want = namespace.unwrap_or_default();
-        match m.get("namespace").and_then(Value::as_str).unwrap_or_default() {
+        match ns.as_deref().unwrap_or_default() {
             "" => {
-                m.insert("namespace".into(), Value::String(want.to_string()));
+                *ns = Some(want.to_string());
                 Ok(())
             }
-            ns if ns == want => Ok(()),
+            have if have == want => Ok(()),
             _ => Err(ApiError::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
             )),
         }
+    }
+
+    fn check_namespace(&self, obj: &mut Value, namespace: Option<&str>) -> ApiResult<()> {
+        let m = meta_mut(obj);
+        let mut ns = m.get("namespace").and_then(Value::as_str).map(str::to_string);
+        self.check_namespace_of(&mut ns, namespace)?;
+        match ns {
+            Some(ns) => m.insert("namespace".into(), Value::String(ns)),
+            None => m.remove("namespace"),
+        };
+        Ok(())
     }
 
     fn validate_meta(&self, obj: &Value) -> Vec<FieldError> {

@@ -24,7 +24,7 @@ use axum::routing::post;
 use axum::Router;
 use base64::Engine;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -103,14 +103,63 @@ fn malformed(detail: impl std::fmt::Display) -> ApiError {
     ApiError::bad_request(format!("malformed AdmissionReview: {detail}"))
 }
 
-/// The review's request, or the 400 (413) that says why there is none.
+/// The outside of an AdmissionReview: its type and, unparsed, its request.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "apiVersion", default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default, borrow)]
+    request: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A whole AdmissionReview, for the one-pass decode of a well-formed review.
+#[derive(Deserialize)]
+struct Review {
+    #[serde(rename = "apiVersion", default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default)]
+    request: Option<AdmissionRequest>,
+}
+
+/// The review's request, or the 400 (413) that says why there is none. A well-formed review is decoded in one
+/// pass (its objects becoming the only `Value`s built); a body that does not decode so is read again step by step
+/// ([`Envelope`], then the request) to say exactly what is wrong with it.
 pub(crate) fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
-    let review: Value = serde_json::from_slice(raw).map_err(|e| malformed(format!("invalid JSON: {e}")))?;
-    if !review.is_object() {
-        return Err(malformed("the body must be a JSON object"));
+    let first = |s: &[u8]| s.iter().copied().find(|b| !b.is_ascii_whitespace());
+    if first(raw) == Some(b'{') {
+        if let Ok(review) = serde_json::from_slice::<Review>(raw) {
+            check_type(&review.api_version, &review.kind)?;
+            return check_request(review.request.ok_or_else(|| malformed("request is missing"))?);
+        }
     }
-    let field = |k: &str| review.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    let envelope: Envelope<'_> = match serde_json::from_slice(raw) {
+        Ok(e) if first(raw) == Some(b'{') => e,
+        Ok(_) => return Err(malformed("the body must be a JSON object")),
+        Err(e) if e.is_data() && first(raw) != Some(b'{') => return Err(malformed("the body must be a JSON object")),
+        Err(e) => return Err(malformed(format!("invalid JSON: {e}"))),
+    };
+    check_type(&envelope.api_version, &envelope.kind)?;
+    let request = match envelope.request {
+        None => return Err(malformed("request is missing")),
+        Some(r) if first(r.get().as_bytes()) != Some(b'{') => return Err(malformed("request must be an object")),
+        Some(r) => r,
+    };
+    let mut de = serde_json::Deserializer::from_str(request.get());
+    let req: AdmissionRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        malformed(format!("request.{path}: {}", e.into_inner()))
+    })?;
+    check_request(req)
+}
+
+/// apiVersion and kind of a review must be the ones we answer.
+fn check_type(api_version: &Option<Value>, kind: &Option<Value>) -> ApiResult<()> {
+    let field = |v: &Option<Value>| v.as_ref().and_then(Value::as_str).unwrap_or_default().to_string();
+    let (api_version, kind) = (field(api_version), field(kind));
     if api_version != ADMISSION_API_VERSION {
         return Err(malformed(format!(
             "apiVersion must be {ADMISSION_API_VERSION:?} (admissionReviewVersions: [v1]), got {api_version:?}"
@@ -119,15 +168,11 @@ pub(crate) fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
     if kind != ADMISSION_REVIEW {
         return Err(malformed(format!("kind must be {ADMISSION_REVIEW:?}, got {kind:?}")));
     }
-    let request = match review.get("request") {
-        Some(r @ Value::Object(_)) => r,
-        Some(Value::Null) | None => return Err(malformed("request is missing")),
-        Some(_) => return Err(malformed("request must be an object")),
-    };
-    let req: AdmissionRequest = serde_path_to_error::deserialize(request).map_err(|e| {
-        let path = e.path().to_string();
-        malformed(format!("request.{path}: {}", e.into_inner()))
-    })?;
+    Ok(())
+}
+
+/// The checks of a decoded request that its type cannot express.
+fn check_request(req: AdmissionRequest) -> ApiResult<AdmissionRequest> {
     if req.uid.is_empty() {
         return Err(malformed("request.uid is missing"));
     }
@@ -168,19 +213,50 @@ impl Answer {
     pub(crate) fn deny(e: &ApiError) -> Self {
         Answer { allowed: false, status: Some(e.status()), ..Default::default() }
     }
-    pub(crate) fn review(self, uid: &str) -> Value {
-        let mut r = json!({"uid": uid, "allowed": self.allowed});
-        if let Some(p) = self.patch {
-            r["patchType"] = json!("JSONPatch");
-            r["patch"] = json!(p);
+    /// The AdmissionReview answering the request `uid`, as JSON.
+    pub(crate) fn review(&self, uid: &str) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Review<'a> {
+            api_version: &'static str,
+            kind: &'static str,
+            response: Response<'a>,
         }
-        if !self.warnings.is_empty() {
-            r["warnings"] = json!(self.warnings);
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Response<'a> {
+            uid: &'a str,
+            allowed: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            patch_type: Option<&'static str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            patch: Option<&'a str>,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            warnings: &'a [String],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            status: Option<&'a Value>,
         }
-        if let Some(s) = self.status {
-            r["status"] = s;
-        }
-        json!({"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_REVIEW, "response": r})
+        let review = Review {
+            api_version: ADMISSION_API_VERSION,
+            kind: ADMISSION_REVIEW,
+            response: Response {
+                uid,
+                allowed: self.allowed,
+                patch_type: self.patch.as_ref().map(|_| "JSONPatch"),
+                patch: self.patch.as_deref(),
+                warnings: &self.warnings,
+                status: self.status.as_ref(),
+            },
+        };
+        // Plain data with string keys: serializing it cannot fail.
+        serde_json::to_vec(&review).unwrap_or_default()
+    }
+
+    /// The HTTP answer carrying [`Answer::review`].
+    pub(crate) fn into_response(self, uid: &str) -> Response {
+        let mut r = Response::new(Body::from(self.review(uid)));
+        r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+        r
     }
 }
 
@@ -205,13 +281,15 @@ fn target<'a>(registry: &'a Registry, req: &'a AdmissionRequest) -> Result<(&'a 
         .ok_or_else(|| unserved(format!("{}/{}, Resource={}", r.group, r.version, r.resource)))
 }
 
-fn decide(registry: &Registry, req: &AdmissionRequest, mode: Mode) -> Answer {
+/// The answer to `req`, whose objects it takes.
+fn decide(registry: &Registry, req: &mut AdmissionRequest, mode: Mode) -> Answer {
     // Deletes and connects carry nothing to default or validate.
-    let (object, old_object) = match (req.operation.as_str(), &req.object, &req.old_object) {
+    let (object, old_object) = match (req.operation.as_str(), req.object.take(), req.old_object.take()) {
         ("CREATE", Some(o), _) => (o, None),
         ("UPDATE", Some(o), Some(old)) => (o, Some(old)),
         _ => return Answer::allow(Vec::new()),
     };
+    let req = &*req;
     let (res, version) = match target(registry, req) {
         Ok(t) => t,
         Err(warning) => return Answer::allow(vec![warning]),
@@ -257,11 +335,11 @@ fn decide(registry: &Registry, req: &AdmissionRequest, mode: Mode) -> Answer {
 }
 
 async fn admit(st: &AppState, headers: &HeaderMap, body: Body, mode: Mode) -> Response {
-    let req = match read_body(body, headers).await.and_then(|raw: bytes::Bytes| parse_review(raw.as_ref())) {
+    let mut req = match read_body(body, headers).await.and_then(|raw: bytes::Bytes| parse_review(raw.as_ref())) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let answer = decide(&st.registry, &req, mode);
+    let answer = decide(&st.registry, &mut req, mode);
     tracing::debug!(
         uid = %req.uid,
         operation = %req.operation,
@@ -273,14 +351,13 @@ async fn admit(st: &AppState, headers: &HeaderMap, body: Body, mode: Mode) -> Re
         patched = answer.patch.is_some(),
         "admission review"
     );
-    let mut r = axum::Json(answer.review(&req.uid)).into_response();
-    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
-    r
+    answer.into_response(&req.uid)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn malformed_reviews_say_why() {
@@ -299,12 +376,13 @@ mod tests {
 
     #[test]
     fn answers_have_the_shape_kube_apiserver_checks() {
-        let v = Answer::allow(vec![]).review("u1");
+        let review = |a: Answer, uid: &str| serde_json::from_slice::<Value>(&a.review(uid)).unwrap();
+        let v = review(Answer::allow(vec![]), "u1");
         assert_eq!(
             v,
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u1", "allowed": true}})
         );
-        let v = Answer { allowed: true, patch: Some("W10=".into()), ..Default::default() }.review("u2");
+        let v = review(Answer { allowed: true, patch: Some("W10=".into()), ..Default::default() }, "u2");
         assert_eq!(v["response"]["patchType"], "JSONPatch");
         assert_eq!(v["response"]["patch"], "W10=");
     }

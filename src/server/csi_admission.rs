@@ -20,7 +20,7 @@ use crate::csi::gates::FeatureGates;
 use crate::error::ApiError;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -237,9 +237,7 @@ fn answer(req: &AdmissionRequest, answer: Answer, webhook: &'static str) -> Resp
         patched = answer.patch.is_some(),
         "csi migration admission review"
     );
-    let mut r = axum::Json(answer.review(&req.uid)).into_response();
-    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
-    r
+    answer.into_response(&req.uid)
 }
 
 async fn review(headers: &HeaderMap, body: Body) -> Result<AdmissionRequest, Response> {

@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use discovery::{aggregated_version, Discovery, DiscoveryFormat};
-use metrics::{LatencyLabelSet, Metrics, RequestLabelSet};
+use metrics::{Label, LatencyLabelSet, Metrics, RequestLabelSet};
 use openapi::OpenApi;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -108,36 +108,54 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, req: Request,
     let method = req.method().clone();
     let mut resp = authenticate_and_authorize(&st, req, next).await;
     let labels = resp.extensions_mut().remove::<rest::RequestLabels>().unwrap_or_default();
-    let verb = if labels.verb.is_empty() { method.as_str().to_string() } else { labels.verb.to_string() };
-    let component = "apiserver".to_string();
+    let verb: Label = match labels.verb {
+        "" => static_method(&method).map_or_else(|| Label::Owned(method.as_str().to_string()), Label::Borrowed),
+        verb => Label::Borrowed(verb),
+    };
+    let owned = |s: String| if s.is_empty() { Label::Borrowed("") } else { Label::Owned(s) };
+    let latency = (verb != "WATCH").then(|| LatencyLabelSet {
+        verb: verb.clone(),
+        group: owned(labels.group.clone()),
+        version: owned(labels.version.clone()),
+        resource: owned(labels.resource.clone()),
+        subresource: owned(labels.subresource.clone()),
+        scope: Label::Borrowed(labels.scope),
+        component: Label::Borrowed("apiserver"),
+    });
     st.metrics
         .requests
         .get_or_create(&RequestLabelSet {
-            verb: verb.clone(),
-            group: labels.group.clone(),
-            version: labels.version.clone(),
-            resource: labels.resource.clone(),
-            subresource: labels.subresource.clone(),
-            scope: labels.scope.to_string(),
-            component: component.clone(),
-            code: resp.status().as_u16().to_string(),
+            verb,
+            group: owned(labels.group),
+            version: owned(labels.version),
+            resource: owned(labels.resource),
+            subresource: owned(labels.subresource),
+            scope: Label::Borrowed(labels.scope),
+            component: Label::Borrowed("apiserver"),
+            code: code_label(resp.status()),
         })
         .inc();
-    if verb != "WATCH" {
-        st.metrics
-            .latency
-            .get_or_create(&LatencyLabelSet {
-                verb,
-                group: labels.group,
-                version: labels.version,
-                resource: labels.resource,
-                subresource: labels.subresource,
-                scope: labels.scope.to_string(),
-                component,
-            })
-            .observe(start.elapsed().as_secs_f64());
+    if let Some(latency) = latency {
+        st.metrics.latency.get_or_create(&latency).observe(start.elapsed().as_secs_f64());
     }
     resp
+}
+
+/// The name of a standard HTTP method, as a static string.
+fn static_method(method: &Method) -> Option<&'static str> {
+    ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"].into_iter().find(|m| *m == method.as_str())
+}
+
+/// An HTTP status code as a label, static for the codes this server answers with.
+fn code_label(code: StatusCode) -> Label {
+    const CODES: [&str; 17] = [
+        "200", "201", "202", "204", "301", "304", "400", "401", "403", "404", "405", "406", "409", "410", "413", "415",
+        "422",
+    ];
+    match CODES.into_iter().find(|c| *c == code.as_str()) {
+        Some(c) => Label::Borrowed(c),
+        None => Label::Owned(code.as_str().to_string()),
+    }
 }
 
 /// Authentication (401 without a valid credential), then authorization (403 when denied), then the handler, which

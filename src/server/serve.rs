@@ -155,7 +155,7 @@ async fn handle_connection(
         .1
         .peer_certificates()
         .filter(|certs| !certs.is_empty())
-        .map(|certs| PeerCertificates(certs.to_vec()));
+        .map(|certs| PeerCertificates::new(certs.to_vec()));
 
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let extensions = req.extensions_mut();
