@@ -1,14 +1,17 @@
 //! `make bench`: a load generator of our own against a real migration-apiserver, over TLS with the
 //! admin client certificate of its kubeconfig.
 //!
-//! Every worker owns one keep-alive HTTP/1.1 connection (tokio-rustls + hyper's client `conn`) and
-//! reuses it for all its requests. Latencies of successful requests are recorded one by one and
-//! percentiles are read from the sorted samples. Results are printed as a markdown table next to
-//! their targets; missing a target never fails the run (see BENCHMARKS.md).
+//! Every worker owns one keep-alive HTTP/1.1 connection and reuses it for all its requests. The timed
+//! loops speak HTTP/1.1 themselves on the tokio-rustls stream ([`LeanConn`]: one write per request,
+//! reused buffers, no connection task), so that the client costs little CPU next to the server on
+//! the same machine; setup calls and watch streams go through hyper's client `conn`. Latencies of
+//! successful requests are recorded one by one and percentiles are read from the sorted samples.
+//! Results are printed as a markdown table next to their targets; missing a target never fails the
+//! run (see BENCHMARKS.md).
 
 use anyhow::{anyhow, bail, Context};
 use base64::Engine;
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -25,7 +28,9 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 const API: &str = "/apis/migration.k8s.io/v1alpha1";
@@ -1216,7 +1221,7 @@ async fn worker(
     check: Option<Check>,
 ) -> Stats {
     let mut stats = Stats::default();
-    let mut conn: Option<Conn> = None;
+    let mut conn: Option<LeanConn> = None;
     let mut failed_connects = 0;
     loop {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -1224,7 +1229,7 @@ async fn worker(
         }
         let c = match conn.as_mut() {
             Some(c) => c,
-            None => match target.connect().await {
+            None => match target.connect_lean().await {
                 Ok(c) => conn.insert(c),
                 Err(e) => {
                     stats.error(format!("connect: {e:#}"), None);
@@ -1243,7 +1248,11 @@ async fn worker(
         }
         let req = make(i);
         let t = Instant::now();
-        match c.call(&req).await {
+        let answer = c.call(&req).await;
+        if c.closed {
+            conn = None; // the server closes it after this answer (`Connection: close`)
+        }
+        match answer {
             Ok((status, body)) if status.is_success() => {
                 let took = micros(t.elapsed());
                 match check.as_ref().map_or(Ok(()), |check| check(i, &body)) {
@@ -1540,6 +1549,18 @@ impl Target {
     }
 
     async fn connect(&self) -> anyhow::Result<Conn> {
+        let tls = self.connect_tls().await?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(connection);
+        Ok(Conn { sender, authority: self.authority.clone() })
+    }
+
+    /// A connection for the load workers' own HTTP/1.1 client.
+    async fn connect_lean(&self) -> anyhow::Result<LeanConn> {
+        Ok(LeanConn::new(self.connect_tls().await?, &self.authority))
+    }
+
+    async fn connect_tls(&self) -> anyhow::Result<TlsStream<TcpStream>> {
         // A server that cannot accept (out of file descriptors, stopped) must not hang the bench.
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((self.host.as_str(), self.port)))
             .await
@@ -1547,14 +1568,11 @@ impl Target {
             .and_then(|r| Ok(r?))
             .with_context(|| format!("connecting to {}", self.authority))?;
         tcp.set_nodelay(true)?;
-        let tls = tokio::time::timeout(CONNECT_TIMEOUT, self.tls.connect(self.server_name.clone(), tcp))
+        tokio::time::timeout(CONNECT_TIMEOUT, self.tls.connect(self.server_name.clone(), tcp))
             .await
             .map_err(|_| anyhow!("timed out"))
             .and_then(|r| Ok(r?))
-            .context("TLS handshake")?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-        tokio::spawn(connection);
-        Ok(Conn { sender, authority: self.authority.clone() })
+            .context("TLS handshake")
     }
 
     /// One request on a fresh connection (setup steps).
@@ -1600,6 +1618,292 @@ impl Conn {
             (s, body) if s.is_success() => Ok(body),
             (s, body) => bail!("{} {} answered {s}: {}", req.method, req.path, String::from_utf8_lossy(&body)),
         }
+    }
+}
+
+// The load workers' HTTP/1.1 client, written on the TLS stream: hyper's client (a connection task fed
+// through channels, a `Request` and header map built per call) costs tens of µs of CPU per request, taken
+// from the server under test when both share the machine. Here a request is serialized into a reused
+// buffer and written at once, and its answer read into another reused buffer and parsed in place.
+
+/// Largest response head accepted (status line and headers), and largest chunk-size or trailer line.
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_LINE: usize = 4096;
+/// Room made in the read buffer before each read when the answer's size is not known yet: a whole TLS record.
+const READ_ROOM: usize = 16 * 1024;
+
+/// One keep-alive HTTP/1.1 connection of a load worker, one request at a time.
+struct LeanConn {
+    tls: TlsStream<TcpStream>,
+    /// The Host header, `host: <authority>\r\n`.
+    host: Vec<u8>,
+    /// The request being written.
+    out: Vec<u8>,
+    /// Bytes read and not parsed yet.
+    input: BytesMut,
+    parser: ResponseParser,
+    /// The server closes the connection after the last answer (`Connection: close`, or a body until EOF):
+    /// the caller must not reuse it.
+    closed: bool,
+}
+
+impl LeanConn {
+    fn new(tls: TlsStream<TcpStream>, authority: &str) -> LeanConn {
+        LeanConn {
+            tls,
+            host: format!("host: {authority}\r\n").into_bytes(),
+            out: Vec::with_capacity(4096),
+            input: BytesMut::with_capacity(READ_ROOM),
+            parser: ResponseParser::default(),
+            closed: false,
+        }
+    }
+
+    /// One request and its whole answer, within [`REQUEST_TIMEOUT`] (as [`Conn::call`]). After an error the
+    /// connection is in an unknown state and must be dropped.
+    async fn call(&mut self, req: &Req) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(req))
+            .await
+            .map_err(|_| anyhow!("{} {}: no answer within {REQUEST_TIMEOUT:?}", req.method, req.path))?
+    }
+
+    async fn exchange(&mut self, req: &Req) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+        anyhow::ensure!(!self.closed, "the server closed the connection");
+        write_request(&mut self.out, &self.host, req);
+        self.tls.write_all(&self.out).await?;
+        self.tls.flush().await?;
+        self.parser.start(req.method == Method::HEAD);
+        loop {
+            if let Some(answer) = self.parser.advance(&mut self.input)? {
+                self.closed = answer.close;
+                return Ok((answer.status, answer.body));
+            }
+            self.input.reserve(self.parser.missing(self.input.len()).max(READ_ROOM));
+            if self.tls.read_buf(&mut self.input).await? == 0 {
+                let answer = self.parser.at_eof(&mut self.input)?;
+                self.closed = true;
+                return Ok((answer.status, answer.body));
+            }
+        }
+    }
+}
+
+/// Serializes `req` into `out` (cleared first): request line, the headers [`Conn::send`] sends through
+/// hyper (Host, Accept, Content-Type when set) and the Content-Length of the body, then the body.
+fn write_request(out: &mut Vec<u8>, host: &[u8], req: &Req) {
+    use std::io::Write;
+    debug_assert!(!req.path.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()), "{}", req.path);
+    out.clear();
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    out.extend_from_slice(host);
+    out.extend_from_slice(b"accept: ");
+    out.extend_from_slice(req.accept.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if let Some(ct) = req.content_type {
+        out.extend_from_slice(b"content-type: ");
+        out.extend_from_slice(ct.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !req.body.is_empty() || [Method::POST, Method::PUT, Method::PATCH].contains(&req.method) {
+        let _ = write!(out, "content-length: {}\r\n", req.body.len());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&req.body);
+}
+
+/// A complete answer.
+#[derive(Debug)]
+struct Answer {
+    status: hyper::StatusCode,
+    body: Bytes,
+    /// The server closes the connection after this answer.
+    close: bool,
+}
+
+/// Incremental parser of the answers of one connection: fed by [`ResponseParser::advance`] with the bytes
+/// read so far, it consumes what it has parsed and leaves what follows the answer (the next one) in place.
+#[derive(Default)]
+struct ResponseParser {
+    stage: Stage,
+    /// The request was a HEAD: no body whatever the headers say.
+    head_request: bool,
+    status: Option<hyper::StatusCode>,
+    close: bool,
+    /// The body of a chunked answer, put together (kept to reuse its memory).
+    chunks: BytesMut,
+}
+
+#[derive(Default, Debug, PartialEq)]
+enum Stage {
+    #[default]
+    Head,
+    /// A body of this many bytes (`Content-Length`).
+    Length(usize),
+    /// A chunked body: expecting a chunk-size line.
+    ChunkSize,
+    /// This many bytes of the current chunk to go, then its CRLF.
+    ChunkData(usize),
+    ChunkEnd,
+    /// After the last chunk: trailer lines until an empty one.
+    Trailers,
+    /// A body until the server closes the connection.
+    UntilEof,
+}
+
+impl ResponseParser {
+    /// Expects the answer to a new request.
+    fn start(&mut self, head_request: bool) {
+        (self.stage, self.head_request, self.status, self.close) = (Stage::Head, head_request, None, false);
+        self.chunks.clear();
+    }
+
+    /// Bytes still needed beyond the `buffered` ones when that is known (a body), else 0.
+    fn missing(&self, buffered: usize) -> usize {
+        match self.stage {
+            Stage::Length(n) | Stage::ChunkData(n) => n.saturating_sub(buffered),
+            _ => 0,
+        }
+    }
+
+    fn answer(&mut self, body: Bytes) -> anyhow::Result<Answer> {
+        let status = self.status.take().context("no status")?;
+        self.stage = Stage::Head;
+        Ok(Answer { status, body, close: self.close })
+    }
+
+    /// Parses from `buf`, consuming what it parsed: the complete answer, or `None` when more bytes are needed.
+    fn advance(&mut self, buf: &mut BytesMut) -> anyhow::Result<Option<Answer>> {
+        loop {
+            match self.stage {
+                Stage::Head => {
+                    if !self.head(buf)? {
+                        return Ok(None);
+                    }
+                }
+                Stage::Length(n) => {
+                    if buf.len() < n {
+                        return Ok(None);
+                    }
+                    let body = buf.split_to(n).freeze();
+                    return self.answer(body).map(Some);
+                }
+                Stage::ChunkSize => {
+                    if !buf.first().is_none_or(u8::is_ascii_hexdigit) {
+                        bail!("bad chunk size line {:?}", String::from_utf8_lossy(&buf[..buf.len().min(40)]));
+                    }
+                    match httparse::parse_chunk_size(buf) {
+                        Ok(httparse::Status::Complete((used, size))) => {
+                            buf.advance(used);
+                            let size = usize::try_from(size).context("chunk too large")?;
+                            self.stage = if size == 0 { Stage::Trailers } else { Stage::ChunkData(size) };
+                        }
+                        Ok(httparse::Status::Partial) if buf.len() < MAX_LINE => return Ok(None),
+                        _ => bail!("bad chunk size line {:?}", String::from_utf8_lossy(&buf[..buf.len().min(40)])),
+                    }
+                }
+                Stage::ChunkData(n) => {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    let take = n.min(buf.len());
+                    self.chunks.extend_from_slice(&buf[..take]);
+                    buf.advance(take);
+                    self.stage = if take == n { Stage::ChunkEnd } else { Stage::ChunkData(n - take) };
+                }
+                Stage::ChunkEnd => {
+                    if buf.len() < 2 {
+                        return Ok(None);
+                    }
+                    anyhow::ensure!(&buf[..2] == b"\r\n", "chunk data not followed by CRLF");
+                    buf.advance(2);
+                    self.stage = Stage::ChunkSize;
+                }
+                Stage::Trailers => {
+                    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+                        anyhow::ensure!(buf.len() < MAX_LINE, "trailer line too long");
+                        return Ok(None);
+                    };
+                    let empty = nl == 0 || (nl == 1 && buf[0] == b'\r');
+                    buf.advance(nl + 1);
+                    if empty {
+                        let body = self.chunks.split().freeze();
+                        return self.answer(body).map(Some);
+                    }
+                }
+                Stage::UntilEof => return Ok(None),
+            }
+        }
+    }
+
+    /// The connection reached EOF with `buf` left: completes an answer whose body ends there, else an error.
+    fn at_eof(&mut self, buf: &mut BytesMut) -> anyhow::Result<Answer> {
+        match self.stage {
+            Stage::UntilEof => {
+                let body = buf.split().freeze();
+                self.answer(body)
+            }
+            Stage::Head if buf.is_empty() => bail!("the server closed the connection"),
+            _ => bail!("the server closed the connection in the middle of an answer"),
+        }
+    }
+
+    /// Parses the status line and headers when complete: consumes them and picks how the body is framed.
+    /// Interim (1xx) answers are skipped.
+    fn head(&mut self, buf: &mut BytesMut) -> anyhow::Result<bool> {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut headers);
+        let used = match resp.parse(buf) {
+            Ok(httparse::Status::Complete(used)) => used,
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(false),
+            Ok(httparse::Status::Partial) => bail!("response head larger than {MAX_HEAD} bytes"),
+            Err(e) => bail!("bad response head ({e}): {:?}", String::from_utf8_lossy(&buf[..buf.len().min(200)])),
+        };
+        let code = resp.code.context("no status code")?;
+        let status = hyper::StatusCode::from_u16(code).with_context(|| format!("bad status {code}"))?;
+        let (mut length, mut chunked, mut encoded, mut close, mut keep_alive) = (None, false, false, false, false);
+        for h in resp.headers.iter() {
+            let value = || std::str::from_utf8(h.value).unwrap_or("").split(',').map(str::trim);
+            if h.name.eq_ignore_ascii_case("content-length") {
+                let n: usize = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .with_context(|| format!("bad Content-Length {:?}", String::from_utf8_lossy(h.value)))?;
+                anyhow::ensure!(length.is_none_or(|l| l == n), "conflicting Content-Length headers");
+                length = Some(n);
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                // The last coding applied says whether the body is chunked.
+                encoded = true;
+                chunked = value().next_back().is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                close |= value().any(|t| t.eq_ignore_ascii_case("close"));
+                keep_alive |= value().any(|t| t.eq_ignore_ascii_case("keep-alive"));
+            }
+        }
+        let http10 = resp.version == Some(0);
+        buf.advance(used);
+        if status.is_informational() {
+            anyhow::ensure!(status != hyper::StatusCode::SWITCHING_PROTOCOLS, "unexpected 101 Switching Protocols");
+            return Ok(true); // the real answer follows
+        }
+        self.status = Some(status);
+        self.close = close || (http10 && !keep_alive);
+        self.stage = if self.head_request
+            || status == hyper::StatusCode::NO_CONTENT
+            || status == hyper::StatusCode::NOT_MODIFIED
+        {
+            Stage::Length(0)
+        } else if chunked {
+            Stage::ChunkSize
+        } else if let (false, Some(n)) = (encoded, length) {
+            Stage::Length(n)
+        } else {
+            self.close = true;
+            Stage::UntilEof
+        };
+        Ok(true)
     }
 }
 
@@ -1880,6 +2184,182 @@ mod tests {
         assert_eq!(names, ["GET", "GET, on etcd", "LIST", "CREATE", "CREATE, on etcd"]);
         assert!(rows[1].notes.starts_with("requests/s x0.25 of the embedded store's"), "{}", rows[1].notes);
         assert!(rows[4].notes.starts_with("requests/s x2.00"), "{}", rows[4].notes);
+    }
+
+    /// Feeds `pieces` to one connection's parser as successive reads; every answer completed, and what is left.
+    fn parse_reads(pieces: &[&[u8]]) -> anyhow::Result<(Vec<Answer>, Vec<u8>)> {
+        let (mut parser, mut buf, mut answers) = (ResponseParser::default(), BytesMut::new(), Vec::new());
+        parser.start(false);
+        for piece in pieces {
+            buf.extend_from_slice(piece);
+            while let Some(answer) = parser.advance(&mut buf)? {
+                answers.push(answer);
+                parser.start(false);
+            }
+        }
+        Ok((answers, buf.to_vec()))
+    }
+
+    /// `wire` parsed as one read, split in two at every position, and in reads of 1 and 7 bytes: always the
+    /// same answers, nothing left over.
+    fn parse_every_way(wire: &[u8]) -> Vec<Answer> {
+        let (whole, rest) = parse_reads(&[wire]).expect("parses");
+        assert!(rest.is_empty(), "left over: {:?}", String::from_utf8_lossy(&rest));
+        let same = |answers: Vec<Answer>, how: &str| {
+            let show = |a: &[Answer]| a.iter().map(|a| (a.status, a.body.clone(), a.close)).collect::<Vec<_>>();
+            assert_eq!(show(&answers), show(&whole), "{how}");
+        };
+        for at in 0..=wire.len() {
+            let (answers, rest) = parse_reads(&[&wire[..at], &wire[at..]]).expect("parses");
+            assert!(rest.is_empty());
+            same(answers, &format!("split at {at}"));
+        }
+        for size in [1, 7] {
+            let pieces: Vec<&[u8]> = wire.chunks(size).collect();
+            let (answers, rest) = parse_reads(&pieces).expect("parses");
+            assert!(rest.is_empty());
+            same(answers, &format!("reads of {size} bytes"));
+        }
+        whole
+    }
+
+    const CHUNKED: &[u8] = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n\
+        Transfer-Encoding: chunked\r\n\r\n\
+        5;name=value\r\n{\"a\":\r\n\
+        1C ; quoted=\"x;y\"\r\n \"bbbbbbbbbbbbbbbbbbbbbbbbb\"\r\n\
+        1\r\n}\r\n\
+        0;last\r\nX-Trailer: 1\r\nOther: two\r\n\r\n";
+
+    #[test]
+    fn content_length_answers() {
+        let wire = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"a\":\"bc\"}\n";
+        let answers = parse_every_way(wire);
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].status, hyper::StatusCode::OK);
+        assert_eq!(&answers[0].body[..], b"{\"a\":\"bc\"}\n");
+        assert!(!answers[0].close);
+    }
+
+    #[test]
+    fn chunked_answers_with_extensions_and_trailers() {
+        let answers = parse_every_way(CHUNKED);
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].status, hyper::StatusCode::CREATED);
+        assert_eq!(&answers[0].body[..], format!("{{\"a\": \"{}\"}}", "b".repeat(25)).as_bytes());
+        assert!(!answers[0].close);
+    }
+
+    #[test]
+    fn a_big_body_in_many_small_reads() {
+        let body: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut wire = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        wire.extend_from_slice(&body);
+        for size in [1, 100, 1500, 16 * 1024] {
+            let pieces: Vec<&[u8]> = wire.chunks(size).collect();
+            let (answers, rest) = parse_reads(&pieces).expect("parses");
+            assert!(rest.is_empty());
+            assert_eq!(answers.len(), 1);
+            assert_eq!(answers[0].body, body);
+        }
+        // The same body sent in chunks of 1000 bytes.
+        let mut wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for chunk in body.chunks(1000) {
+            wire.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            wire.extend_from_slice(chunk);
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+        for size in [1, 999, 1000, 16 * 1024] {
+            let pieces: Vec<&[u8]> = wire.chunks(size).collect();
+            let (answers, rest) = parse_reads(&pieces).expect("parses");
+            assert!(rest.is_empty());
+            assert_eq!(answers.len(), 1);
+            assert_eq!(answers[0].body, body);
+        }
+    }
+
+    #[test]
+    fn keep_alive_answers_back_to_back() {
+        let mut wire = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec();
+        wire.extend_from_slice(CHUNKED);
+        wire.extend_from_slice(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+        let answers = parse_every_way(&wire);
+        let statuses: Vec<u16> = answers.iter().map(|a| a.status.as_u16()).collect();
+        assert_eq!(statuses, [200, 201, 404]);
+        assert_eq!(&answers[0].body[..], b"ok");
+        assert!(answers[1].body.starts_with(b"{\"a\": \"b"));
+        assert!(answers[2].body.is_empty());
+        // Two answers in one read, the start of a third one left for the next read.
+        let (answers, rest) = parse_reads(&[&wire[..wire.len() - 5]]).expect("parses");
+        assert_eq!(answers.len(), 2);
+        assert_eq!(rest, &wire[wire.len() - 45..wire.len() - 5]);
+    }
+
+    #[test]
+    fn answers_that_close_the_connection() {
+        let closing = parse_every_way(
+            b"HTTP/1.1 503 Service Unavailable\r\nConnection: keep-alive, Close\r\nContent-Length: 4\r\n\r\nbusy",
+        );
+        assert!(closing[0].close);
+        assert_eq!(closing[0].status, hyper::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(parse_every_way(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")[0].close);
+        assert!(!parse_every_way(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n")[0].close);
+        // No framing: the body ends with the connection.
+        let (mut parser, mut buf) =
+            (ResponseParser::default(), BytesMut::from(&b"HTTP/1.1 200 OK\r\n\r\nuntil eof"[..]));
+        parser.start(false);
+        assert!(parser.advance(&mut buf).expect("parses").is_none());
+        let answer = parser.at_eof(&mut buf).expect("complete at EOF");
+        assert_eq!((&answer.body[..], answer.close), (&b"until eof"[..], true));
+        // EOF in the middle of an answer is an error.
+        let mut buf = BytesMut::from(&b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"[..]);
+        parser.start(false);
+        assert!(parser.advance(&mut buf).expect("parses").is_none());
+        assert!(parser.at_eof(&mut buf).is_err());
+    }
+
+    #[test]
+    fn interim_bodiless_and_head_answers() {
+        let wire = b"HTTP/1.1 100 Continue\r\n\r\n\
+            HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n\
+            HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nx";
+        let answers = parse_every_way(wire);
+        assert_eq!(answers.iter().map(|a| (a.status.as_u16(), a.body.len())).collect::<Vec<_>>(), [(204, 0), (200, 1)]);
+        let mut parser = ResponseParser::default();
+        parser.start(true);
+        let mut buf = BytesMut::from(&b"HTTP/1.1 200 OK\r\ncontent-length: 123\r\n\r\n"[..]);
+        let answer = parser.advance(&mut buf).expect("parses").expect("complete");
+        assert!(answer.body.is_empty() && buf.is_empty());
+    }
+
+    #[test]
+    fn malformed_answers_are_errors() {
+        for wire in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabcd"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            b"HTTP/9 200 OK\r\n\r\n",
+            b"garbage\r\n\r\n",
+        ] {
+            assert!(parse_reads(&[wire]).is_err(), "{:?}", String::from_utf8_lossy(wire));
+        }
+    }
+
+    #[test]
+    fn requests_carry_their_headers_and_body() {
+        let mut out = b"left over".to_vec();
+        let host = b"host: 127.0.0.1:8443\r\n";
+        write_request(&mut out, host, &Req::post("/validate?timeout=10s".into(), Bytes::from_static(b"{}")));
+        assert_eq!(
+            out,
+            b"POST /validate?timeout=10s HTTP/1.1\r\nhost: 127.0.0.1:8443\r\naccept: application/json\r\n\
+              content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        write_request(&mut out, host, &Req::get("/api".into()).accept(TABLE));
+        assert_eq!(out, format!("GET /api HTTP/1.1\r\nhost: 127.0.0.1:8443\r\naccept: {TABLE}\r\n\r\n").as_bytes());
     }
 
     #[test]
