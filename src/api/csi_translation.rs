@@ -149,6 +149,7 @@ impl CSITranslation {
 }
 
 impl Kind for CSITranslation {
+    const CELLS_READ_METADATA: bool = false;
     fn info() -> &'static KindInfo {
         &INFO
     }

@@ -141,6 +141,7 @@ impl StorageState {
 }
 
 impl Kind for StorageState {
+    const CELLS_READ_METADATA: bool = false;
     fn info() -> &'static KindInfo {
         &INFO
     }

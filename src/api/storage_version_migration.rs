@@ -199,6 +199,7 @@ static INFO: KindInfo = KindInfo {
 };
 
 impl Kind for StorageVersionMigration {
+    const CELLS_READ_METADATA: bool = false;
     fn info() -> &'static KindInfo {
         &INFO
     }

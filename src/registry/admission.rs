@@ -28,7 +28,8 @@ pub enum AdmissionWrite {
 /// The outcome of defaulting: the JSON patch that defaults the object as sent (empty when nothing changes).
 #[derive(Debug)]
 pub struct Defaulted {
-    pub patch: json_patch::Patch,
+    /// The operations of the JSON Patch.
+    pub patch: Vec<Value>,
     pub warnings: Vec<String>,
 }
 
@@ -53,29 +54,38 @@ fn unset(v: Option<&Value>) -> bool {
     }
 }
 
-/// `sent` plus what defaulting added in `defaulted`: values where `sent` has none. What the typed round trip merely
-/// normalizes (unknown fields dropped, empty fields omitted, number forms) is not a default and is left as sent —
-/// kube-apiserver prunes and normalizes CRD objects itself, and a patch must not fight it (reinvocation would loop).
-fn with_defaults(sent: &Value, defaulted: &Value) -> Value {
+/// The JSON Patch operations that add to `sent` what defaulting added in `defaulted`: values where `sent` has none
+/// (`path` is the JSON pointer of both). What the typed round trip merely normalizes (unknown fields dropped, empty
+/// fields omitted, number forms) is not a default and is left as sent — kube-apiserver prunes and normalizes CRD
+/// objects itself, and a patch must not fight it (reinvocation would loop).
+fn default_ops(sent: &Value, defaulted: &Value, path: &mut String, ops: &mut Vec<Value>) {
     match (sent, defaulted) {
         (Value::Object(s), Value::Object(d)) => {
-            let mut out = s.clone();
             for (k, dv) in d {
-                let sv = s.get(k);
-                if unset(sv) {
-                    if !unset(Some(dv)) {
-                        out.insert(k.clone(), dv.clone());
+                let len = path.len();
+                path.push('/');
+                path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                match s.get(k) {
+                    sv if unset(sv) && !unset(Some(dv)) => {
+                        let op = if sv.is_none() { "add" } else { "replace" };
+                        ops.push(serde_json::json!({"op": op, "path": path.as_str(), "value": dv}));
                     }
-                } else if let Some(sv) = sv {
-                    out.insert(k.clone(), with_defaults(sv, dv));
+                    Some(sv) if !unset(Some(sv)) => default_ops(sv, dv, path, ops),
+                    _ => {}
                 }
+                path.truncate(len);
             }
-            Value::Object(out)
         }
         (Value::Array(s), Value::Array(d)) if s.len() == d.len() => {
-            Value::Array(s.iter().zip(d).map(|(s, d)| with_defaults(s, d)).collect())
+            for (i, (s, d)) in s.iter().zip(d).enumerate() {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                default_ops(s, d, path, ops);
+                path.truncate(len);
+            }
         }
-        _ => sent.clone(),
+        _ => {}
     }
 }
 
@@ -92,7 +102,8 @@ impl Resource {
         let Decoded { object: mut defaulted, unknown_fields } = self.strategy.admission_defaults(&sent, create)?;
         self.set_type_meta(&mut defaulted, version);
         let warnings = unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect();
-        let patch = json_patch::diff(&sent, &with_defaults(&sent, &defaulted));
+        let mut patch = Vec::new();
+        default_ops(&sent, &defaulted, &mut String::new(), &mut patch);
         Ok(Defaulted { patch, warnings })
     }
 
@@ -228,9 +239,21 @@ mod tests {
     fn defaults_fill_only_what_is_unset() {
         let sent = json!({"a": "", "b": [], "c": {"x": 1, "keep": "me"}, "d": null, "e": [{"k": ""}], "f": "x"});
         let defaulted = json!({"a": "A", "b": ["B"], "c": {"x": 2, "y": 3}, "d": {}, "e": [{"k": "K"}], "f": "y"});
+        let mut ops = Vec::new();
+        default_ops(&sent, &defaulted, &mut String::new(), &mut ops);
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("a JSON Patch");
+        let mut patched = sent.clone();
+        json_patch::patch(&mut patched, &patch).expect("applies");
         assert_eq!(
-            with_defaults(&sent, &defaulted),
+            patched,
             json!({"a": "A", "b": ["B"], "c": {"x": 1, "y": 3, "keep": "me"}, "d": null, "e": [{"k": "K"}], "f": "x"})
         );
+        // Keys are escaped in the pointers; an object that needs nothing gets no operation.
+        let mut ops = Vec::new();
+        default_ops(&json!({"a/b~c": {}}), &json!({"a/b~c": {"z": 1}}), &mut String::new(), &mut ops);
+        assert_eq!(ops, vec![json!({"op": "replace", "path": "/a~1b~0c", "value": {"z": 1}})]);
+        let mut ops = Vec::new();
+        default_ops(&json!({"a": 1}), &json!({"a": 2, "b": ""}), &mut String::new(), &mut ops);
+        assert!(ops.is_empty(), "{ops:?}");
     }
 }

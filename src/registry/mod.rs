@@ -1205,10 +1205,7 @@ pub fn splice_stored(stored: &[u8], revision: u64, api_version: &str, kind: &str
         out.push(b':');
         if *key == "metadata" {
             has_metadata = true;
-            let mut meta: BTreeMap<&str, &RawValue> = serde_json::from_str(value.get()).ok()?;
-            let rv = serde_json::value::to_raw_value(&revision.to_string()).ok()?;
-            meta.insert("resourceVersion", &rv);
-            serde_json::to_writer(&mut out, &meta).ok()?;
+            splice_metadata(&mut out, value.get(), revision)?;
         } else {
             out.extend_from_slice(value.get().as_bytes());
         }
@@ -1222,9 +1219,30 @@ pub fn splice_stored(stored: &[u8], revision: u64, api_version: &str, kind: &str
     Some(out)
 }
 
+/// Writes an object's stored `metadata` (a JSON object) with `resourceVersion` set to `revision`. This server
+/// stores metadata without one, so it is written in front of the stored fields as they are; metadata that may hold
+/// one (or hides key names behind escapes) goes through a map. `None` when `metadata` is not an object.
+pub fn splice_metadata(out: &mut Vec<u8>, metadata: &str, revision: u64) -> Option<()> {
+    use std::io::Write;
+    let inner = metadata.trim_start().strip_prefix('{')?.trim_start();
+    if metadata.contains("\"resourceVersion\"") || metadata.contains("\\u") {
+        use serde_json::value::RawValue;
+        let mut meta: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(metadata).ok()?;
+        let rv = serde_json::value::to_raw_value(&revision.to_string()).ok()?;
+        meta.insert("resourceVersion".into(), &rv);
+        return serde_json::to_writer(out, &meta).ok();
+    }
+    write!(out, "{{\"resourceVersion\":\"{revision}\"").ok()?;
+    if !inner.starts_with('}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(inner.as_bytes());
+    Some(())
+}
+
 #[cfg(test)]
 mod splice_tests {
-    use super::splice_stored;
+    use super::{splice_metadata, splice_stored};
     use serde_json::{json, Value};
 
     /// What the parsed path gives: the stored object with apiVersion, kind and resourceVersion set.
@@ -1248,13 +1266,30 @@ mod splice_tests {
             json!({"apiVersion": "v", "kind": "K", "metadata": {}, "status": {"conditions": []}}),
             json!({"apiVersion": "v", "kind": "K", "spec": {}}),
             json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "b", "resourceVersion": "7"}}),
+            json!({"apiVersion": "v", "kind": "K", "metadata": {"annotations": {"a": "x\u{1}y\"resourceVersion\""}}}),
         ];
         for stored in cases {
             let bytes = serde_json::to_vec(&stored).unwrap();
             let raw = splice_stored(&bytes, 42, "core.gardener.cloud/v1beta1", "ShootState").expect("spliced");
+            assert_eq!(raw.windows(17).filter(|w| w == b"\"resourceVersion\"").count(), 1, "one resourceVersion");
             let got: Value = serde_json::from_slice(&raw).expect("valid JSON");
             assert_eq!(got, parsed(&stored, 42, "core.gardener.cloud/v1beta1", "ShootState"), "{stored}");
         }
+    }
+
+    #[test]
+    fn metadata_splices_keep_every_field() {
+        let splice = |m: &str| {
+            let mut out = Vec::new();
+            splice_metadata(&mut out, m, 9).map(|()| serde_json::from_slice::<Value>(&out).expect("valid JSON"))
+        };
+        assert_eq!(splice("{}"), Some(json!({"resourceVersion": "9"})));
+        assert_eq!(splice(" { } "), Some(json!({"resourceVersion": "9"})));
+        assert_eq!(splice(r#"{"name":"a","uid":"u"}"#), Some(json!({"name": "a", "uid": "u", "resourceVersion": "9"})));
+        assert_eq!(splice(r#"{"resourceVersion":"3","name":"a"}"#), Some(json!({"name": "a", "resourceVersion": "9"})));
+        assert_eq!(splice(r#"{"resource\u0056ersion":"3"}"#), Some(json!({"resourceVersion": "9"})));
+        assert_eq!(splice("null"), None);
+        assert_eq!(splice("[1]"), None);
     }
 
     #[test]

@@ -312,7 +312,7 @@ fn decide(registry: &Registry, req: &mut AdmissionRequest, mode: Mode) -> Answer
     };
     match mode {
         Mode::Mutate => match res.admission_default(version, write) {
-            Ok(d) if d.patch.0.is_empty() => Answer::allow(d.warnings),
+            Ok(d) if d.patch.is_empty() => Answer::allow(d.warnings),
             Ok(d) => match serde_json::to_vec(&d.patch) {
                 Ok(bytes) => Answer {
                     allowed: true,

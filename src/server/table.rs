@@ -113,41 +113,44 @@ pub fn raw_row(
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<Vec<u8>> {
     use serde_json::value::RawValue;
-    use std::collections::BTreeMap;
+    use std::borrow::Cow;
     #[derive(serde::Deserialize)]
     struct Head<'a> {
         #[serde(borrow)]
         metadata: Option<&'a RawValue>,
     }
     #[derive(serde::Deserialize)]
-    struct Meta {
-        name: Option<String>,
-        #[serde(rename = "creationTimestamp")]
-        creation_timestamp: Option<String>,
+    struct Meta<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(rename = "creationTimestamp", borrow)]
+        creation_timestamp: Option<Cow<'a, str>>,
     }
     let head: Head = serde_json::from_slice(stored).ok()?;
     let meta_raw = head.metadata.map_or("{}", RawValue::get);
+    // Where the metadata is within `stored` (it is borrowed from it).
+    let span = head.metadata.map(|m| {
+        let start = m.get().as_ptr() as usize - stored.as_ptr() as usize;
+        start..start + m.get().len()
+    });
     let meta: Meta = serde_json::from_str(meta_raw).ok()?;
-    let mut cells = vec![meta.name.map_or(Value::Null, Value::String)];
-    cells.extend(strategy.cells_from_json(stored, now)?);
+    let mut cells = vec![meta.name.map_or(Value::Null, |n| Value::String(n.into_owned()))];
+    cells.extend(strategy.cells_from_json(stored, span, now)?);
     let created = meta.creation_timestamp.as_deref().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
     cells.push(Value::String(match created {
         Some(t) => human_duration(now - t.with_timezone(&chrono::Utc)),
         None => "<unknown>".into(),
     }));
-    let mut out = Vec::with_capacity(256);
+    let mut out = Vec::with_capacity(256 + if include == IncludeObject::None { 0 } else { stored.len() });
     out.extend_from_slice(b"{\"cells\":");
     serde_json::to_writer(&mut out, &cells).ok()?;
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => {
-            let mut m: BTreeMap<&str, &RawValue> = serde_json::from_str(meta_raw).ok()?;
-            let rv = serde_json::value::to_raw_value(&revision.to_string()).ok()?;
-            m.insert("resourceVersion", &rv);
-            out.extend_from_slice(b",\"object\":{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":");
-            serde_json::to_writer(&mut out, &format!("meta.k8s.io/{meta_version}")).ok()?;
-            out.extend_from_slice(b",\"metadata\":");
-            serde_json::to_writer(&mut out, &m).ok()?;
+            out.extend_from_slice(b",\"object\":{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/");
+            out.extend_from_slice(meta_version.as_bytes());
+            out.extend_from_slice(b"\",\"metadata\":");
+            crate::registry::splice_metadata(&mut out, meta_raw, revision)?;
             out.push(b'}');
         }
         IncludeObject::Object => {
@@ -167,22 +170,51 @@ mod tests {
     #[test]
     fn raw_rows_equal_parsed_rows() {
         let kinds = crate::api::kinds(&Default::default()).expect("kinds");
-        let svm = kinds.iter().find(|k| k.info().kind == "StorageVersionMigration").expect("svm");
-        let stored = json!({
-            "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
-            "metadata": {"name": "m", "uid": "u", "creationTimestamp": "2026-11-20T10:00:00Z", "labels": {"a": "b"}},
-            "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
-            "status": {"conditions": [{"type": "Running", "status": "True", "lastUpdateTime": "2026-11-20T10:00:00Z"}]},
-        });
-        let bytes = serde_json::to_vec(&stored).unwrap();
+        let kind = |k: &str| kinds.iter().find(|s| s.info().kind == k).expect("kind").clone();
+        let meta = json!({"name": "m", "namespace": "n", "uid": "u", "creationTimestamp": "2026-11-20T10:00:00Z",
+                          "labels": {"a": "b\u{1}\"resourceVersion\""}});
+        let cases = [
+            (
+                kind("StorageVersionMigration"),
+                json!({
+                    "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration", "metadata": meta,
+                    "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
+                    "status": {"conditions": [{"type": "Running", "status": "True", "lastUpdateTime": "2026-11-20T10:00:00Z"}],
+                               "migratedObjects": 7},
+                }),
+            ),
+            (
+                kind("StorageState"),
+                json!({
+                    "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageState", "metadata": {"name": "d.apps"},
+                    "spec": {"resource": {"group": "apps", "resource": "d"}},
+                    "status": {"currentStorageVersionHash": "h", "persistedStorageVersionHashes": ["a", "b"],
+                               "lastHeartbeatTime": "2026-11-21T03:00:00Z"},
+                }),
+            ),
+            // ShootState's SIZE cell measures the whole object, metadata included.
+            (
+                kind("ShootState"),
+                json!({
+                    "apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState", "metadata": meta,
+                    "spec": {"gardener": [{"name": "ca", "data": {"k": "v"}}], "extensions": [{"kind": "Infrastructure"}]},
+                }),
+            ),
+        ];
         let now = chrono::DateTime::parse_from_rfc3339("2026-11-21T04:00:00Z").unwrap().with_timezone(&chrono::Utc);
-        let mut obj = stored.clone();
-        obj["metadata"]["resourceVersion"] = json!("9");
-        for include in [IncludeObject::None, IncludeObject::Metadata, IncludeObject::Object] {
-            let raw = raw_row(svm.as_ref(), &bytes, 9, "migration.k8s.io/v1alpha1", include, "v1", now).expect("raw");
-            let raw: Value = serde_json::from_slice(&raw).expect("valid JSON");
-            assert_eq!(raw, row(svm.as_ref(), obj.clone(), include, "v1", now), "{include:?}");
+        for (strategy, stored) in cases {
+            let bytes = serde_json::to_vec(&stored).unwrap();
+            let api_version = stored["apiVersion"].as_str().unwrap();
+            let mut obj = stored.clone();
+            obj["metadata"]["resourceVersion"] = json!("9");
+            for include in [IncludeObject::None, IncludeObject::Metadata, IncludeObject::Object] {
+                let raw = raw_row(strategy.as_ref(), &bytes, 9, api_version, include, "v1", now).expect("raw");
+                let raw: Value = serde_json::from_slice(&raw).expect("valid JSON");
+                let parsed = row(strategy.as_ref(), obj.clone(), include, "v1", now);
+                assert_eq!(raw, parsed, "{} {include:?}", strategy.info().kind);
+            }
         }
+        let svm = kind("StorageVersionMigration");
         assert!(raw_row(svm.as_ref(), b"not json", 1, "v", IncludeObject::None, "v1", now).is_none());
     }
 }
