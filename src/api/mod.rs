@@ -120,9 +120,9 @@ pub struct Decoded {
 #[derive(Clone, Copy, Debug)]
 pub enum PassWrite<'a> {
     Create,
-    /// An update from `old` (as sent); `status`: of the `/status` subresource.
+    /// An update from `old` (its JSON text as sent); `status`: of the `/status` subresource.
     Update {
-        old: &'a Value,
+        old: &'a str,
         status: bool,
     },
 }
@@ -136,6 +136,8 @@ pub struct AdmissionPass {
     pub errors: Vec<FieldError>,
     /// Fields of the object the decoder did not know.
     pub unknown_fields: Vec<String>,
+    /// The namespace of the object before an update.
+    pub old_namespace: Option<String>,
 }
 
 /// Per-kind policy over JSON objects, as the generic registry sees it.
@@ -148,11 +150,11 @@ pub trait Strategy: Send + Sync {
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError>;
     fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError>;
-    /// Validating admission in one typed pass over `obj` as sent (apiVersion and kind already checked): the steps
-    /// of [`decode`](Self::decode), then on create [`Kind::clear_status`] and [`prepare_for_create`]
-    /// (Self::prepare_for_create), and the kind's validation (against `old`, decoded the same way, on update) —
-    /// without the JSON round trips between them.
-    fn admission_pass(&self, obj: &Value, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError>;
+    /// Validating admission in one typed pass over `obj`, the JSON text as sent (apiVersion and kind already
+    /// checked): the steps of [`decode`](Self::decode), then on create [`Kind::clear_status`] and
+    /// [`prepare_for_create`](Self::prepare_for_create), and the kind's validation (against `old`, decoded the same
+    /// way, on update) — straight from the text into the kind's type, without JSON round trips between the steps.
+    fn admission_pass(&self, obj: &str, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError>;
     /// Mutating admission in one typed pass: [`decode`](Self::decode) with, on create, [`prepare_for_create`]
     /// (Self::prepare_for_create) applied before the object is written back as JSON.
     fn admission_defaults(&self, obj: &Value, create: bool) -> Result<Decoded, ApiError>;
@@ -189,34 +191,45 @@ impl<K: Kind> KindStrategy<K> {
     /// know, sorted; a value of the wrong type is a 400 naming its path.
     fn decode_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
         let mut unknown = Vec::new();
-        let mut note = |path: serde_ignored::Path<'_>| {
-            // apiVersion and kind are checked by the registry; the typed structs do not carry them.
-            if let serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key } = &path {
-                if key == "apiVersion" || key == "kind" {
-                    return;
-                }
-            }
-            // serde_ignored writes "?" for every Option on the way; a field path has none.
-            let p = path.to_string().split('.').filter(|s| *s != "?").collect::<Vec<_>>().join(".");
-            unknown.push(p)
-        };
         // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
-        let mut typed: K = match serde_ignored::deserialize(obj, &mut note) {
-            Ok(typed) => typed,
-            Err(_) => {
-                let e = serde_path_to_error::deserialize::<_, K>(obj).err();
-                let (path, inner) = match e {
-                    Some(e) => (path_string(e.path()), e.into_inner().to_string()),
-                    None => (String::new(), "the object does not decode".to_string()),
-                };
-                let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
-                return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
-            }
-        };
+        let mut typed: K =
+            match serde_ignored::deserialize(obj, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown)) {
+                Ok(typed) => typed,
+                Err(_) => {
+                    let e = serde_path_to_error::deserialize::<_, K>(obj).err();
+                    let (path, inner) = match e {
+                        Some(e) => (path_string(e.path()), e.into_inner().to_string()),
+                        None => (String::new(), "the object does not decode".to_string()),
+                    };
+                    let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
+                    return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
+                }
+            };
         typed.defaults();
         unknown.sort();
         unknown.dedup();
         Ok((typed, unknown))
+    }
+    /// [`decode_typed`](Self::decode_typed) straight from JSON text; text that does not decode so (a wrong type,
+    /// a duplicate field) goes the `Value` way, which says exactly what is wrong and where.
+    fn decode_text(text: &str) -> Result<(K, Vec<String>), ApiError> {
+        let mut unknown = Vec::new();
+        let mut de = serde_json::Deserializer::from_str(text);
+        let decoded = serde_ignored::deserialize(&mut de, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown))
+            .and_then(|typed: K| de.end().map(|()| typed));
+        match decoded {
+            Ok(mut typed) => {
+                typed.defaults();
+                unknown.sort();
+                unknown.dedup();
+                Ok((typed, unknown))
+            }
+            Err(_) => {
+                let value: Value = serde_json::from_str(text)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+                Self::decode_typed(&value)
+            }
+        }
     }
     /// Applies `f` to the typed object, keeping apiVersion and kind (the typed structs do not carry them).
     fn modify(obj: &mut Value, f: impl FnOnce(&mut K)) -> Result<(), ApiError> {
@@ -234,6 +247,18 @@ impl<K: Kind> KindStrategy<K> {
         }
         Ok(())
     }
+}
+
+/// Notes a field the typed decode did not know, by its path (apiVersion and kind, which the registry checks and
+/// the typed structs do not carry, excepted).
+fn note_unknown(path: serde_ignored::Path<'_>, unknown: &mut Vec<String>) {
+    if let serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key } = &path {
+        if key == "apiVersion" || key == "kind" {
+            return;
+        }
+    }
+    // serde_ignored writes "?" for every Option on the way; a field path has none.
+    unknown.push(path.to_string().split('.').filter(|s| *s != "?").collect::<Vec<_>>().join("."));
 }
 
 /// Go-style field path from serde's path ("spec.resource" rather than ".spec.resource").
@@ -267,8 +292,9 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         }
         Ok(Decoded { object, unknown_fields })
     }
-    fn admission_pass(&self, obj: &Value, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError> {
-        let (mut typed, unknown_fields) = Self::decode_typed(obj)?;
+    fn admission_pass(&self, obj: &str, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError> {
+        let (mut typed, unknown_fields) = Self::decode_text(obj)?;
+        let mut old_namespace = None;
         let errors = match write {
             PassWrite::Create => {
                 if K::info().has_status {
@@ -279,7 +305,8 @@ impl<K: Kind> Strategy for KindStrategy<K> {
                 typed.validate()
             }
             PassWrite::Update { old, status } => {
-                let (old, _) = Self::decode_typed(old)?;
+                let (old, _) = Self::decode_text(old)?;
+                old_namespace = old.metadata().namespace.clone();
                 if status {
                     typed.validate_status_update(&old)
                 } else {
@@ -287,7 +314,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
                 }
             }
         };
-        Ok(AdmissionPass { metadata: typed.metadata().clone(), errors, unknown_fields })
+        Ok(AdmissionPass { metadata: typed.metadata().clone(), errors, unknown_fields, old_namespace })
     }
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
         Self::modify(obj, |typed| {

@@ -8,19 +8,20 @@ use super::{Registry, Resource};
 use crate::api::meta::validate_object_meta;
 use crate::api::{AdmissionPass, Decoded, PassWrite};
 use crate::error::{ApiError, ApiResult};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::sync::Arc;
 
 /// A write to admit, with the object(s) as kube-apiserver sent them.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum AdmissionWrite {
     Create {
-        object: Value,
+        object: Box<RawValue>,
     },
     /// `status`: the write is to the `/status` subresource.
     Update {
-        object: Value,
-        old_object: Value,
+        object: Box<RawValue>,
+        old_object: Box<RawValue>,
         status: bool,
     },
 }
@@ -98,6 +99,8 @@ impl Resource {
             AdmissionWrite::Create { object } => (object, true),
             AdmissionWrite::Update { object, .. } => (object, false),
         };
+        // The patch is computed on the object as sent, so it is read as a `Value` here.
+        let sent: Value = serde_json::from_str(sent.get()).map_err(|e| ApiError::bad_request(e.to_string()))?;
         self.check_type_meta(&sent, version)?;
         let Decoded { object: mut defaulted, unknown_fields } = self.strategy.admission_defaults(&sent, create)?;
         self.set_type_meta(&mut defaulted, version);
@@ -105,6 +108,25 @@ impl Resource {
         let mut patch = Vec::new();
         default_ops(&sent, &defaulted, &mut String::new(), &mut patch);
         Ok(Defaulted { patch, warnings })
+    }
+
+    /// [`check_type_meta`](Resource::check_type_meta) of an object's JSON text, reading only apiVersion and kind
+    /// (the whole text as a `Value` only when those are not plain strings).
+    fn check_type_text(&self, text: &str, version: &str) -> ApiResult<()> {
+        #[derive(serde::Deserialize)]
+        struct TypeMeta<'a> {
+            #[serde(rename = "apiVersion", default, borrow)]
+            api_version: Option<&'a str>,
+            #[serde(default, borrow)]
+            kind: Option<&'a str>,
+        }
+        match serde_json::from_str::<TypeMeta<'_>>(text) {
+            Ok(t) if text.trim_start().starts_with('{') => self.check_type_strs(t.api_version, t.kind, version),
+            _ => {
+                let value: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                self.check_type_meta(&value, version)
+            }
+        }
     }
 
     /// Validating admission: metadata and kind validation on create (after the same preparation as
@@ -117,19 +139,19 @@ impl Resource {
         write: AdmissionWrite,
     ) -> ApiResult<Vec<String>> {
         let (object, pass) = match &write {
-            AdmissionWrite::Create { object } => (object, PassWrite::Create),
+            AdmissionWrite::Create { object } => (object.get(), PassWrite::Create),
             AdmissionWrite::Update { object, old_object, status } => {
-                (object, PassWrite::Update { old: old_object, status: *status })
+                (object.get(), PassWrite::Update { old: old_object.get(), status: *status })
             }
         };
-        self.check_type_meta(object, version)?;
+        self.check_type_text(object, version)?;
         if let PassWrite::Update { old, .. } = pass {
-            self.check_type_meta(old, version)?;
+            self.check_type_text(old, version)?;
         }
-        let AdmissionPass { mut metadata, errors, unknown_fields } = self.strategy.admission_pass(object, pass)?;
+        let AdmissionPass { mut metadata, errors, unknown_fields, mut old_namespace } =
+            self.strategy.admission_pass(object, pass)?;
         self.check_namespace_of(&mut metadata.namespace, namespace)?;
-        if let PassWrite::Update { old, .. } = pass {
-            let mut old_namespace = old.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+        if let PassWrite::Update { .. } = pass {
             self.check_namespace_of(&mut old_namespace, namespace)?;
         }
         let metadata = serde_json::to_value(&metadata).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -155,6 +177,10 @@ mod tests {
         Registry::new(storage, kinds, Default::default())
     }
 
+    fn raw(v: &Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(v).expect("JSON")
+    }
+
     fn resource<'a>(r: &'a Registry, kind: &str) -> &'a Arc<Resource> {
         r.resources.iter().find(|r| r.strategy.info().kind == kind).expect("kind")
     }
@@ -165,11 +191,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let r = registry(dir.path());
         let svm = resource(&r, "StorageVersionMigration");
-        let object = |spec: Value| {
+        let json_of = |spec: Value| {
             json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
                    "metadata": {"name": "m1", "bogus": 1}, "spec": spec,
                    "status": {"conditions": [{"type": "Succeeded", "status": "True"}, {"type": "Failed", "status": "True"}]}})
         };
+        let object = |spec: Value| raw(&json_of(spec));
         let good = json!({"resource": {"group": "apps", "version": "v1", "resource": "deployments"}, "extra": true});
         // Unknown fields are warnings (apiVersion and kind are not unknown); status is dropped on create, so the
         // contradictory conditions do not count.
@@ -202,15 +229,18 @@ mod tests {
             e.message
         );
         // Another kind's apiVersion: 400.
-        let mut other = object(good.clone());
+        let mut other = json_of(good.clone());
         other["apiVersion"] = json!("migration.k8s.io/v2");
-        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: other }).unwrap_err();
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: raw(&other) }).unwrap_err();
         assert!(e.message.contains("does not match the expected API version"), "{}", e.message);
         // Updates validate against the old object: spec.resource is immutable; a /status update checks status.
         let mut changed = good.clone();
         changed["resource"]["version"] = json!("v2");
-        let update =
-            |new: Value, status: bool| AdmissionWrite::Update { object: new, old_object: object(good.clone()), status };
+        let update = |new: Box<RawValue>, status: bool| AdmissionWrite::Update {
+            object: new,
+            old_object: object(good.clone()),
+            status,
+        };
         let e = svm.admission_validate("v1alpha1", None, update(object(changed), false)).unwrap_err();
         assert!(e.message.contains("spec.resource") && e.message.contains("immutable"), "{}", e.message);
         let e = svm.admission_validate("v1alpha1", None, update(object(good.clone()), true)).unwrap_err();
@@ -222,7 +252,7 @@ mod tests {
             if let Some(ns) = ns {
                 o["metadata"]["namespace"] = json!(ns);
             }
-            o
+            raw(&o)
         };
         assert!(ss
             .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::Create { object: shoot(None) })
@@ -233,6 +263,25 @@ mod tests {
         assert!(e.message.contains("does not match the namespace sent on the request"), "{}", e.message);
         let e = ss.admission_validate("v1beta1", None, AdmissionWrite::Create { object: shoot(None) }).unwrap_err();
         assert!(e.message.contains("metadata.namespace"), "{}", e.message);
+        // JSON text the typed decode does not take directly is read as a `Value`, as the REST API reads it: a
+        // duplicate field (the last one counts), an escaped apiVersion, and a type error found after the escape.
+        let text = |t: &str| RawValue::from_string(t.to_string()).expect("JSON");
+        let dup = r#"{"apiVersion":"migration.k8s.io\/v1alpha1","kind":"StorageVersionMigration","metadata":{"name":"m2"},
+            "spec":{"resource":{}},"spec":{"resource":{"group":"","version":"v1","resource":"pods"}}}"#;
+        assert_eq!(
+            svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: text(dup) }).unwrap(),
+            Vec::<String>::new()
+        );
+        let bad = r#"{"apiVersion":"migration.k8s.io\/v1alpha1","metadata":{"name":"m3"},"spec":{"resource":{"version":["v1"]}}}"#;
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: text(bad) }).unwrap_err();
+        assert!(
+            e.message.starts_with("error decoding StorageVersionMigration at spec.resource.version"),
+            "{}",
+            e.message
+        );
+        let wrong = r#"{"apiVersion":"migration.k8s.io\/v2","metadata":{"name":"m4"}}"#;
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: text(wrong) }).unwrap_err();
+        assert!(e.message.contains("(migration.k8s.io/v2) does not match"), "{}", e.message);
     }
 
     #[test]

@@ -303,15 +303,27 @@ impl Resource {
         if !body.is_object() {
             return Err(ApiError::bad_request(format!("the body of the request must be a JSON object ({})", i.kind)));
         }
-        let want_av = i.api_version(version);
-        if let Some(av) = body.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        let text = |k: &str| body.get(k).and_then(Value::as_str);
+        self.check_type_strs(text("apiVersion"), text("kind"), version)
+    }
+
+    /// apiVersion and kind, when set (non-empty), must be this kind's in `version`.
+    pub(crate) fn check_type_strs(
+        &self,
+        api_version: Option<&str>,
+        kind: Option<&str>,
+        version: &str,
+    ) -> ApiResult<()> {
+        let i = self.info();
+        if let Some(av) = api_version.filter(|s| !s.is_empty()) {
+            let want_av = i.api_version(version);
             if av != want_av {
                 return Err(ApiError::bad_request(format!(
                     "the API version in the data ({av}) does not match the expected API version ({want_av})"
                 )));
             }
         }
-        if let Some(k) = body.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        if let Some(k) = kind.filter(|s| !s.is_empty()) {
             if k != i.kind {
                 return Err(ApiError::bad_request(format!(
                     "the kind in the data ({k}) does not match the expected kind ({})",

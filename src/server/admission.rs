@@ -24,6 +24,7 @@ use axum::routing::post;
 use axum::Router;
 use base64::Engine;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -72,10 +73,12 @@ pub(crate) struct GroupVersionResource {
     pub(crate) resource: String,
 }
 
-/// The fields of `AdmissionRequest` we act on.
+/// The fields of `AdmissionRequest` we act on. `O` is how its objects are held: as JSON text (`Box<RawValue>`, our
+/// kinds' webhooks, which decode them straight into their types) or as a `Value` (the CSI webhooks).
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct AdmissionRequest {
+#[serde(bound(deserialize = "O: Deserialize<'de>"))]
+pub(crate) struct AdmissionRequest<O = Value> {
     #[serde(default)]
     pub(crate) uid: String,
     #[serde(default)]
@@ -91,12 +94,32 @@ pub(crate) struct AdmissionRequest {
     #[serde(default)]
     pub(crate) operation: String,
     #[serde(default)]
-    pub(crate) object: Option<Value>,
+    pub(crate) object: Option<O>,
     #[serde(default)]
-    pub(crate) old_object: Option<Value>,
+    pub(crate) old_object: Option<O>,
     /// Read for the log only: without side effects a dry run is answered like any other review.
     #[serde(default)]
     pub(crate) dry_run: Option<bool>,
+}
+
+/// A review of our kinds: their objects are decoded straight from their JSON text into their types.
+type RawRequest = AdmissionRequest<Box<RawValue>>;
+
+/// An object of a review, however it is held.
+pub(crate) trait ReviewObject: serde::de::DeserializeOwned {
+    fn is_json_object(&self) -> bool;
+}
+
+impl ReviewObject for Value {
+    fn is_json_object(&self) -> bool {
+        self.is_object()
+    }
+}
+
+impl ReviewObject for Box<RawValue> {
+    fn is_json_object(&self) -> bool {
+        self.get().trim_start().starts_with('{')
+    }
 }
 
 fn malformed(detail: impl std::fmt::Display) -> ApiError {
@@ -111,27 +134,28 @@ struct Envelope<'a> {
     #[serde(default)]
     kind: Option<Value>,
     #[serde(default, borrow)]
-    request: Option<&'a serde_json::value::RawValue>,
+    request: Option<&'a RawValue>,
 }
 
 /// A whole AdmissionReview, for the one-pass decode of a well-formed review.
 #[derive(Deserialize)]
-struct Review {
+#[serde(bound(deserialize = "O: Deserialize<'de>"))]
+struct Review<O> {
     #[serde(rename = "apiVersion", default)]
     api_version: Option<Value>,
     #[serde(default)]
     kind: Option<Value>,
     #[serde(default)]
-    request: Option<AdmissionRequest>,
+    request: Option<AdmissionRequest<O>>,
 }
 
 /// The review's request, or the 400 (413) that says why there is none. A well-formed review is decoded in one
 /// pass (its objects becoming the only `Value`s built); a body that does not decode so is read again step by step
 /// ([`Envelope`], then the request) to say exactly what is wrong with it.
-pub(crate) fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
+pub(crate) fn parse_review<O: ReviewObject>(raw: &[u8]) -> ApiResult<AdmissionRequest<O>> {
     let first = |s: &[u8]| s.iter().copied().find(|b| !b.is_ascii_whitespace());
     if first(raw) == Some(b'{') {
-        if let Ok(review) = serde_json::from_slice::<Review>(raw) {
+        if let Ok(review) = serde_json::from_slice::<Review<O>>(raw) {
             check_type(&review.api_version, &review.kind)?;
             return check_request(review.request.ok_or_else(|| malformed("request is missing"))?);
         }
@@ -149,7 +173,7 @@ pub(crate) fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
         Some(r) => r,
     };
     let mut de = serde_json::Deserializer::from_str(request.get());
-    let req: AdmissionRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let req: AdmissionRequest<O> = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         malformed(format!("request.{path}: {}", e.into_inner()))
     })?;
@@ -172,7 +196,7 @@ fn check_type(api_version: &Option<Value>, kind: &Option<Value>) -> ApiResult<()
 }
 
 /// The checks of a decoded request that its type cannot express.
-fn check_request(req: AdmissionRequest) -> ApiResult<AdmissionRequest> {
+fn check_request<O: ReviewObject>(req: AdmissionRequest<O>) -> ApiResult<AdmissionRequest<O>> {
     if req.uid.is_empty() {
         return Err(malformed("request.uid is missing"));
     }
@@ -182,10 +206,10 @@ fn check_request(req: AdmissionRequest) -> ApiResult<AdmissionRequest> {
             "request.operation: Unsupported value: {op:?}: supported values: \"CREATE\", \"UPDATE\", \"DELETE\", \"CONNECT\""
         )));
     }
-    if matches!(op, "CREATE" | "UPDATE") && !req.object.as_ref().is_some_and(Value::is_object) {
+    if matches!(op, "CREATE" | "UPDATE") && !req.object.as_ref().is_some_and(ReviewObject::is_json_object) {
         return Err(malformed(format!("request.object is required for {op}")));
     }
-    if op == "UPDATE" && !req.old_object.as_ref().is_some_and(Value::is_object) {
+    if op == "UPDATE" && !req.old_object.as_ref().is_some_and(ReviewObject::is_json_object) {
         return Err(malformed("request.oldObject is required for UPDATE"));
     }
     let has_kind = req.kind.as_ref().is_some_and(|k| !k.kind.is_empty());
@@ -262,7 +286,7 @@ impl Answer {
 
 /// The served resource the review is about (by `request.kind`, else `request.resource`), with the version its
 /// objects are in; Err(warning) when it is not ours.
-fn target<'a>(registry: &'a Registry, req: &'a AdmissionRequest) -> Result<(&'a Arc<Resource>, &'a str), String> {
+fn target<'a>(registry: &'a Registry, req: &'a RawRequest) -> Result<(&'a Arc<Resource>, &'a str), String> {
     let unserved = |what: String| {
         format!("migration-apiserver does not serve {what}: admitted unchecked (check the rules of the webhook configuration)")
     };
@@ -282,7 +306,7 @@ fn target<'a>(registry: &'a Registry, req: &'a AdmissionRequest) -> Result<(&'a 
 }
 
 /// The answer to `req`, whose objects it takes.
-fn decide(registry: &Registry, req: &mut AdmissionRequest, mode: Mode) -> Answer {
+fn decide(registry: &Registry, req: &mut RawRequest, mode: Mode) -> Answer {
     // Deletes and connects carry nothing to default or validate.
     let (object, old_object) = match (req.operation.as_str(), req.object.take(), req.old_object.take()) {
         ("CREATE", Some(o), _) => (o, None),
@@ -335,7 +359,9 @@ fn decide(registry: &Registry, req: &mut AdmissionRequest, mode: Mode) -> Answer
 }
 
 async fn admit(st: &AppState, headers: &HeaderMap, body: Body, mode: Mode) -> Response {
-    let mut req = match read_body(body, headers).await.and_then(|raw: bytes::Bytes| parse_review(raw.as_ref())) {
+    let parsed =
+        read_body(body, headers).await.and_then(|raw: bytes::Bytes| parse_review::<Box<RawValue>>(raw.as_ref()));
+    let mut req = match parsed {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -361,7 +387,7 @@ mod tests {
 
     #[test]
     fn malformed_reviews_say_why() {
-        let msg = |body: &str| parse_review(body.as_bytes()).unwrap_err().message;
+        let msg = |body: &str| parse_review::<Box<RawValue>>(body.as_bytes()).unwrap_err().message;
         assert!(msg("{").contains("invalid JSON"));
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#).contains("apiVersion"));
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"Review"}"#).contains("kind must be"));
