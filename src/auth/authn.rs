@@ -138,11 +138,6 @@ impl PeerCertificates {
         PeerCertificates { chain: chain.into(), memo: Arc::default() }
     }
 
-    /// The chain, end entity first.
-    pub fn chain(&self) -> &[CertificateDer<'static>] {
-        &self.chain
-    }
-
     /// The client's own certificate.
     pub fn end_entity(&self) -> Option<&CertificateDer<'static>> {
         self.chain.first()
@@ -229,18 +224,21 @@ impl Authenticator {
     /// The user of a request, by every method that needs no network call (front proxy, x509, static tokens).
     pub fn authenticate(&self, peer: Option<&PeerCertificates>, headers: &HeaderMap) -> Option<UserInfo> {
         if let (Some(trust), Some(peer)) = (&self.trust, peer) {
+            peer.end_entity()?;
             let verified = peer.verified(trust);
-            let subject = verified.subject.as_deref()?;
-            if verified.by_request_header_ca {
-                if let Some(config) = &verified.state.request_header {
-                    if let Some(user) = user_from_front_proxy(config, subject, headers) {
-                        return Some(user.with_authenticated_group());
+            // A certificate that does not parse vouches for nobody; a bearer token may still.
+            if let Some(subject) = verified.subject.as_deref() {
+                if verified.by_request_header_ca {
+                    if let Some(config) = &verified.state.request_header {
+                        if let Some(user) = user_from_front_proxy(config, subject, headers) {
+                            return Some(user.with_authenticated_group());
+                        }
                     }
                 }
-            }
-            if verified.by_client_ca {
-                if let Some(user) = subject.user() {
-                    return Some(user.with_authenticated_group());
+                if verified.by_client_ca {
+                    if let Some(user) = subject.user() {
+                        return Some(user.with_authenticated_group());
+                    }
                 }
             }
         }
@@ -685,13 +683,10 @@ mod tests {
         );
         let (empty_cn, _) = issue_client_cert(&ca, "", &["g"]).expect("issue");
         assert_eq!(authn.authenticate(Some(&peer(&empty_cn)), &HeaderMap::new()), None);
-        assert_eq!(
-            authn.authenticate(
-                Some(&PeerCertificates::new(vec![CertificateDer::from(vec![1, 2, 3])])),
-                &HeaderMap::new()
-            ),
-            None
-        );
+        let garbage = PeerCertificates::new(vec![CertificateDer::from(vec![1, 2, 3])]);
+        assert_eq!(authn.authenticate(Some(&garbage), &HeaderMap::new()), None);
+        // A certificate that does not parse vouches for nobody, but a bearer token still counts.
+        assert_eq!(authn.authenticate(Some(&garbage), &headers("Bearer t1")).map(|u| u.name), Some("bob".to_string()));
         assert_eq!(authn.authenticate(Some(&PeerCertificates::new(Vec::new())), &HeaderMap::new()), None);
 
         // A certificate of another CA is no identity; after a CA rotation, the old CA's certificates are not either.
