@@ -192,23 +192,32 @@ impl<K: Kind> KindStrategy<K> {
     fn decode_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
         let mut unknown = Vec::new();
         // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
-        let mut typed: K =
-            match serde_ignored::deserialize(obj, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown)) {
-                Ok(typed) => typed,
-                Err(_) => {
-                    let e = serde_path_to_error::deserialize::<_, K>(obj).err();
-                    let (path, inner) = match e {
-                        Some(e) => (path_string(e.path()), e.into_inner().to_string()),
-                        None => (String::new(), "the object does not decode".to_string()),
-                    };
-                    let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
-                    return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
-                }
-            };
+        let typed: K = match serde_ignored::deserialize(obj, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown))
+        {
+            Ok(typed) => typed,
+            Err(_) => {
+                let e = serde_path_to_error::deserialize::<_, K>(obj).err();
+                let (path, inner) = match e {
+                    Some(e) => (path_string(e.path()), e.into_inner().to_string()),
+                    None => (String::new(), "the object does not decode".to_string()),
+                };
+                let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
+                return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
+            }
+        };
+        Ok(Self::decoded(typed, unknown))
+    }
+    /// A decoded object with its defaults, and its unknown fields sorted and without repeats.
+    fn decoded(mut typed: K, mut unknown: Vec<String>) -> (K, Vec<String>) {
         typed.defaults();
         unknown.sort();
         unknown.dedup();
-        Ok((typed, unknown))
+        (typed, unknown)
+    }
+    /// Create preparation, and the defaults again for what it set.
+    fn prepare(typed: &mut K) {
+        typed.prepare_for_create();
+        typed.defaults();
     }
     /// [`decode_typed`](Self::decode_typed) straight from JSON text; text that does not decode so (a wrong type,
     /// a duplicate field) goes the `Value` way, which says exactly what is wrong and where.
@@ -218,12 +227,7 @@ impl<K: Kind> KindStrategy<K> {
         let decoded = serde_ignored::deserialize(&mut de, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown))
             .and_then(|typed: K| de.end().map(|()| typed));
         match decoded {
-            Ok(mut typed) => {
-                typed.defaults();
-                unknown.sort();
-                unknown.dedup();
-                Ok((typed, unknown))
-            }
+            Ok(typed) => Ok(Self::decoded(typed, unknown)),
             Err(_) => {
                 let value: Value = serde_json::from_str(text)
                     .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
@@ -279,8 +283,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
     fn admission_defaults(&self, obj: &Value, create: bool) -> Result<Decoded, ApiError> {
         let (mut typed, unknown_fields) = Self::decode_typed(obj)?;
         if create {
-            typed.prepare_for_create();
-            typed.defaults();
+            Self::prepare(&mut typed);
         }
         let mut object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
         if let (Some(o), Some(src)) = (object.as_object_mut(), obj.as_object()) {
@@ -300,8 +303,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
                 if K::info().has_status {
                     typed.clear_status();
                 }
-                typed.prepare_for_create();
-                typed.defaults();
+                Self::prepare(&mut typed);
                 typed.validate()
             }
             PassWrite::Update { old, status } => {
@@ -317,10 +319,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         Ok(AdmissionPass { metadata: typed.metadata().clone(), errors, unknown_fields, old_namespace })
     }
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
-        Self::modify(obj, |typed| {
-            typed.prepare_for_create();
-            typed.defaults();
-        })
+        Self::modify(obj, Self::prepare)
     }
     fn respond(&self, obj: &mut Value) -> Result<(), ApiError> {
         Self::modify(obj, K::respond)

@@ -4,6 +4,7 @@
 //! `prepare_for_create`, metadata validation, the kind's validation — and leave out what belongs to the storing
 //! server (uid, resourceVersion, timestamps, generation, dropping status on create), which kube-apiserver does itself.
 
+use super::decode::starts_object;
 use super::{Registry, Resource};
 use crate::api::meta::validate_object_meta;
 use crate::api::{AdmissionPass, Decoded, PassWrite};
@@ -121,7 +122,7 @@ impl Resource {
             kind: Option<&'a str>,
         }
         match serde_json::from_str::<TypeMeta<'_>>(text) {
-            Ok(t) if text.trim_start().starts_with('{') => self.check_type_strs(t.api_version, t.kind, version),
+            Ok(t) if starts_object(text.as_bytes()) => self.check_type_strs(t.api_version, t.kind, version),
             _ => {
                 let value: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
                 self.check_type_meta(&value, version)

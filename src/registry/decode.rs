@@ -79,6 +79,12 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 }
 
+/// Whether JSON text is an object, by its first character (whitespace skipped): enough to tell an object from
+/// the other JSON values once the text is known to be JSON, or to know that a failed decode was not about one.
+pub fn starts_object(json: &[u8]) -> bool {
+    json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
 /// Parses a JSON request body; returns the value (last duplicate wins, as Go's decoder) and duplicate field paths.
 pub fn parse_json(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
     let dups = RefCell::new(Vec::new());

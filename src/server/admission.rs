@@ -15,6 +15,7 @@ use super::rest::read_body;
 use super::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::admission::AdmissionWrite;
+use crate::registry::decode::starts_object;
 use crate::registry::{Registry, Resource};
 use axum::body::Body;
 use axum::extract::State;
@@ -118,7 +119,7 @@ impl ReviewObject for Value {
 
 impl ReviewObject for Box<RawValue> {
     fn is_json_object(&self) -> bool {
-        self.get().trim_start().starts_with('{')
+        starts_object(self.get().as_bytes())
     }
 }
 
@@ -126,50 +127,39 @@ fn malformed(detail: impl std::fmt::Display) -> ApiError {
     ApiError::bad_request(format!("malformed AdmissionReview: {detail}"))
 }
 
-/// The outside of an AdmissionReview: its type and, unparsed, its request.
+/// An AdmissionReview: its type and its request, decoded as `R` (the whole request, or its raw JSON to decode it
+/// step by step).
 #[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(rename = "apiVersion", default)]
-    api_version: Option<Value>,
-    #[serde(default)]
-    kind: Option<Value>,
-    #[serde(default, borrow)]
-    request: Option<&'a RawValue>,
-}
-
-/// A whole AdmissionReview, for the one-pass decode of a well-formed review.
-#[derive(Deserialize)]
-#[serde(bound(deserialize = "O: Deserialize<'de>"))]
-struct Review<O> {
+#[serde(bound(deserialize = "R: Deserialize<'de>"))]
+struct Envelope<R> {
     #[serde(rename = "apiVersion", default)]
     api_version: Option<Value>,
     #[serde(default)]
     kind: Option<Value>,
     #[serde(default)]
-    request: Option<AdmissionRequest<O>>,
+    request: Option<R>,
 }
 
 /// The review's request, or the 400 (413) that says why there is none. A well-formed review is decoded in one
-/// pass (its objects becoming the only `Value`s built); a body that does not decode so is read again step by step
-/// ([`Envelope`], then the request) to say exactly what is wrong with it.
+/// pass; a body that does not decode so is read again step by step (the envelope with its request as raw JSON,
+/// then the request with path tracking) to say exactly what is wrong with it.
 pub(crate) fn parse_review<O: ReviewObject>(raw: &[u8]) -> ApiResult<AdmissionRequest<O>> {
-    let first = |s: &[u8]| s.iter().copied().find(|b| !b.is_ascii_whitespace());
-    if first(raw) == Some(b'{') {
-        if let Ok(review) = serde_json::from_slice::<Review<O>>(raw) {
+    if starts_object(raw) {
+        if let Ok(review) = serde_json::from_slice::<Envelope<AdmissionRequest<O>>>(raw) {
             check_type(&review.api_version, &review.kind)?;
             return check_request(review.request.ok_or_else(|| malformed("request is missing"))?);
         }
     }
-    let envelope: Envelope<'_> = match serde_json::from_slice(raw) {
-        Ok(e) if first(raw) == Some(b'{') => e,
+    let envelope: Envelope<&RawValue> = match serde_json::from_slice(raw) {
+        Ok(e) if starts_object(raw) => e,
         Ok(_) => return Err(malformed("the body must be a JSON object")),
-        Err(e) if e.is_data() && first(raw) != Some(b'{') => return Err(malformed("the body must be a JSON object")),
+        Err(e) if e.is_data() && !starts_object(raw) => return Err(malformed("the body must be a JSON object")),
         Err(e) => return Err(malformed(format!("invalid JSON: {e}"))),
     };
     check_type(&envelope.api_version, &envelope.kind)?;
     let request = match envelope.request {
         None => return Err(malformed("request is missing")),
-        Some(r) if first(r.get().as_bytes()) != Some(b'{') => return Err(malformed("request must be an object")),
+        Some(r) if !starts_object(r.get().as_bytes()) => return Err(malformed("request must be an object")),
         Some(r) => r,
     };
     let mut de = serde_json::Deserializer::from_str(request.get());

@@ -12,18 +12,15 @@ use std::sync::Mutex;
 /// A label value: mostly static text, so that counting a request allocates nothing.
 pub type Label = Cow<'static, str>;
 
+/// `apiserver_request_total`'s labels: the latency labels and the response code (last, as kube-apiserver's).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabelSet {
-    pub verb: Label,
-    pub group: Label,
-    pub version: Label,
-    pub resource: Label,
-    pub subresource: Label,
-    pub scope: Label,
-    pub component: Label,
+    #[prometheus(flatten)]
+    pub request: LatencyLabelSet,
     pub code: Label,
 }
 
+/// `apiserver_request_duration_seconds`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabelSet {
     pub verb: Label,

@@ -113,28 +113,17 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, req: Request,
         verb => Label::Borrowed(verb),
     };
     let owned = |s: String| if s.is_empty() { Label::Borrowed("") } else { Label::Owned(s) };
-    let latency = (verb != "WATCH").then(|| LatencyLabelSet {
-        verb: verb.clone(),
-        group: owned(labels.group.clone()),
-        version: owned(labels.version.clone()),
-        resource: owned(labels.resource.clone()),
-        subresource: owned(labels.subresource.clone()),
+    let request = LatencyLabelSet {
+        verb,
+        group: owned(labels.group),
+        version: owned(labels.version),
+        resource: owned(labels.resource),
+        subresource: owned(labels.subresource),
         scope: Label::Borrowed(labels.scope),
         component: Label::Borrowed("apiserver"),
-    });
-    st.metrics
-        .requests
-        .get_or_create(&RequestLabelSet {
-            verb,
-            group: owned(labels.group),
-            version: owned(labels.version),
-            resource: owned(labels.resource),
-            subresource: owned(labels.subresource),
-            scope: Label::Borrowed(labels.scope),
-            component: Label::Borrowed("apiserver"),
-            code: code_label(resp.status()),
-        })
-        .inc();
+    };
+    let latency = (request.verb != "WATCH").then(|| request.clone());
+    st.metrics.requests.get_or_create(&RequestLabelSet { request, code: code_label(resp.status()) }).inc();
     if let Some(latency) = latency {
         st.metrics.latency.get_or_create(&latency).observe(start.elapsed().as_secs_f64());
     }
