@@ -53,9 +53,9 @@ pub fn partial_metadata(mut obj: Value, meta_version: &str) -> Value {
     ])
 }
 
-fn age(obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Value {
-    obj.pointer("/metadata/creationTimestamp")
-        .and_then(Value::as_str)
+/// The Age cell of an object created at `created` (RFC 3339).
+fn age(created: Option<&str>, now: chrono::DateTime<chrono::Utc>) -> Value {
+    created
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
         .map(|t| Value::String(human_duration(now - t.with_timezone(&chrono::Utc))))
         .unwrap_or_else(|| Value::String("<unknown>".into()))
@@ -70,7 +70,7 @@ pub fn row(
 ) -> Value {
     let mut cells = vec![obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
     cells.extend(strategy.cells(&obj, now));
-    cells.push(age(&obj, now));
+    cells.push(age(obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str), now));
     let cells = Value::Array(cells);
     match include {
         IncludeObject::None => object([("cells", cells)]),
@@ -136,11 +136,7 @@ pub fn raw_row(
     let meta: Meta = serde_json::from_str(meta_raw).ok()?;
     let mut cells = vec![meta.name.map_or(Value::Null, |n| Value::String(n.into_owned()))];
     cells.extend(strategy.cells_from_json(stored, span, now)?);
-    let created = meta.creation_timestamp.as_deref().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-    cells.push(Value::String(match created {
-        Some(t) => human_duration(now - t.with_timezone(&chrono::Utc)),
-        None => "<unknown>".into(),
-    }));
+    cells.push(age(meta.creation_timestamp.as_deref(), now));
     let mut out = Vec::with_capacity(256 + if include == IncludeObject::None { 0 } else { stored.len() });
     out.extend_from_slice(b"{\"cells\":");
     serde_json::to_writer(&mut out, &cells).ok()?;
