@@ -156,6 +156,9 @@ impl Kind for CSITranslation {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
+    fn into_metadata(self) -> ObjectMeta {
+        self.metadata
+    }
     fn defaults(&mut self) {
         if self.spec.direction.as_deref().unwrap_or_default().is_empty() {
             self.spec.direction = Some(TO_CSI.to_string());

@@ -1,6 +1,7 @@
 //! Validation shared by every kind: object metadata and the name/label syntaxes of apimachinery, with its messages.
 
 use crate::error::FieldError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 const DNS1123_LABEL_MAX: usize = 63;
@@ -108,17 +109,11 @@ impl NameRule {
     }
 }
 
-fn str_map(v: Option<&Value>) -> Vec<(String, String)> {
-    v.and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
-        .unwrap_or_default()
-}
-
 /// ValidateObjectMeta: the generic part of every create and update.
-pub fn validate_object_meta(meta: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
+pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
-    let generate_name = meta.get("generateName").and_then(Value::as_str).unwrap_or_default();
+    let name = meta.name.as_deref().unwrap_or_default();
+    let generate_name = meta.generate_name.as_deref().unwrap_or_default();
     if name.is_empty() {
         errs.push(FieldError::required_msg("metadata.name", "name or generateName is required"));
     } else {
@@ -133,7 +128,7 @@ pub fn validate_object_meta(meta: &Value, namespaced: bool, rule: NameRule) -> V
             errs.push(FieldError::invalid("metadata.generateName", generate_name, &e));
         }
     }
-    let namespace = meta.get("namespace").and_then(Value::as_str).unwrap_or_default();
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
     if namespaced {
         if namespace.is_empty() {
             errs.push(FieldError::required("metadata.namespace"));
@@ -145,64 +140,54 @@ pub fn validate_object_meta(meta: &Value, namespaced: bool, rule: NameRule) -> V
     } else if !namespace.is_empty() {
         errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
     }
-    for (k, v) in str_map(meta.get("labels")) {
-        for e in qualified_name(&k) {
-            errs.push(FieldError::invalid("metadata.labels", &k, &e));
+    for (k, v) in meta.labels.iter().flatten() {
+        for e in qualified_name(k) {
+            errs.push(FieldError::invalid("metadata.labels", k, &e));
         }
-        for e in label_value(&v) {
-            errs.push(FieldError::invalid(format!("metadata.labels.{k}"), &v, &e));
+        for e in label_value(v) {
+            errs.push(FieldError::invalid(format!("metadata.labels.{k}"), v, &e));
         }
     }
     let mut total = 0usize;
-    for (k, v) in str_map(meta.get("annotations")) {
+    for (k, v) in meta.annotations.iter().flatten() {
         total += k.len() + v.len();
         for e in qualified_name(&k.to_lowercase()) {
-            errs.push(FieldError::invalid("metadata.annotations", &k, &e));
+            errs.push(FieldError::invalid("metadata.annotations", k, &e));
         }
     }
     if total > TOTAL_ANNOTATION_SIZE {
         errs.push(FieldError::too_long("metadata.annotations", TOTAL_ANNOTATION_SIZE));
     }
-    if let Some(fins) = meta.get("finalizers").and_then(Value::as_array) {
-        let mut seen = std::collections::HashSet::new();
-        for (i, f) in fins.iter().enumerate() {
-            let f = f.as_str().unwrap_or_default();
-            for e in qualified_name(f) {
-                errs.push(FieldError::invalid(format!("metadata.finalizers[{i}]"), f, &e));
-            }
-            if !seen.insert(f) {
-                errs.push(FieldError::duplicate(format!("metadata.finalizers[{i}]"), f));
+    let mut seen = std::collections::HashSet::new();
+    for (i, f) in meta.finalizers.iter().flatten().enumerate() {
+        for e in qualified_name(f) {
+            errs.push(FieldError::invalid(format!("metadata.finalizers[{i}]"), f, &e));
+        }
+        if !seen.insert(f) {
+            errs.push(FieldError::duplicate(format!("metadata.finalizers[{i}]"), f));
+        }
+    }
+    let refs = meta.owner_references.as_deref().unwrap_or_default();
+    for (i, r) in refs.iter().enumerate() {
+        for (f, v) in [("apiVersion", &r.api_version), ("kind", &r.kind), ("name", &r.name), ("uid", &r.uid)] {
+            if v.is_empty() {
+                errs.push(FieldError::required(format!("metadata.ownerReferences[{i}].{f}")));
             }
         }
     }
-    if let Some(refs) = meta.get("ownerReferences").and_then(Value::as_array) {
-        let mut controllers = 0;
-        for (i, r) in refs.iter().enumerate() {
-            for f in ["apiVersion", "kind", "name", "uid"] {
-                if r.get(f).and_then(Value::as_str).unwrap_or_default().is_empty() {
-                    errs.push(FieldError::required(format!("metadata.ownerReferences[{i}].{f}")));
-                }
-            }
-            if r.get("controller").and_then(Value::as_bool) == Some(true) {
-                controllers += 1;
-            }
-        }
-        if controllers > 1 {
-            errs.push(FieldError::invalid_value(
-                "metadata.ownerReferences",
-                &Value::Array(refs.clone()),
-                "Only one reference can have Controller set to true",
-            ));
-        }
+    if refs.iter().filter(|r| r.controller == Some(true)).count() > 1 {
+        errs.push(FieldError::invalid_value(
+            "metadata.ownerReferences",
+            &serde_json::to_value(refs).unwrap_or_default(),
+            "Only one reference can have Controller set to true",
+        ));
     }
-    if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
-        if g < 0 {
-            errs.push(FieldError::invalid_value(
-                "metadata.generation",
-                &Value::from(g),
-                "must be greater than or equal to 0",
-            ));
-        }
+    if let Some(g) = meta.generation.filter(|g| *g < 0) {
+        errs.push(FieldError::invalid_value(
+            "metadata.generation",
+            &Value::from(g),
+            "must be greater than or equal to 0",
+        ));
     }
     errs
 }
@@ -250,6 +235,7 @@ mod tests {
     #[test]
     fn meta_errors_are_all_reported() {
         let m = json!({"name": "Bad_Name", "namespace": "ns", "labels": {"ok": "-bad"}, "finalizers": ["a/b", "a/b"]});
+        let m: ObjectMeta = serde_json::from_value(m).expect("metadata");
         let errs = validate_object_meta(&m, false, NameRule::Subdomain);
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
         assert!(fields.contains(&"metadata.name"));

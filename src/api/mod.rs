@@ -10,6 +10,7 @@ pub mod storage_state;
 pub mod storage_version_migration;
 
 use crate::error::{ApiError, FieldError};
+use crate::registry::decode::{decode_with_type_meta, TypeMeta};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -84,6 +85,7 @@ impl Column {
 pub trait Kind: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static {
     fn info() -> &'static KindInfo;
     fn metadata(&self) -> &ObjectMeta;
+    fn into_metadata(self) -> ObjectMeta;
     /// Defaulting, applied to every object decoded from a request (like kube-apiserver's defaulting on decode).
     fn defaults(&mut self) {}
     /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
@@ -140,6 +142,9 @@ pub struct AdmissionPass {
     pub old_namespace: Option<String>,
 }
 
+/// The registry's check of an object's apiVersion and kind.
+pub type CheckType<'c> = &'c dyn Fn(&TypeMeta<'_>) -> Result<(), ApiError>;
+
 /// Per-kind policy over JSON objects, as the generic registry sees it.
 pub trait Strategy: Send + Sync {
     fn info(&self) -> &'static KindInfo;
@@ -150,11 +155,17 @@ pub trait Strategy: Send + Sync {
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError>;
     fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError>;
-    /// Validating admission in one typed pass over `obj`, the JSON text as sent (apiVersion and kind already
-    /// checked): the steps of [`decode`](Self::decode), then on create [`Kind::clear_status`] and
+    /// Validating admission in one typed pass over `obj`, the JSON text as sent: the steps of
+    /// [`decode`](Self::decode), then on create [`Kind::clear_status`] and
     /// [`prepare_for_create`](Self::prepare_for_create), and the kind's validation (against `old`, decoded the same
     /// way, on update) — straight from the text into the kind's type, without JSON round trips between the steps.
-    fn admission_pass(&self, obj: &str, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError>;
+    /// `check_type` is the registry's check of each object's apiVersion and kind, read on the way.
+    fn admission_pass(
+        &self,
+        obj: &str,
+        write: PassWrite<'_>,
+        check_type: CheckType<'_>,
+    ) -> Result<AdmissionPass, ApiError>;
     /// Mutating admission in one typed pass: [`decode`](Self::decode) with, on create, [`prepare_for_create`]
     /// (Self::prepare_for_create) applied before the object is written back as JSON.
     fn admission_defaults(&self, obj: &Value, create: bool) -> Result<Decoded, ApiError>;
@@ -219,18 +230,23 @@ impl<K: Kind> KindStrategy<K> {
         typed.prepare_for_create();
         typed.defaults();
     }
-    /// [`decode_typed`](Self::decode_typed) straight from JSON text; text that does not decode so (a wrong type,
-    /// a duplicate field) goes the `Value` way, which says exactly what is wrong and where.
-    fn decode_text(text: &str) -> Result<(K, Vec<String>), ApiError> {
+    /// [`decode_typed`](Self::decode_typed) straight from JSON text, after `check_type` of its apiVersion and
+    /// kind (read in the same pass); text that does not decode so (a wrong type, a duplicate field) goes the
+    /// `Value` way, which says exactly what is wrong and where.
+    fn decode_text(text: &str, check_type: CheckType<'_>) -> Result<(K, Vec<String>), ApiError> {
         let mut unknown = Vec::new();
-        let mut de = serde_json::Deserializer::from_str(text);
-        let decoded = serde_ignored::deserialize(&mut de, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown))
-            .and_then(|typed: K| de.end().map(|()| typed));
-        match decoded {
-            Ok(typed) => Ok(Self::decoded(typed, unknown)),
+        match decode_with_type_meta::<K, _>(text, STORING_SERVER_METADATA, |p| note_unknown(p, &mut unknown)) {
+            Ok((typed, type_meta)) => {
+                check_type(&type_meta)?;
+                Ok(Self::decoded(typed, unknown))
+            }
             Err(_) => {
-                let value: Value = serde_json::from_str(text)
+                let mut value: Value = serde_json::from_str(text)
                     .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+                check_type(&TypeMeta::of(&value))?;
+                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.retain(|k, _| !STORING_SERVER_METADATA.contains(&k.as_str()));
+                }
                 Self::decode_typed(&value)
             }
         }
@@ -252,6 +268,11 @@ impl<K: Kind> KindStrategy<K> {
         Ok(())
     }
 }
+
+/// Metadata that admission leaves out of the objects it decodes: `managedFields` is the storing server's record of
+/// who set which field, which kube-apiserver writes and checks itself, and which no default or validation of ours
+/// reads (it would be most of the cost of decoding an object kube-apiserver sends).
+pub const STORING_SERVER_METADATA: &[&str] = &["managedFields"];
 
 /// Notes a field the typed decode did not know, by its path (apiVersion and kind, which the registry checks and
 /// the typed structs do not carry, excepted).
@@ -295,8 +316,13 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         }
         Ok(Decoded { object, unknown_fields })
     }
-    fn admission_pass(&self, obj: &str, write: PassWrite<'_>) -> Result<AdmissionPass, ApiError> {
-        let (mut typed, unknown_fields) = Self::decode_text(obj)?;
+    fn admission_pass(
+        &self,
+        obj: &str,
+        write: PassWrite<'_>,
+        check_type: CheckType<'_>,
+    ) -> Result<AdmissionPass, ApiError> {
+        let (mut typed, unknown_fields) = Self::decode_text(obj, check_type)?;
         let mut old_namespace = None;
         let errors = match write {
             PassWrite::Create => {
@@ -307,7 +333,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
                 typed.validate()
             }
             PassWrite::Update { old, status } => {
-                let (old, _) = Self::decode_text(old)?;
+                let (old, _) = Self::decode_text(old, check_type)?;
                 old_namespace = old.metadata().namespace.clone();
                 if status {
                     typed.validate_status_update(&old)
@@ -316,7 +342,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
                 }
             }
         };
-        Ok(AdmissionPass { metadata: typed.metadata().clone(), errors, unknown_fields, old_namespace })
+        Ok(AdmissionPass { metadata: typed.into_metadata(), errors, unknown_fields, old_namespace })
     }
     fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
         Self::modify(obj, Self::prepare)

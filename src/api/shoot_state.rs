@@ -199,6 +199,9 @@ impl Kind for ShootState {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
+    fn into_metadata(self) -> ObjectMeta {
+        self.metadata
+    }
     fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();
         let mut names = HashSet::new();

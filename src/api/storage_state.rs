@@ -148,6 +148,9 @@ impl Kind for StorageState {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
+    fn into_metadata(self) -> ObjectMeta {
+        self.metadata
+    }
     fn clear_status(&mut self) {
         self.status = None;
     }

@@ -206,6 +206,9 @@ impl Kind for StorageVersionMigration {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
+    fn into_metadata(self) -> ObjectMeta {
+        self.metadata
+    }
     fn clear_status(&mut self) {
         self.status = None;
     }

@@ -21,7 +21,9 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde::Deserialize;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -544,17 +546,50 @@ fn review_response(body: &[u8], uid: &str) -> anyhow::Result<Value> {
     Ok(v["response"].clone())
 }
 
-/// An allowed answer to `uid`, with exactly `patch` (base64) or no patch at all.
+/// An allowed answer to `uid`, with exactly `patch` (base64) or no patch at all. Read into borrowed fields (this
+/// runs for every answer of the timed loop, on the cores the server uses); anything unexpected is reported with
+/// the whole answer.
 fn check_review(body: &[u8], uid: &str, patch: Option<&str>) -> Result<(), String> {
-    let r = review_response(body, uid).map_err(|e| e.to_string())?;
-    if r["allowed"] != true {
-        return Err(format!("not allowed: {r}"));
+    #[derive(Deserialize)]
+    struct Review<'a> {
+        #[serde(rename = "apiVersion", borrow)]
+        api_version: Cow<'a, str>,
+        #[serde(borrow)]
+        kind: Cow<'a, str>,
+        #[serde(borrow)]
+        response: Response<'a>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Response<'a> {
+        #[serde(borrow)]
+        uid: Cow<'a, str>,
+        allowed: bool,
+        #[serde(default)]
+        patch_type: Option<String>,
+        #[serde(default)]
+        patch: Option<String>,
+    }
+    let whole = || String::from_utf8_lossy(body).into_owned();
+    let r: Review<'_> =
+        serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview ({e}): {}", whole()))?;
+    if r.api_version != ADMISSION_V1 || r.kind != "AdmissionReview" {
+        return Err(format!("not an {ADMISSION_V1} AdmissionReview: {}", whole()));
+    }
+    let r = r.response;
+    if r.uid != uid {
+        return Err(format!("uid {uid} not echoed: {}", whole()));
+    }
+    if !r.allowed {
+        return Err(format!("not allowed: {}", whole()));
     }
     match patch {
-        None if r.get("patch").is_some() || r.get("patchType").is_some() => {
-            Err(format!("a patch in a validating answer: {r}"))
+        None if r.patch.is_some() || r.patch_type.is_some() => {
+            Err(format!("a patch in a validating answer: {}", whole()))
         }
-        Some(p) if r["patchType"] != "JSONPatch" || r["patch"] != p => Err(format!("not the expected patch: {r}")),
+        Some(p) if r.patch_type.as_deref() != Some("JSONPatch") || r.patch.as_deref() != Some(p) => {
+            Err(format!("not the expected patch: {}", whole()))
+        }
         _ => Ok(()),
     }
 }
@@ -2180,6 +2215,8 @@ mod tests {
         assert!(check_review(&ok, "u1", Some("W10=")).is_err());
         assert!(check_review(b"{}", "u1", None).is_err());
         assert!(check_review(b"not json", "u1", None).is_err());
+        let v1beta1 = br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","response":{"uid":"u1","allowed":true}}"#;
+        assert!(check_review(v1beta1, "u1", None).is_err());
     }
 
     #[test]

@@ -3,26 +3,28 @@
 //! run the very steps [`Resource::create`] and [`Resource::update`] run — decode with the kind's defaults,
 //! `prepare_for_create`, metadata validation, the kind's validation — and leave out what belongs to the storing
 //! server (uid, resourceVersion, timestamps, generation, dropping status on create), which kube-apiserver does itself.
+//! `metadata.managedFields` ([`STORING_SERVER_METADATA`]) is not even decoded: kube-apiserver writes and checks it,
+//! and nothing of ours reads it.
 
-use super::decode::starts_object;
+use super::decode::{decode_with_type_meta, TypeMeta};
 use super::{Registry, Resource};
 use crate::api::meta::validate_object_meta;
-use crate::api::{AdmissionPass, Decoded, PassWrite};
+use crate::api::{AdmissionPass, Decoded, PassWrite, STORING_SERVER_METADATA};
 use crate::error::{ApiError, ApiResult};
-use serde_json::value::RawValue;
 use serde_json::Value;
+use std::fmt::Write;
 use std::sync::Arc;
 
-/// A write to admit, with the object(s) as kube-apiserver sent them.
-#[derive(Debug)]
-pub enum AdmissionWrite {
+/// A write to admit, with the object(s) as kube-apiserver sent them (JSON text).
+#[derive(Clone, Copy, Debug)]
+pub enum AdmissionWrite<'a> {
     Create {
-        object: Box<RawValue>,
+        object: &'a str,
     },
     /// `status`: the write is to the `/status` subresource.
     Update {
-        object: Box<RawValue>,
-        old_object: Box<RawValue>,
+        object: &'a str,
+        old_object: &'a str,
         status: bool,
     },
 }
@@ -66,7 +68,7 @@ fn default_ops(sent: &Value, defaulted: &Value, path: &mut String, ops: &mut Vec
             for (k, dv) in d {
                 let len = path.len();
                 path.push('/');
-                path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                push_pointer_token(path, k);
                 match s.get(k) {
                     sv if unset(sv) && !unset(Some(dv)) => {
                         let op = if sv.is_none() { "add" } else { "replace" };
@@ -82,7 +84,7 @@ fn default_ops(sent: &Value, defaulted: &Value, path: &mut String, ops: &mut Vec
             for (i, (s, d)) in s.iter().zip(d).enumerate() {
                 let len = path.len();
                 path.push('/');
-                path.push_str(&i.to_string());
+                let _ = write!(path, "{i}"); // Writing to a String cannot fail.
                 default_ops(s, d, path, ops);
                 path.truncate(len);
             }
@@ -91,18 +93,27 @@ fn default_ops(sent: &Value, defaulted: &Value, path: &mut String, ops: &mut Vec
     }
 }
 
+/// Appends `key` to a JSON pointer, escaped (RFC 6901: `~` as `~0`, `/` as `~1`).
+fn push_pointer_token(path: &mut String, key: &str) {
+    for c in key.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
+    }
+}
+
 impl Resource {
     /// Mutating admission: the kind's defaults, as the aggregated API applies them — decode defaults plus
     /// `prepare_for_create` on create, decode defaults on update (main resource and `/status`). Idempotent: the
     /// patched object defaults to itself, so a reinvocation returns no patch.
-    pub fn admission_default(&self, version: &str, write: AdmissionWrite) -> ApiResult<Defaulted> {
+    pub fn admission_default(&self, version: &str, write: AdmissionWrite<'_>) -> ApiResult<Defaulted> {
         let (sent, create) = match write {
             AdmissionWrite::Create { object } => (object, true),
             AdmissionWrite::Update { object, .. } => (object, false),
         };
-        // The patch is computed on the object as sent, so it is read as a `Value` here.
-        let sent: Value = serde_json::from_str(sent.get()).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        self.check_type_meta(&sent, version)?;
+        let sent = self.sent_value(sent, version)?;
         let Decoded { object: mut defaulted, unknown_fields } = self.strategy.admission_defaults(&sent, create)?;
         self.set_type_meta(&mut defaulted, version);
         let warnings = unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect();
@@ -111,23 +122,28 @@ impl Resource {
         Ok(Defaulted { patch, warnings })
     }
 
-    /// [`check_type_meta`](Resource::check_type_meta) of an object's JSON text, reading only apiVersion and kind
-    /// (the whole text as a `Value` only when those are not plain strings).
-    fn check_type_text(&self, text: &str, version: &str) -> ApiResult<()> {
-        #[derive(serde::Deserialize)]
-        struct TypeMeta<'a> {
-            #[serde(rename = "apiVersion", default, borrow)]
-            api_version: Option<&'a str>,
-            #[serde(default, borrow)]
-            kind: Option<&'a str>,
-        }
-        match serde_json::from_str::<TypeMeta<'_>>(text) {
-            Ok(t) if starts_object(text.as_bytes()) => self.check_type_strs(t.api_version, t.kind, version),
-            _ => {
-                let value: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
-                self.check_type_meta(&value, version)
+    /// The object as sent, as a `Value` (the patch is computed on it) after the check of its apiVersion and kind,
+    /// without the metadata that belongs to the storing server ([`STORING_SERVER_METADATA`]: no default touches
+    /// it, so it stays out of the typed round trip and of the patch). Read in one pass that skips that metadata,
+    /// or, for text that does not read so, as a whole.
+    fn sent_value(&self, text: &str, version: &str) -> ApiResult<Value> {
+        if let Ok((mut sent, t)) = decode_with_type_meta::<Value, _>(text, STORING_SERVER_METADATA, |_| {}) {
+            self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)?;
+            if let Some(o) = sent.as_object_mut() {
+                for (k, v) in [("apiVersion", t.api_version), ("kind", t.kind)] {
+                    if let Some(v) = v {
+                        o.insert(k.into(), Value::String(v.into_owned()));
+                    }
+                }
             }
+            return Ok(sent);
         }
+        let mut sent: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        self.check_type_meta(&sent, version)?;
+        if let Some(m) = sent.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.retain(|k, _| !STORING_SERVER_METADATA.contains(&k.as_str()));
+        }
+        Ok(sent)
     }
 
     /// Validating admission: metadata and kind validation on create (after the same preparation as
@@ -137,30 +153,25 @@ impl Resource {
         &self,
         version: &str,
         namespace: Option<&str>,
-        write: AdmissionWrite,
+        write: AdmissionWrite<'_>,
     ) -> ApiResult<Vec<String>> {
-        let (object, pass) = match &write {
-            AdmissionWrite::Create { object } => (object.get(), PassWrite::Create),
+        let (object, pass) = match write {
+            AdmissionWrite::Create { object } => (object, PassWrite::Create),
             AdmissionWrite::Update { object, old_object, status } => {
-                (object.get(), PassWrite::Update { old: old_object.get(), status: *status })
+                (object, PassWrite::Update { old: old_object, status })
             }
         };
-        self.check_type_text(object, version)?;
-        if let PassWrite::Update { old, .. } = pass {
-            self.check_type_text(old, version)?;
-        }
+        let check_type = |t: &TypeMeta<'_>| self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version);
         let AdmissionPass { mut metadata, errors, unknown_fields, mut old_namespace } =
-            self.strategy.admission_pass(object, pass)?;
+            self.strategy.admission_pass(object, pass, &check_type)?;
         self.check_namespace_of(&mut metadata.namespace, namespace)?;
         if let PassWrite::Update { .. } = pass {
             self.check_namespace_of(&mut old_namespace, namespace)?;
         }
-        let metadata = serde_json::to_value(&metadata).map_err(|e| ApiError::internal(e.to_string()))?;
         let mut errs = validate_object_meta(&metadata, self.info().namespaced, self.info().name_rule);
         errs.extend(errors);
         if !errs.is_empty() {
-            let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default();
-            return Err(self.invalid(name, errs));
+            return Err(self.invalid(metadata.name.as_deref().unwrap_or_default(), errs));
         }
         Ok(unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect())
     }
@@ -178,8 +189,8 @@ mod tests {
         Registry::new(storage, kinds, Default::default())
     }
 
-    fn raw(v: &Value) -> Box<RawValue> {
-        serde_json::value::to_raw_value(v).expect("JSON")
+    fn raw(v: &Value) -> String {
+        v.to_string()
     }
 
     fn resource<'a>(r: &'a Registry, kind: &str) -> &'a Arc<Resource> {
@@ -202,7 +213,7 @@ mod tests {
         // Unknown fields are warnings (apiVersion and kind are not unknown); status is dropped on create, so the
         // contradictory conditions do not count.
         let warnings = svm
-            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: object(good.clone()) })
+            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &object(good.clone()) })
             .expect("allowed");
         assert_eq!(warnings, vec!["unknown field \"metadata.bogus\"", "unknown field \"spec.extra\""]);
         // A value of the wrong type: 400 naming the field, as the REST decode says it.
@@ -210,7 +221,7 @@ mod tests {
             .admission_validate(
                 "v1alpha1",
                 None,
-                AdmissionWrite::Create { object: object(json!({"resource": {"group": 5}})) },
+                AdmissionWrite::Create { object: &object(json!({"resource": {"group": 5}})) },
             )
             .unwrap_err();
         assert_eq!(e.code, 400);
@@ -221,7 +232,7 @@ mod tests {
         );
         // Missing fields: 422 listing each.
         let e = svm
-            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: object(json!({"resource": {}})) })
+            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &object(json!({"resource": {}})) })
             .unwrap_err();
         assert_eq!(e.code, 422);
         assert!(
@@ -232,19 +243,18 @@ mod tests {
         // Another kind's apiVersion: 400.
         let mut other = json_of(good.clone());
         other["apiVersion"] = json!("migration.k8s.io/v2");
-        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: raw(&other) }).unwrap_err();
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &raw(&other) }).unwrap_err();
         assert!(e.message.contains("does not match the expected API version"), "{}", e.message);
         // Updates validate against the old object: spec.resource is immutable; a /status update checks status.
         let mut changed = good.clone();
         changed["resource"]["version"] = json!("v2");
-        let update = |new: Box<RawValue>, status: bool| AdmissionWrite::Update {
-            object: new,
-            old_object: object(good.clone()),
-            status,
+        let old = object(good.clone());
+        let update = |new: &str, status: bool| {
+            svm.admission_validate("v1alpha1", None, AdmissionWrite::Update { object: new, old_object: &old, status })
         };
-        let e = svm.admission_validate("v1alpha1", None, update(object(changed), false)).unwrap_err();
+        let e = update(&object(changed), false).unwrap_err();
         assert!(e.message.contains("spec.resource") && e.message.contains("immutable"), "{}", e.message);
-        let e = svm.admission_validate("v1alpha1", None, update(object(good.clone()), true)).unwrap_err();
+        let e = update(&object(good.clone()), true).unwrap_err();
         assert_eq!(e.code, 422, "{}", e.message);
         // Namespaced kinds take the request's namespace; another one in the object is a 400.
         let ss = resource(&r, "ShootState");
@@ -256,17 +266,21 @@ mod tests {
             raw(&o)
         };
         assert!(ss
-            .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::Create { object: shoot(None) })
+            .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::Create { object: &shoot(None) })
             .is_ok());
         let e = ss
-            .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::Create { object: shoot(Some("garden-b")) })
+            .admission_validate(
+                "v1beta1",
+                Some("garden-a"),
+                AdmissionWrite::Create { object: &shoot(Some("garden-b")) },
+            )
             .unwrap_err();
         assert!(e.message.contains("does not match the namespace sent on the request"), "{}", e.message);
-        let e = ss.admission_validate("v1beta1", None, AdmissionWrite::Create { object: shoot(None) }).unwrap_err();
+        let e = ss.admission_validate("v1beta1", None, AdmissionWrite::Create { object: &shoot(None) }).unwrap_err();
         assert!(e.message.contains("metadata.namespace"), "{}", e.message);
         // JSON text the typed decode does not take directly is read as a `Value`, as the REST API reads it: a
         // duplicate field (the last one counts), an escaped apiVersion, and a type error found after the escape.
-        let text = |t: &str| RawValue::from_string(t.to_string()).expect("JSON");
+        let text = |t: &'static str| t;
         let dup = r#"{"apiVersion":"migration.k8s.io\/v1alpha1","kind":"StorageVersionMigration","metadata":{"name":"m2"},
             "spec":{"resource":{}},"spec":{"resource":{"group":"","version":"v1","resource":"pods"}}}"#;
         assert_eq!(
@@ -283,6 +297,54 @@ mod tests {
         let wrong = r#"{"apiVersion":"migration.k8s.io\/v2","metadata":{"name":"m4"}}"#;
         let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: text(wrong) }).unwrap_err();
         assert!(e.message.contains("(migration.k8s.io/v2) does not match"), "{}", e.message);
+    }
+
+    /// metadata.managedFields is kube-apiserver's: admission neither decodes it nor patches it.
+    #[test]
+    fn admission_leaves_managed_fields_to_the_storing_server() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = registry(dir.path());
+        let managed = json!([{"manager": "m", "operation": "Update", "apiVersion": "migration.k8s.io/v1alpha1",
+            "time": "2026-11-21T02:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {".": {}}}}]);
+        let svm = resource(&r, "StorageVersionMigration");
+        let migration = |mf: Value| {
+            json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
+                   "metadata": {"name": "m1", "managedFields": mf},
+                   "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}}})
+            .to_string()
+        };
+        // Entries of any shape are neither warned about nor rejected.
+        for mf in [managed.clone(), json!("not a list"), json!([{"bogus": 1}])] {
+            let warnings = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &migration(mf) });
+            assert_eq!(warnings.expect("allowed"), Vec::<String>::new());
+        }
+        // The same patch with and without them, and the patched object keeps them as they were.
+        let ss = resource(&r, "StorageState");
+        let state = |mf: Option<&Value>| {
+            let mut o = json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageState",
+                "metadata": {"name": "r.bench.io"}, "spec": {"resource": {"group": "bench.io", "resource": "r"}}});
+            if let Some(mf) = mf {
+                o["metadata"]["managedFields"] = mf.clone();
+            }
+            o.to_string()
+        };
+        let sent = state(Some(&managed));
+        let with = ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &sent }).expect("defaulted");
+        let without =
+            ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &state(None) }).expect("defaulted");
+        assert!(!with.patch.is_empty());
+        assert_eq!(with.patch, without.patch);
+        let mut patched: Value = serde_json::from_str(&sent).expect("JSON");
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(with.patch)).expect("a JSON Patch");
+        json_patch::patch(&mut patched, &patch).expect("applies");
+        assert_eq!(patched["metadata"]["managedFields"], managed);
+        assert_eq!(patched["status"]["persistedStorageVersionHashes"], json!(["Unknown"]));
+        // apiVersion and kind as sent are not patched; another apiVersion is a 400, as before.
+        assert!(patched["apiVersion"] == "migration.k8s.io/v1alpha1" && patched["kind"] == "StorageState");
+        let wrong = sent.replace("migration.k8s.io/v1alpha1\",\"kind", "migration.k8s.io/v9\",\"kind");
+        assert_ne!(wrong, sent);
+        let e = ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &wrong }).unwrap_err();
+        assert!(e.code == 400 && e.message.contains("does not match the expected API version"), "{}", e.message);
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! Request body decoding: JSON into a `Value`, noting duplicate fields (reported under fieldValidation=Strict|Warn).
 
 use crate::error::ApiError;
-use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::de::value::{BorrowedStrDeserializer, MapAccessDeserializer, StringDeserializer};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
+use std::marker::PhantomData;
 
 struct Seed<'a> {
     path: String,
@@ -85,6 +89,261 @@ pub fn starts_object(json: &[u8]) -> bool {
     json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
+/// A JSON string borrowed from the text it is decoded from when it has no escapes, copied when it has.
+pub type Text<'a> = Cow<'a, str>;
+
+/// Reads a JSON string as [`Text`]; with `NULL_IS_EMPTY`, null reads as "" and with `OTHERS_ARE_NONE`, other
+/// JSON values are skipped and read as `None` (as the registry reads a `Value`'s apiVersion and kind).
+struct TextVisitor<const OTHERS_ARE_NONE: bool>;
+
+impl<'de, const OTHERS_ARE_NONE: bool> Visitor<'de> for TextVisitor<OTHERS_ARE_NONE> {
+    type Value = Option<Text<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v.to_string())))
+    }
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v)))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        self.other(Unexpected::Bool(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        self.other(Unexpected::Signed(v))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        self.other(Unexpected::Unsigned(v))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        self.other(Unexpected::Float(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        if !OTHERS_ARE_NONE {
+            return Err(serde::de::Error::invalid_type(Unexpected::Seq, &self));
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        if !OTHERS_ARE_NONE {
+            return Err(serde::de::Error::invalid_type(Unexpected::Map, &self));
+        }
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+impl<const OTHERS_ARE_NONE: bool> TextVisitor<OTHERS_ARE_NONE> {
+    fn other<'de, E: serde::de::Error>(self, unexpected: Unexpected) -> Result<Option<Text<'de>>, E> {
+        match OTHERS_ARE_NONE {
+            true => Ok(None),
+            false => Err(E::invalid_type(unexpected, &self)),
+        }
+    }
+}
+
+/// `deserialize_with` for a [`Text`] field: a string, borrowed when it can be; null reads as "".
+pub fn text<'de: 'a, 'a, D: serde::Deserializer<'de>>(d: D) -> Result<Text<'a>, D::Error> {
+    Ok(d.deserialize_any(TextVisitor::<false>)?.unwrap_or_default())
+}
+
+/// A string (borrowed when it can be) or, for any other JSON value, `None`.
+struct TextOrNone;
+
+impl<'de> DeserializeSeed<'de> for TextOrNone {
+    type Value = Option<Text<'de>>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(TextVisitor::<true>)
+    }
+}
+
+/// An object's apiVersion and kind as [`decode_with_type_meta`] finds them: strings, or `None` when absent or not
+/// a string.
+#[derive(Debug, Default)]
+pub struct TypeMeta<'a> {
+    pub api_version: Option<Text<'a>>,
+    pub kind: Option<Text<'a>>,
+}
+
+impl<'a> TypeMeta<'a> {
+    /// The apiVersion and kind of a `Value`, read the same way.
+    pub fn of(v: &'a Value) -> Self {
+        let text = |k: &str| v.get(k).and_then(Value::as_str).map(Cow::Borrowed);
+        TypeMeta { api_version: text("apiVersion"), kind: text("kind") }
+    }
+}
+
+/// `seed` given the deserializer of `key` (borrowed when it can be).
+fn key_into<'de, S: DeserializeSeed<'de>, E: serde::de::Error>(seed: S, key: Text<'de>) -> Result<S::Value, E> {
+    match key {
+        Cow::Borrowed(k) => seed.deserialize(BorrowedStrDeserializer::new(k)),
+        Cow::Owned(k) => seed.deserialize(StringDeserializer::new(k)),
+    }
+}
+
+/// The entries of a top-level object without its apiVersion and kind, which are read into `meta` on the way, and
+/// with the fields `skip_metadata` of its `metadata` skipped.
+struct TopLevel<'m, 'a, A> {
+    map: A,
+    meta: &'m mut TypeMeta<'a>,
+    skip_metadata: &'static [&'static str],
+    in_metadata: bool,
+}
+
+impl<'de: 'a, 'a, A: MapAccess<'de>> MapAccess<'de> for TopLevel<'_, 'a, A> {
+    type Error = A::Error;
+    fn next_key_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, A::Error> {
+        while let Some(key) = self.map.next_key_seed(TextOrNone)? {
+            let key = key.unwrap_or_default();
+            let slot = match &*key {
+                "apiVersion" => &mut self.meta.api_version,
+                "kind" => &mut self.meta.kind,
+                _ => {
+                    self.in_metadata = key == "metadata";
+                    return key_into(seed, key).map(Some);
+                }
+            };
+            // The last of duplicate keys counts, as in the `Value` a request body is read as.
+            *slot = self.map.next_value_seed(TextOrNone)?;
+        }
+        Ok(None)
+    }
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        match self.in_metadata && !self.skip_metadata.is_empty() {
+            true => self.map.next_value_seed(Skipping { inner: seed, skip: self.skip_metadata }),
+            false => self.map.next_value_seed(seed),
+        }
+    }
+    fn size_hint(&self) -> Option<usize> {
+        self.map.size_hint()
+    }
+}
+
+/// A seed (`inner`) given an object without its entries named in `skip` (anything else as it is); the same
+/// wrapper is the deserializer, visitor and map access that do it.
+struct Skipping<S> {
+    inner: S,
+    skip: &'static [&'static str],
+}
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Skipping<S> {
+    type Value = S::Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+        self.inner.deserialize(Skipping { inner: d, skip: self.skip })
+    }
+}
+
+/// The deserializer side of [`Skipping`]: an object's visitor sees its entries without those named in `skip`.
+/// Types that ask for anything but a map or struct get the JSON value as it is.
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skipping<D> {
+    type Error = D::Error;
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_any(Skipping { inner: visitor, skip: self.skip })
+    }
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_map(Skipping { inner: visitor, skip: self.skip })
+    }
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_struct(name, fields, Skipping { inner: visitor, skip: self.skip })
+    }
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_option(Skipping { inner: visitor, skip: self.skip })
+    }
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf unit
+        unit_struct newtype_struct seq tuple tuple_struct enum identifier ignored_any
+    }
+}
+
+/// The visitor side of [`Skipping`]: maps lose the entries named in `skip`, options and null pass through; other
+/// values fail (the caller's fallback decodes them the careful way).
+impl<'de, V: Visitor<'de>> Visitor<'de> for Skipping<V> {
+    type Value = V::Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.inner.visit_map(Skipping { inner: map, skip: self.skip })
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.inner.visit_some(Skipping { inner: d, skip: self.skip })
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_none()
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_unit()
+    }
+}
+
+/// The map side of [`Skipping`].
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Skipping<A> {
+    type Error = A::Error;
+    fn next_key_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, A::Error> {
+        while let Some(key) = self.inner.next_key_seed(TextOrNone)? {
+            let key = key.unwrap_or_default();
+            if !self.skip.contains(&&*key) {
+                return key_into(seed, key).map(Some);
+            }
+            self.inner.next_value::<IgnoredAny>()?;
+        }
+        Ok(None)
+    }
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        self.inner.next_value_seed(seed)
+    }
+}
+
+/// Decodes the JSON object in `text` as `T` in one pass, reading its apiVersion and kind into the returned
+/// [`TypeMeta`] rather than giving them to `T` (for types that do not carry them), and skipping the fields
+/// `skip_metadata` of its `metadata`; `ignored` is told the path of every field `T` does not know, as with
+/// `serde_ignored`. Trailing characters are an error.
+pub fn decode_with_type_meta<'a, T, F>(
+    text: &'a str,
+    skip_metadata: &'static [&'static str],
+    ignored: F,
+) -> Result<(T, TypeMeta<'a>), serde_json::Error>
+where
+    T: Deserialize<'a>,
+    F: FnMut(serde_ignored::Path<'_>),
+{
+    struct ObjectVisitor<'m, 'a, T, F> {
+        meta: &'m mut TypeMeta<'a>,
+        skip_metadata: &'static [&'static str],
+        ignored: F,
+        _t: PhantomData<fn() -> T>,
+    }
+    impl<'de, T: Deserialize<'de>, F: FnMut(serde_ignored::Path<'_>)> Visitor<'de> for ObjectVisitor<'_, 'de, T, F> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            let top = TopLevel { map, meta: self.meta, skip_metadata: self.skip_metadata, in_metadata: false };
+            serde_ignored::deserialize(MapAccessDeserializer::new(top), self.ignored)
+        }
+    }
+    let mut meta = TypeMeta::default();
+    let mut de = serde_json::Deserializer::from_str(text);
+    let visitor = ObjectVisitor { meta: &mut meta, skip_metadata, ignored, _t: PhantomData };
+    let typed = de.deserialize_map(visitor)?;
+    de.end()?;
+    Ok((typed, meta))
+}
+
 /// Parses a JSON request body; returns the value (last duplicate wins, as Go's decoder) and duplicate field paths.
 pub fn parse_json(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
     let dups = RefCell::new(Vec::new());
@@ -107,5 +366,53 @@ mod tests {
         assert_eq!(d, vec!["spec.x[0].k", "spec.y", "a"]);
         assert_eq!(parse_json(b"{").unwrap_err().code, 400);
         assert_eq!(parse_json(b"{} x").unwrap_err().code, 400);
+    }
+
+    #[derive(Deserialize, Debug, PartialEq)]
+    struct Meta {
+        name: Option<String>,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+    }
+
+    #[derive(Deserialize, Debug, PartialEq)]
+    struct Obj {
+        metadata: Option<Meta>,
+        spec: Option<Value>,
+    }
+
+    fn decode(text: &str) -> Result<(Obj, TypeMeta<'_>, Vec<String>), serde_json::Error> {
+        let mut ignored = Vec::new();
+        let (o, t) = decode_with_type_meta(text, &["managedFields"], |p| ignored.push(p.to_string()))?;
+        Ok((o, t, ignored))
+    }
+
+    #[test]
+    fn type_meta_is_read_and_metadata_skipped_in_one_pass() {
+        let (o, t, ignored) = decode(
+            r#"{"apiVersion":"g\/v1","kind":"K","metadata":{"name":"a","managedFields":[{"bad":1}],"x":1},
+                "spec":{"managedFields":1},"kind":"K2","extra":true}"#,
+        )
+        .unwrap();
+        // apiVersion and kind are not the type's; escapes are read; the last duplicate counts.
+        assert_eq!((t.api_version.as_deref(), t.kind.as_deref()), (Some("g/v1"), Some("K2")));
+        assert!(matches!(t.kind, Some(Cow::Borrowed(_))));
+        // metadata.managedFields is skipped (whatever it holds) without being reported; elsewhere the name is
+        // an ordinary field; unknown fields are reported by path (serde_ignored's, with "?" for an Option).
+        assert_eq!(o.metadata, Some(Meta { name: Some("a".into()), labels: None }));
+        assert_eq!(o.spec, Some(serde_json::json!({"managedFields": 1})));
+        assert_eq!(ignored, vec!["metadata.?.x", "extra"]);
+        // Non-strings read as absent.
+        let (_, t, _) = decode(r#"{"apiVersion":5,"kind":{"a":[1]}}"#).unwrap();
+        assert_eq!((t.api_version, t.kind), (None, None));
+        // Not an object, metadata not an object, trailing text, a type error: errors (callers fall back).
+        assert!(decode("[1]").is_err());
+        assert!(decode(r#"{"metadata":"m"}"#).is_err());
+        assert!(decode(r#"{"metadata":{"labels":{"a":1}}}"#).is_err());
+        assert!(decode("{} x").is_err());
+        // Text with escapes in keys and values decodes as it reads.
+        let (o, _, _) = decode(r#"{"metadata":{"na\u006de":"a\"b","labels":{"k\/1":"v"}}}"#).unwrap();
+        let m = o.metadata.unwrap();
+        assert_eq!(m.name.as_deref(), Some("a\"b"));
+        assert_eq!(m.labels.unwrap().keys().collect::<Vec<_>>(), vec!["k/1"]);
     }
 }

@@ -14,7 +14,9 @@ use crate::error::{ApiError, ApiResult, FieldError};
 use crate::storage::{EventKind, KeyValue, ListOptions, Storage, StorageError, WatchItem};
 use bytes::Bytes;
 use continue_token::ContinueToken;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use selectors::{FieldSelector, LabelSelector};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -402,8 +404,13 @@ impl Resource {
         Ok(())
     }
 
-    fn validate_meta(&self, obj: &Value) -> Vec<FieldError> {
-        validate_object_meta(obj.get("metadata").unwrap_or(&Value::Null), self.info().namespaced, self.info().name_rule)
+    /// Metadata validation of a decoded object (canonical JSON, so its metadata always reads as `ObjectMeta`).
+    fn validate_meta(&self, obj: &Value) -> ApiResult<Vec<FieldError>> {
+        let meta = match obj.get("metadata") {
+            Some(m) => ObjectMeta::deserialize(m).map_err(|e| ApiError::internal(format!("reading metadata: {e}")))?,
+            None => ObjectMeta::default(),
+        };
+        Ok(validate_object_meta(&meta, self.info().namespaced, self.info().name_rule))
     }
 
     /// Create-only kinds store nothing: every verb but create is 405.
@@ -423,7 +430,7 @@ impl Resource {
         self.strategy.prepare_for_create(&mut obj)?;
         let name = meta_str(&obj, "name").to_string();
         let mut errs: Vec<FieldError> = self
-            .validate_meta(&obj)
+            .validate_meta(&obj)?
             .into_iter()
             .filter(|e| !(e.field == "metadata.name" && e.reason == "FieldValueRequired"))
             .collect();
@@ -479,7 +486,7 @@ impl Resource {
                 meta_mut(&mut obj).insert("name".into(), Value::String(name));
             }
             let name = meta_str(&obj, "name").to_string();
-            let mut errs = self.validate_meta(&obj);
+            let mut errs = self.validate_meta(&obj)?;
             errs.extend(self.strategy.validate(&obj)?);
             if !errs.is_empty() {
                 return Err(self.invalid(&name, errs));
@@ -678,7 +685,7 @@ impl Resource {
         };
         meta_mut(&mut new)
             .insert("resourceVersion".into(), Value::String(meta_str(cur, "resourceVersion").to_string()));
-        let mut errs = self.validate_meta(&new);
+        let mut errs = self.validate_meta(&new)?;
         if !meta_str(cur, "deletionTimestamp").is_empty() {
             let old = strings(meta(cur).and_then(|m| m.get("finalizers")));
             let added: Vec<String> = strings(meta(&new).and_then(|m| m.get("finalizers")))

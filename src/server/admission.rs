@@ -15,11 +15,11 @@ use super::rest::read_body;
 use super::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::admission::AdmissionWrite;
-use crate::registry::decode::starts_object;
+use crate::registry::decode::{starts_object, text, Text};
 use crate::registry::{Registry, Resource};
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::extract::{Request, State};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -46,54 +46,55 @@ enum Mode {
     Validate,
 }
 
-async fn mutate(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    admit(&st, &headers, body, Mode::Mutate).await
+async fn mutate(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    admit(&st, req, Mode::Mutate).await
 }
 
-async fn validate(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    admit(&st, &headers, body, Mode::Validate).await
-}
-
-#[derive(Deserialize, Debug, Default)]
-pub(crate) struct GroupVersionKind {
-    #[serde(default)]
-    pub(crate) group: String,
-    #[serde(default)]
-    pub(crate) version: String,
-    #[serde(default)]
-    pub(crate) kind: String,
+async fn validate(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    admit(&st, req, Mode::Validate).await
 }
 
 #[derive(Deserialize, Debug, Default)]
-pub(crate) struct GroupVersionResource {
-    #[serde(default)]
-    pub(crate) group: String,
-    #[serde(default)]
-    pub(crate) version: String,
-    #[serde(default)]
-    pub(crate) resource: String,
+pub(crate) struct GroupVersionKind<'a> {
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) group: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) version: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) kind: Text<'a>,
 }
 
-/// The fields of `AdmissionRequest` we act on. `O` is how its objects are held: as JSON text (`Box<RawValue>`, our
-/// kinds' webhooks, which decode them straight into their types) or as a `Value` (the CSI webhooks).
+#[derive(Deserialize, Debug, Default)]
+pub(crate) struct GroupVersionResource<'a> {
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) group: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) version: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) resource: Text<'a>,
+}
+
+/// The fields of `AdmissionRequest` we act on, with strings borrowed from the body ([`Text`]; absent or null
+/// strings are empty). `O` is how its objects are held: as JSON text (`&RawValue`, our kinds' webhooks, which
+/// decode them straight into their types) or as a `Value` (the CSI webhooks).
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
-#[serde(bound(deserialize = "O: Deserialize<'de>"))]
-pub(crate) struct AdmissionRequest<O = Value> {
-    #[serde(default)]
-    pub(crate) uid: String,
-    #[serde(default)]
-    pub(crate) kind: Option<GroupVersionKind>,
-    #[serde(default)]
-    pub(crate) resource: Option<GroupVersionResource>,
-    #[serde(default)]
-    pub(crate) sub_resource: Option<String>,
-    #[serde(default)]
-    pub(crate) name: Option<String>,
-    #[serde(default)]
-    pub(crate) namespace: Option<String>,
-    #[serde(default)]
-    pub(crate) operation: String,
+#[serde(bound(deserialize = "'de: 'a, O: Deserialize<'de>"))]
+pub(crate) struct AdmissionRequest<'a, O = Value> {
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) uid: Text<'a>,
+    #[serde(default, borrow)]
+    pub(crate) kind: Option<GroupVersionKind<'a>>,
+    #[serde(default, borrow)]
+    pub(crate) resource: Option<GroupVersionResource<'a>>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) sub_resource: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) name: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) namespace: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "text")]
+    pub(crate) operation: Text<'a>,
     #[serde(default)]
     pub(crate) object: Option<O>,
     #[serde(default)]
@@ -104,10 +105,10 @@ pub(crate) struct AdmissionRequest<O = Value> {
 }
 
 /// A review of our kinds: their objects are decoded straight from their JSON text into their types.
-type RawRequest = AdmissionRequest<Box<RawValue>>;
+type RawRequest<'a> = AdmissionRequest<'a, &'a RawValue>;
 
 /// An object of a review, however it is held.
-pub(crate) trait ReviewObject: serde::de::DeserializeOwned {
+pub(crate) trait ReviewObject {
     fn is_json_object(&self) -> bool;
 }
 
@@ -117,7 +118,7 @@ impl ReviewObject for Value {
     }
 }
 
-impl ReviewObject for Box<RawValue> {
+impl ReviewObject for &RawValue {
     fn is_json_object(&self) -> bool {
         starts_object(self.get().as_bytes())
     }
@@ -143,14 +144,14 @@ struct Envelope<R> {
 /// The review's request, or the 400 (413) that says why there is none. A well-formed review is decoded in one
 /// pass; a body that does not decode so is read again step by step (the envelope with its request as raw JSON,
 /// then the request with path tracking) to say exactly what is wrong with it.
-pub(crate) fn parse_review<O: ReviewObject>(raw: &[u8]) -> ApiResult<AdmissionRequest<O>> {
+pub(crate) fn parse_review<'a, O: ReviewObject + Deserialize<'a>>(raw: &'a [u8]) -> ApiResult<AdmissionRequest<'a, O>> {
     if starts_object(raw) {
-        if let Ok(review) = serde_json::from_slice::<Envelope<AdmissionRequest<O>>>(raw) {
+        if let Ok(review) = serde_json::from_slice::<Envelope<AdmissionRequest<'a, O>>>(raw) {
             check_type(&review.api_version, &review.kind)?;
             return check_request(review.request.ok_or_else(|| malformed("request is missing"))?);
         }
     }
-    let envelope: Envelope<&RawValue> = match serde_json::from_slice(raw) {
+    let envelope: Envelope<&'a RawValue> = match serde_json::from_slice(raw) {
         Ok(e) if starts_object(raw) => e,
         Ok(_) => return Err(malformed("the body must be a JSON object")),
         Err(e) if e.is_data() && !starts_object(raw) => return Err(malformed("the body must be a JSON object")),
@@ -163,7 +164,7 @@ pub(crate) fn parse_review<O: ReviewObject>(raw: &[u8]) -> ApiResult<AdmissionRe
         Some(r) => r,
     };
     let mut de = serde_json::Deserializer::from_str(request.get());
-    let req: AdmissionRequest<O> = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let req: AdmissionRequest<'a, O> = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         malformed(format!("request.{path}: {}", e.into_inner()))
     })?;
@@ -186,11 +187,11 @@ fn check_type(api_version: &Option<Value>, kind: &Option<Value>) -> ApiResult<()
 }
 
 /// The checks of a decoded request that its type cannot express.
-fn check_request<O: ReviewObject>(req: AdmissionRequest<O>) -> ApiResult<AdmissionRequest<O>> {
+fn check_request<O: ReviewObject>(req: AdmissionRequest<'_, O>) -> ApiResult<AdmissionRequest<'_, O>> {
     if req.uid.is_empty() {
         return Err(malformed("request.uid is missing"));
     }
-    let op = req.operation.as_str();
+    let op = &*req.operation;
     if !matches!(op, "CREATE" | "UPDATE" | "DELETE" | "CONNECT") {
         return Err(malformed(format!(
             "request.operation: Unsupported value: {op:?}: supported values: \"CREATE\", \"UPDATE\", \"DELETE\", \"CONNECT\""
@@ -276,40 +277,39 @@ impl Answer {
 
 /// The served resource the review is about (by `request.kind`, else `request.resource`), with the version its
 /// objects are in; Err(warning) when it is not ours.
-fn target<'a>(registry: &'a Registry, req: &'a RawRequest) -> Result<(&'a Arc<Resource>, &'a str), String> {
+fn target<'a>(registry: &'a Registry, req: &'a RawRequest<'_>) -> Result<(&'a Arc<Resource>, &'a str), String> {
     let unserved = |what: String| {
         format!("migration-apiserver does not serve {what}: admitted unchecked (check the rules of the webhook configuration)")
     };
     if let Some(k) = req.kind.as_ref().filter(|k| !k.kind.is_empty()) {
-        let gv = if k.group.is_empty() { k.version.clone() } else { format!("{}/{}", k.group, k.version) };
+        let gv = if k.group.is_empty() { k.version.to_string() } else { format!("{}/{}", k.group, k.version) };
         return registry
             .resource_for_kind(&k.group, &k.version, &k.kind)
-            .map(|r| (r, k.version.as_str()))
+            .map(|r| (r, &*k.version))
             .ok_or_else(|| unserved(format!("{gv}, Kind={}", k.kind)));
     }
     let r =
         req.resource.as_ref().filter(|r| !r.resource.is_empty()).ok_or_else(|| unserved("an unnamed kind".into()))?;
     registry
         .resource(&r.group, &r.version, &r.resource)
-        .map(|res| (res, r.version.as_str()))
+        .map(|res| (res, &*r.version))
         .ok_or_else(|| unserved(format!("{}/{}, Resource={}", r.group, r.version, r.resource)))
 }
 
 /// The answer to `req`, whose objects it takes.
-fn decide(registry: &Registry, req: &mut RawRequest, mode: Mode) -> Answer {
+fn decide(registry: &Registry, req: &RawRequest<'_>, mode: Mode) -> Answer {
     // Deletes and connects carry nothing to default or validate.
-    let (object, old_object) = match (req.operation.as_str(), req.object.take(), req.old_object.take()) {
-        ("CREATE", Some(o), _) => (o, None),
-        ("UPDATE", Some(o), Some(old)) => (o, Some(old)),
+    let (object, old_object) = match (&*req.operation, req.object, req.old_object) {
+        ("CREATE", Some(o), _) => (o.get(), None),
+        ("UPDATE", Some(o), Some(old)) => (o.get(), Some(old.get())),
         _ => return Answer::allow(Vec::new()),
     };
-    let req = &*req;
     let (res, version) = match target(registry, req) {
         Ok(t) => t,
         Err(warning) => return Answer::allow(vec![warning]),
     };
     let info = res.strategy.info();
-    let status = match req.sub_resource.as_deref().unwrap_or_default() {
+    let status = match &*req.sub_resource {
         "" => false,
         "status" if info.has_status && old_object.is_some() => true,
         other => {
@@ -339,7 +339,7 @@ fn decide(registry: &Registry, req: &mut RawRequest, mode: Mode) -> Answer {
             Err(e) => Answer::deny(&e),
         },
         Mode::Validate => {
-            let ns = req.namespace.as_deref().filter(|n| !n.is_empty());
+            let ns = Some(&*req.namespace).filter(|n| !n.is_empty());
             match res.admission_validate(version, ns, write) {
                 Ok(warnings) => Answer::allow(warnings),
                 Err(e) => Answer::deny(&e),
@@ -348,19 +348,22 @@ fn decide(registry: &Registry, req: &mut RawRequest, mode: Mode) -> Answer {
     }
 }
 
-async fn admit(st: &AppState, headers: &HeaderMap, body: Body, mode: Mode) -> Response {
-    let parsed =
-        read_body(body, headers).await.and_then(|raw: bytes::Bytes| parse_review::<Box<RawValue>>(raw.as_ref()));
-    let mut req = match parsed {
+async fn admit(st: &AppState, req: Request, mode: Mode) -> Response {
+    let (parts, body) = req.into_parts();
+    let raw = match read_body(body, &parts.headers).await {
+        Ok(raw) => raw,
+        Err(e) => return e.into_response(),
+    };
+    let req = match parse_review::<&RawValue>(&raw) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let answer = decide(&st.registry, &mut req, mode);
+    let answer = decide(&st.registry, &req, mode);
     tracing::debug!(
         uid = %req.uid,
         operation = %req.operation,
-        name = req.name.as_deref().unwrap_or_default(),
-        namespace = req.namespace.as_deref().unwrap_or_default(),
+        name = %req.name,
+        namespace = %req.namespace,
         dry_run = req.dry_run.unwrap_or(false),
         ?mode,
         allowed = answer.allowed,
@@ -377,7 +380,7 @@ mod tests {
 
     #[test]
     fn malformed_reviews_say_why() {
-        let msg = |body: &str| parse_review::<Box<RawValue>>(body.as_bytes()).unwrap_err().message;
+        let msg = |body: &str| parse_review::<&RawValue>(body.as_bytes()).unwrap_err().message;
         assert!(msg("{").contains("invalid JSON"));
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#).contains("apiVersion"));
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"Review"}"#).contains("kind must be"));

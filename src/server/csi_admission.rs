@@ -18,9 +18,7 @@ use super::AppState;
 use crate::csi::annotations::{self, MigrationAnnotation, ANN_MIGRATED_TO};
 use crate::csi::gates::FeatureGates;
 use crate::error::ApiError;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -101,10 +99,9 @@ enum Target {
 }
 
 /// A PV or PVC review, by `request.kind` (else `request.resource`); Err(warning) for anything else.
-fn target(req: &AdmissionRequest) -> Result<Target, String> {
-    let by_kind = req.kind.as_ref().filter(|k| !k.kind.is_empty()).map(|k| (k.group.as_str(), k.kind.as_str()));
-    let by_resource =
-        req.resource.as_ref().filter(|r| !r.resource.is_empty()).map(|r| (r.group.as_str(), r.resource.as_str()));
+fn target(req: &AdmissionRequest<'_>) -> Result<Target, String> {
+    let by_kind = req.kind.as_ref().filter(|k| !k.kind.is_empty()).map(|k| (&*k.group, &*k.kind));
+    let by_resource = req.resource.as_ref().filter(|r| !r.resource.is_empty()).map(|r| (&*r.group, &*r.resource));
     match (by_kind, by_resource) {
         (Some(("", "PersistentVolume")), _) | (None, Some(("", "persistentvolumes"))) => Ok(Target::Volume),
         (Some(("", "PersistentVolumeClaim")), _) | (None, Some(("", "persistentvolumeclaims"))) => Ok(Target::Claim),
@@ -117,9 +114,9 @@ fn target(req: &AdmissionRequest) -> Result<Target, String> {
 }
 
 /// The object of a CREATE or UPDATE of the main resource; None for what there is nothing to do about.
-fn written_object(req: &AdmissionRequest) -> Option<&Value> {
-    let main = req.sub_resource.as_deref().unwrap_or_default().is_empty();
-    match req.operation.as_str() {
+fn written_object<'r>(req: &'r AdmissionRequest<'_>) -> Option<&'r Value> {
+    let main = req.sub_resource.is_empty();
+    match &*req.operation {
         "CREATE" | "UPDATE" if main => req.object.as_ref(),
         _ => None,
     }
@@ -154,7 +151,7 @@ fn decode_volume(object: &Value) -> Result<PersistentVolume, String> {
 }
 
 /// The mutating decision.
-fn mutation(gates: &FeatureGates, req: &AdmissionRequest) -> Answer {
+fn mutation(gates: &FeatureGates, req: &AdmissionRequest<'_>) -> Answer {
     let Some(object) = written_object(req) else { return Answer::allow(vec![]) };
     let plan = match target(req) {
         Err(warning) => return Answer::allow(vec![warning]),
@@ -181,8 +178,8 @@ fn mutation(gates: &FeatureGates, req: &AdmissionRequest) -> Answer {
 }
 
 /// The validating decision.
-async fn validation(csi: &CsiMigration, req: &AdmissionRequest) -> Answer {
-    let object = match (req.operation.as_str(), written_object(req), target(req)) {
+async fn validation(csi: &CsiMigration, req: &AdmissionRequest<'_>) -> Answer {
+    let object = match (&*req.operation, written_object(req), target(req)) {
         ("CREATE", Some(o), Ok(Target::Volume)) => o,
         (_, _, Err(warning)) => return Answer::allow(vec![warning]),
         _ => return Answer::allow(vec![]),
@@ -211,7 +208,7 @@ async fn validation(csi: &CsiMigration, req: &AdmissionRequest) -> Answer {
     match lookup.installed(driver).await {
         Ok(true) => Answer::allow(vec![]),
         Ok(false) => {
-            let name = pv.metadata.name.as_deref().or(req.name.as_deref()).unwrap_or_default();
+            let name = pv.metadata.name.as_deref().unwrap_or(&req.name);
             let gate = p.feature_gate();
             Answer::deny(&ApiError::forbidden(format!(
                 "PersistentVolume {name:?} uses the in-tree plugin {plugin}, which is migrated to CSI (feature gate \
@@ -226,12 +223,12 @@ async fn validation(csi: &CsiMigration, req: &AdmissionRequest) -> Answer {
     }
 }
 
-fn answer(req: &AdmissionRequest, answer: Answer, webhook: &'static str) -> Response {
+fn answer(req: &AdmissionRequest<'_>, answer: Answer, webhook: &'static str) -> Response {
     tracing::debug!(
         uid = %req.uid,
         operation = %req.operation,
-        name = req.name.as_deref().unwrap_or_default(),
-        namespace = req.namespace.as_deref().unwrap_or_default(),
+        name = %req.name,
+        namespace = %req.namespace,
         webhook,
         allowed = answer.allowed,
         patched = answer.patch.is_some(),
@@ -240,27 +237,34 @@ fn answer(req: &AdmissionRequest, answer: Answer, webhook: &'static str) -> Resp
     answer.into_response(&req.uid)
 }
 
-async fn review(headers: &HeaderMap, body: Body) -> Result<AdmissionRequest, Response> {
-    read_body(body, headers)
-        .await
-        .and_then(|raw: bytes::Bytes| parse_review(raw.as_ref()))
-        .map_err(IntoResponse::into_response)
+/// The body of a review (its request is parsed from it with [`parse_review`], borrowing its strings).
+async fn review_body(req: Request) -> Result<bytes::Bytes, Response> {
+    let (parts, body) = req.into_parts();
+    read_body(body, &parts.headers).await.map_err(IntoResponse::into_response)
 }
 
-async fn mutate(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    match review(&headers, body).await {
+async fn mutate(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    let raw = match review_body(req).await {
+        Ok(raw) => raw,
+        Err(r) => return r,
+    };
+    match parse_review(&raw) {
         Ok(req) => answer(&req, mutation(&st.csi_migration.gates, &req), "mutate-csi-migration"),
-        Err(r) => r,
+        Err(e) => e.into_response(),
     }
 }
 
-async fn validate(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    match review(&headers, body).await {
+async fn validate(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    let raw = match review_body(req).await {
+        Ok(raw) => raw,
+        Err(r) => return r,
+    };
+    match parse_review(&raw) {
         Ok(req) => {
             let a = validation(&st.csi_migration, &req).await;
             answer(&req, a, "validate-csi-migration")
         }
-        Err(r) => r,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -277,12 +281,13 @@ mod tests {
         }
     }
 
-    fn request(object: Value) -> AdmissionRequest {
+    /// The request of a review of `object` (its body is leaked, so that the request can borrow from it).
+    fn request(object: Value) -> AdmissionRequest<'static> {
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": "u", "operation": "CREATE", "object": object, "name": "pv1",
             "kind": {"group": "", "version": "v1", "kind": "PersistentVolume"},
         }});
-        parse_review(&serde_json::to_vec(&review).unwrap()).unwrap()
+        parse_review(Box::leak(serde_json::to_vec(&review).unwrap().into_boxed_slice())).unwrap()
     }
 
     fn gce_pv() -> Value {

@@ -131,18 +131,26 @@ pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> ApiResult<Byte
         return Err(too_large());
     }
     let mut body = body;
+    // A body that comes in one piece (most do) is kept as it is, without a copy.
+    let mut first: Option<Bytes> = None;
     let mut buf = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ApiError::bad_request(format!("error reading request body: {e}")))?;
-        if let Some(d) = frame.data_ref() {
-            if buf.len() + d.len() > MAX_REQUEST_BODY {
-                drain(body, buf.len() + d.len()).await;
-                return Err(too_large());
+        let Ok(d) = frame.into_data() else { continue };
+        let len = first.as_ref().map_or(0, Bytes::len) + buf.len() + d.len();
+        if len > MAX_REQUEST_BODY {
+            drain(body, len).await;
+            return Err(too_large());
+        }
+        match first.take() {
+            None if buf.is_empty() => first = Some(d),
+            earlier => {
+                buf.extend_from_slice(&earlier.unwrap_or_default());
+                buf.extend_from_slice(&d);
             }
-            buf.extend_from_slice(d);
         }
     }
-    Ok(buf.freeze())
+    Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
 fn json_response(code: StatusCode, body: &Value, content_type: &'static str, warnings: &[String]) -> Response {
