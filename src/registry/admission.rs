@@ -125,16 +125,16 @@ impl Resource {
     /// The object as sent, as a `Value` (the patch is computed on it) after the check of its apiVersion and kind,
     /// without the metadata that belongs to the storing server ([`STORING_SERVER_METADATA`]: no default touches
     /// it, so it stays out of the typed round trip and of the patch). Read in one pass that skips that metadata,
-    /// or, for text that does not read so, as a whole.
+    /// or, for text that does not read so or has no string apiVersion and kind, as a whole.
     fn sent_value(&self, text: &str, version: &str) -> ApiResult<Value> {
-        if let Ok((mut sent, t)) = decode_with_type_meta::<Value, _>(text, STORING_SERVER_METADATA, |_| {}) {
-            self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)?;
+        // Without a string apiVersion and kind (absent, or another JSON value) the whole text is read instead, so
+        // that the patch treats them exactly as sent.
+        let read = decode_with_type_meta::<Value, _>(text, STORING_SERVER_METADATA, |_| {});
+        if let Ok((mut sent, TypeMeta { api_version: Some(api_version), kind: Some(kind) })) = read {
+            self.check_type_strs(Some(&api_version), Some(&kind), version)?;
             if let Some(o) = sent.as_object_mut() {
-                for (k, v) in [("apiVersion", t.api_version), ("kind", t.kind)] {
-                    if let Some(v) = v {
-                        o.insert(k.into(), Value::String(v.into_owned()));
-                    }
-                }
+                o.insert("apiVersion".into(), Value::String(api_version.into_owned()));
+                o.insert("kind".into(), Value::String(kind.into_owned()));
             }
             return Ok(sent);
         }
@@ -345,6 +345,15 @@ mod tests {
         assert_ne!(wrong, sent);
         let e = ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &wrong }).unwrap_err();
         assert!(e.code == 400 && e.message.contains("does not match the expected API version"), "{}", e.message);
+        // An apiVersion that is not a string is left as sent (the type check ignores it); an absent one is added.
+        let paths = |object: &str| {
+            let d = ss.admission_default("v1alpha1", AdmissionWrite::Create { object }).expect("defaulted");
+            d.patch.iter().map(|op| format!("{} {}", op["op"], op["path"])).collect::<Vec<_>>()
+        };
+        let odd = sent.replace("\"migration.k8s.io/v1alpha1\",\"kind", "5,\"kind");
+        assert!(odd.contains("\"apiVersion\":5") && !paths(&odd).iter().any(|p| p.contains("/apiVersion")));
+        let absent = sent.replace("\"apiVersion\":\"migration.k8s.io/v1alpha1\",", "");
+        assert!(!absent.contains("apiVersion") && paths(&absent).contains(&"\"add\" \"/apiVersion\"".to_string()));
     }
 
     #[test]

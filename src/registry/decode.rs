@@ -92,8 +92,8 @@ pub fn starts_object(json: &[u8]) -> bool {
 /// A JSON string borrowed from the text it is decoded from when it has no escapes, copied when it has.
 pub type Text<'a> = Cow<'a, str>;
 
-/// Reads a JSON string as [`Text`]; with `NULL_IS_EMPTY`, null reads as "" and with `OTHERS_ARE_NONE`, other
-/// JSON values are skipped and read as `None` (as the registry reads a `Value`'s apiVersion and kind).
+/// Reads a JSON string as [`Text`] and null as `None`; with `OTHERS_ARE_NONE`, other JSON values are skipped and
+/// read as `None` too (as the registry reads a `Value`'s apiVersion and kind), otherwise they are an error.
 struct TextVisitor<const OTHERS_ARE_NONE: bool>;
 
 impl<'de, const OTHERS_ARE_NONE: bool> Visitor<'de> for TextVisitor<OTHERS_ARE_NONE> {
@@ -227,8 +227,9 @@ impl<'de: 'a, 'a, A: MapAccess<'de>> MapAccess<'de> for TopLevel<'_, 'a, A> {
     }
 }
 
-/// A seed (`inner`) given an object without its entries named in `skip` (anything else as it is); the same
-/// wrapper is the deserializer, visitor and map access that do it.
+/// A seed (`inner`) given an object without its entries named in `skip`; null and options pass through, and any
+/// other value is an error (the callers fall back to a careful decode). The same wrapper is the deserializer,
+/// visitor and map access that do it.
 struct Skipping<S> {
     inner: S,
     skip: &'static [&'static str],
