@@ -244,9 +244,7 @@ impl<K: Kind> KindStrategy<K> {
                 let mut value: Value = serde_json::from_str(text)
                     .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
                 check_type(&TypeMeta::of(&value))?;
-                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.retain(|k, _| !STORING_SERVER_METADATA.contains(&k.as_str()));
-                }
+                drop_storing_server_metadata(&mut value);
                 Self::decode_typed(&value)
             }
         }
@@ -273,6 +271,13 @@ impl<K: Kind> KindStrategy<K> {
 /// who set which field, which kube-apiserver writes and checks itself, and which no default or validation of ours
 /// reads (it would be most of the cost of decoding an object kube-apiserver sends).
 pub const STORING_SERVER_METADATA: &[&str] = &["managedFields"];
+
+/// Removes [`STORING_SERVER_METADATA`] from an object read as a whole (what the one-pass decode skips).
+pub fn drop_storing_server_metadata(obj: &mut Value) {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, _| !STORING_SERVER_METADATA.contains(&k.as_str()));
+    }
+}
 
 /// Notes a field the typed decode did not know, by its path (apiVersion and kind, which the registry checks and
 /// the typed structs do not carry, excepted).

@@ -9,7 +9,7 @@
 use super::decode::{decode_with_type_meta, TypeMeta};
 use super::{Registry, Resource};
 use crate::api::meta::validate_object_meta;
-use crate::api::{AdmissionPass, Decoded, PassWrite, STORING_SERVER_METADATA};
+use crate::api::{drop_storing_server_metadata, AdmissionPass, Decoded, PassWrite, STORING_SERVER_METADATA};
 use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
 use std::fmt::Write;
@@ -140,9 +140,7 @@ impl Resource {
         }
         let mut sent: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
         self.check_type_meta(&sent, version)?;
-        if let Some(m) = sent.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.retain(|k, _| !STORING_SERVER_METADATA.contains(&k.as_str()));
-        }
+        drop_storing_server_metadata(&mut sent);
         Ok(sent)
     }
 

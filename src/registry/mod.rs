@@ -305,8 +305,8 @@ impl Resource {
         if !body.is_object() {
             return Err(ApiError::bad_request(format!("the body of the request must be a JSON object ({})", i.kind)));
         }
-        let text = |k: &str| body.get(k).and_then(Value::as_str);
-        self.check_type_strs(text("apiVersion"), text("kind"), version)
+        let t = decode::TypeMeta::of(body);
+        self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)
     }
 
     /// apiVersion and kind, when set (non-empty), must be this kind's in `version`.
