@@ -4,10 +4,14 @@
 mod common;
 use common::*;
 use migration_apiserver::api::kinds;
+use migration_apiserver::registry::admission::AdmissionWrite;
 use migration_apiserver::registry::continue_token::ContinueToken;
 use migration_apiserver::registry::decode::parse_json;
 use migration_apiserver::registry::selectors::{FieldSelector, LabelSelector};
+use migration_apiserver::registry::Registry;
 use migration_apiserver::server::negotiate::negotiate;
+use migration_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+use serde_json::Value;
 use std::time::Duration;
 
 /// xorshift64*: deterministic, so a failure reproduces from its iteration number.
@@ -31,6 +35,8 @@ const SEEDS: &[&str] = &[
     "env in (prod, dev),tier!=web,!x,y",
     "metadata.name=a,metadata.namespace!=b",
 ];
+
+const SHOOT_STATE: &str = r#"{"apiVersion":"core.gardener.cloud/v1beta1","kind":"ShootState","metadata":{"name":"s","namespace":"garden-a","managedFields":[{"manager":"m","fieldsV1":{"f:spec":{}}}]},"spec":{"gardener":[{"name":"ca","type":"secret","labels":{"a":"b"},"data":{"k":["v",1,null]}}],"extensions":[{"kind":"Infrastructure","name":"i","purpose":"","state":{"a":{}},"resources":[{"name":"r","resourceRef":{"apiVersion":"v1","kind":"Secret","name":"s"}}]}],"resources":[{"kind":"Secret","name":"r","apiVersion":"v1","data":{}}]}}"#;
 
 const TOKENS: &[&[u8]] = &[
     b"{",
@@ -114,6 +120,59 @@ fn parsers_never_panic() {
     // Deep nesting is refused, not a stack overflow.
     let deep = "[".repeat(100_000);
     assert_eq!(parse_json(deep.as_bytes()).unwrap_err().code, 400);
+}
+
+/// Admission reads objects as kube-apiserver sends them, whatever their text: no panic; a failure is a 400 (or
+/// validation's 422); a patch is a JSON Patch that applies to the object as sent, after which defaulting has
+/// nothing more to add.
+#[test]
+fn admission_patches_apply_to_what_was_sent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).expect("store");
+    let registry = Registry::new(storage, kinds(&Default::default()).expect("kinds"), Default::default());
+    let resources: Vec<_> = [
+        ("migration.k8s.io", "v1alpha1", "StorageState"),
+        ("migration.k8s.io", "v1alpha1", "StorageVersionMigration"),
+        ("core.gardener.cloud", "v1beta1", "ShootState"),
+    ]
+    .into_iter()
+    .map(|(g, v, k)| (registry.resource_for_kind(g, v, k).expect("served"), v))
+    .collect();
+    let seeds = [SEEDS[0], SEEDS[1], SHOOT_STATE];
+    let mut rng = Rng(0x2F0E1EBA9EA36930);
+    let (mut objects, mut patched) = (0, 0);
+    for i in 0..50_000 {
+        let input = mutate(&mut rng, seeds[i % seeds.len()].as_bytes());
+        // kube-apiserver sends objects that are JSON.
+        let Some((text, sent)) =
+            std::str::from_utf8(&input).ok().and_then(|t| Some((t, serde_json::from_str::<Value>(t).ok()?)))
+        else {
+            continue;
+        };
+        objects += 1;
+        for (res, version) in &resources {
+            let write = AdmissionWrite::Create { object: text };
+            if let Err(e) = res.admission_validate(version, Some("garden-a"), write) {
+                assert!(e.code == 400 || e.code == 422, "input #{i}: {e:?}");
+            }
+            let patch = match res.admission_default(version, write) {
+                Ok(d) => d.patch,
+                Err(e) => {
+                    assert_eq!(e.code, 400, "input #{i}: {e:?}");
+                    continue;
+                }
+            };
+            let Some(patch) = patch else { continue };
+            let patch: json_patch::Patch = serde_json::from_slice(&patch).expect("a JSON Patch");
+            let mut object = sent.clone();
+            json_patch::patch(&mut object, &patch).unwrap_or_else(|e| panic!("input #{i} {text}: {e} ({patch:?})"));
+            let again = res.admission_default(version, AdmissionWrite::Create { object: &object.to_string() });
+            assert_eq!(again.expect("defaults again").patch, None, "input #{i}: {text}");
+            patched += 1;
+        }
+    }
+    // Most mutations break the JSON; enough survive to reach defaulting, and many of those get a patch.
+    assert!(objects > 2_000 && patched > 300, "{objects} objects, {patched} patched");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

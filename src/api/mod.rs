@@ -166,9 +166,16 @@ pub trait Strategy: Send + Sync {
         write: PassWrite<'_>,
         check_type: CheckType<'_>,
     ) -> Result<AdmissionPass, ApiError>;
-    /// Mutating admission in one typed pass: [`decode`](Self::decode) with, on create, [`prepare_for_create`]
-    /// (Self::prepare_for_create) applied before the object is written back as JSON.
-    fn admission_defaults(&self, obj: &Value, create: bool) -> Result<Decoded, ApiError>;
+    /// Mutating admission in one typed pass over `obj`, the JSON text as sent (read as
+    /// [`admission_pass`](Self::admission_pass) reads it): the defaults of [`decode`](Self::decode) and, on create,
+    /// [`prepare_for_create`](Self::prepare_for_create). The defaulted object (without apiVersion and kind, which
+    /// the typed structs do not carry) and the fields the decoder did not know.
+    fn admission_defaults(
+        &self,
+        obj: &str,
+        create: bool,
+        check_type: CheckType<'_>,
+    ) -> Result<(Value, Vec<String>), ApiError>;
     /// The response to a create of a create-only kind, computed in place.
     fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
@@ -304,13 +311,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         &self.storage_version
     }
     fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
-        self.admission_defaults(&obj, false)
-    }
-    fn admission_defaults(&self, obj: &Value, create: bool) -> Result<Decoded, ApiError> {
-        let (mut typed, unknown_fields) = Self::decode_typed(obj)?;
-        if create {
-            Self::prepare(&mut typed);
-        }
+        let (typed, unknown_fields) = Self::decode_typed(&obj)?;
         let mut object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
         if let (Some(o), Some(src)) = (object.as_object_mut(), obj.as_object()) {
             for k in ["apiVersion", "kind"] {
@@ -320,6 +321,19 @@ impl<K: Kind> Strategy for KindStrategy<K> {
             }
         }
         Ok(Decoded { object, unknown_fields })
+    }
+    fn admission_defaults(
+        &self,
+        obj: &str,
+        create: bool,
+        check_type: CheckType<'_>,
+    ) -> Result<(Value, Vec<String>), ApiError> {
+        let (mut typed, unknown_fields) = Self::decode_text(obj, check_type)?;
+        if create {
+            Self::prepare(&mut typed);
+        }
+        let object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok((object, unknown_fields))
     }
     fn admission_pass(
         &self,

@@ -3,14 +3,15 @@
 //! run the very steps [`Resource::create`] and [`Resource::update`] run — decode with the kind's defaults,
 //! `prepare_for_create`, metadata validation, the kind's validation — and leave out what belongs to the storing
 //! server (uid, resourceVersion, timestamps, generation, dropping status on create), which kube-apiserver does itself.
-//! `metadata.managedFields` ([`STORING_SERVER_METADATA`]) is not even decoded: kube-apiserver writes and checks it,
-//! and nothing of ours reads it.
+//! `metadata.managedFields` ([`STORING_SERVER_METADATA`](crate::api::STORING_SERVER_METADATA)) is not even
+//! decoded: kube-apiserver writes and checks it, and nothing of ours reads it.
 
-use super::decode::{decode_with_type_meta, TypeMeta};
+use super::decode::{TextOrNone, TypeMeta};
 use super::{Registry, Resource};
 use crate::api::meta::validate_object_meta;
-use crate::api::{drop_storing_server_metadata, AdmissionPass, Decoded, PassWrite, STORING_SERVER_METADATA};
+use crate::api::{AdmissionPass, PassWrite};
 use crate::error::{ApiError, ApiResult};
+use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -29,11 +30,11 @@ pub enum AdmissionWrite<'a> {
     },
 }
 
-/// The outcome of defaulting: the JSON patch that defaults the object as sent (empty when nothing changes).
+/// The outcome of defaulting: the JSON Patch that defaults the object as sent.
 #[derive(Debug)]
 pub struct Defaulted {
-    /// The operations of the JSON Patch.
-    pub patch: Vec<Value>,
+    /// The JSON Patch as JSON text; `None` when nothing changes.
+    pub patch: Option<Vec<u8>>,
     pub warnings: Vec<String>,
 }
 
@@ -58,43 +59,200 @@ fn unset(v: Option<&Value>) -> bool {
     }
 }
 
-/// The JSON Patch operations that add to `sent` what defaulting added in `defaulted`: values where `sent` has none
-/// (`path` is the JSON pointer of both). What the typed round trip merely normalizes (unknown fields dropped, empty
-/// fields omitted, number forms) is not a default and is left as sent — kube-apiserver prunes and normalizes CRD
-/// objects itself, and a patch must not fight it (reinvocation would loop).
-fn default_ops(sent: &Value, defaulted: &Value, path: &mut String, ops: &mut Vec<Value>) {
-    match (sent, defaulted) {
-        (Value::Object(s), Value::Object(d)) => {
-            for (k, dv) in d {
-                let len = path.len();
-                path.push('/');
-                push_pointer_token(path, k);
-                match s.get(k) {
-                    sv if unset(sv) && !unset(Some(dv)) => {
-                        let op = if sv.is_none() { "add" } else { "replace" };
-                        ops.push(serde_json::json!({"op": op, "path": path.as_str(), "value": dv}));
-                    }
-                    Some(sv) if !unset(Some(sv)) => default_ops(sv, dv, path, ops),
-                    _ => {}
-                }
-                path.truncate(len);
+/// A JSON Patch written as JSON text, one operation at a time.
+#[derive(Default)]
+struct PatchText(Vec<u8>);
+
+impl PatchText {
+    fn push(&mut self, op: &str, path: &str, value: &Value) {
+        self.0.push(if self.0.is_empty() { b'[' } else { b',' });
+        self.0.extend_from_slice(b"{\"op\":\"");
+        self.0.extend_from_slice(op.as_bytes());
+        self.0.extend_from_slice(b"\",\"path\":");
+        json_string(&mut self.0, path);
+        self.0.extend_from_slice(b",\"value\":");
+        // Writing a value into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.0, value);
+        self.0.push(b'}');
+    }
+    fn finish(mut self) -> Option<Vec<u8>> {
+        (!self.0.is_empty()).then(|| {
+            self.0.push(b']');
+            self.0
+        })
+    }
+}
+
+/// Appends `s` to `out` as a JSON string.
+fn json_string(out: &mut Vec<u8>, s: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, s);
+}
+
+/// The JSON Patch that adds to `sent` (JSON text) what defaulting added in `defaulted`: values where `sent`
+/// has none. What the typed round trip merely normalizes (unknown fields dropped, empty fields omitted, number
+/// forms, key order, white space) is not a default and is left as sent — kube-apiserver prunes and normalizes CRD
+/// objects itself, and a patch must not fight it (reinvocation would loop). `None` when nothing is to be added.
+///
+/// `sent` is read once, in step with `defaulted` (which is small: without
+/// [`STORING_SERVER_METADATA`](crate::api::STORING_SERVER_METADATA)); what `defaulted` does not have is skipped
+/// unread, and no value of it is built. An object with duplicate keys (of which the last counts when it is
+/// read) is read as a `Value` first, and that is walked the same way.
+fn default_patch(sent: &str, defaulted: &Value) -> serde_json::Result<Option<Vec<u8>>> {
+    let mut walk = Walk::default();
+    let mut de = serde_json::Deserializer::from_str(sent);
+    let read = Against { walk: &mut walk, defaulted: Some(defaulted) }.deserialize(&mut de);
+    match read.and_then(|()| de.end()) {
+        Ok(()) => return Ok(walk.patch.finish()),
+        Err(e) if !walk.duplicate_key => return Err(e),
+        Err(_) => {}
+    }
+    let sent: Value = serde_json::from_str(sent)?;
+    let mut walk = Walk::default();
+    Against { walk: &mut walk, defaulted: Some(defaulted) }.deserialize(&sent)?;
+    Ok(walk.patch.finish())
+}
+
+/// Where [`default_patch`] is: the JSON pointer of the value read, and the operations so far.
+#[derive(Default)]
+struct Walk {
+    path: String,
+    patch: PatchText,
+    /// The walk stopped at an object with a key written twice.
+    duplicate_key: bool,
+}
+
+/// The sent value at `walk.path`, read against the defaulted one there (`None`: defaulting has nothing there, so
+/// the value is skipped).
+struct Against<'w, 'd> {
+    walk: &'w mut Walk,
+    defaulted: Option<&'d Value>,
+}
+
+impl Against<'_, '_> {
+    /// The sent value is unset: the defaulted one, if set, replaces it.
+    fn fill<E>(self) -> Result<(), E> {
+        if let Some(d) = self.defaulted.filter(|d| !unset(Some(d))) {
+            self.walk.patch.push("replace", &self.walk.path, d);
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Against<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        match self.defaulted {
+            Some(_) => d.deserialize_any(self),
+            None => d.deserialize_ignored_any(IgnoredAny).map(|_| ()),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Against<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    // Numbers and booleans are set: nothing to fill.
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        match v.is_empty() {
+            true => self.fill(),
+            false => Ok(()),
+        }
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.fill()
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.fill()
+    }
+    /// A list of as many items as the defaulted one is walked item by item; one of another length is left alone.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let items = self.defaulted.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        let mark = self.walk.patch.0.len();
+        let walk = self.walk;
+        let mut n = 0;
+        loop {
+            let len = walk.path.len();
+            let _ = write!(walk.path, "/{n}"); // Writing to a String cannot fail.
+            let item = Against { walk: &mut *walk, defaulted: items.get(n) };
+            let more = seq.next_element_seed(item)?;
+            walk.path.truncate(len);
+            if more.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        if n == 0 {
+            return Against { walk, defaulted: self.defaulted }.fill();
+        }
+        if n != items.len() {
+            walk.patch.0.truncate(mark);
+        }
+        Ok(())
+    }
+    /// An object's keys that defaulting also has are walked; those it has alone are added.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut entries: Vec<(&str, &Value)> = match self.defaulted.and_then(Value::as_object) {
+            Some(d) => d.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            None => Vec::new(),
+        };
+        entries.sort_unstable_by_key(|e| e.0);
+        let walk = self.walk;
+        let mut seen = vec![false; entries.len()];
+        let mut n = 0;
+        while let Some(key) = map.next_key_seed(TextOrNone)? {
+            n += 1;
+            let key = key.unwrap_or_default();
+            let Ok(i) = entries.binary_search_by(|(k, _)| (*k).cmp(&*key)) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if std::mem::replace(&mut seen[i], true) {
+                walk.duplicate_key = true;
+                return Err(A::Error::custom(format_args!("duplicate key {key:?}")));
+            }
+            let len = walk.path.len();
+            walk.path.push('/');
+            push_pointer_token(&mut walk.path, &key);
+            map.next_value_seed(Against { walk: &mut *walk, defaulted: Some(entries[i].1) })?;
+            walk.path.truncate(len);
+        }
+        // An empty object (not the whole object) is unset, and filled as a whole.
+        if n == 0 && !walk.path.is_empty() {
+            return Against { walk, defaulted: self.defaulted }.fill();
+        }
+        for ((key, d), seen) in entries.iter().zip(seen) {
+            if !seen && !unset(Some(d)) {
+                let len = walk.path.len();
+                walk.path.push('/');
+                push_pointer_token(&mut walk.path, key);
+                walk.patch.push("add", &walk.path, d);
+                walk.path.truncate(len);
             }
         }
-        (Value::Array(s), Value::Array(d)) if s.len() == d.len() => {
-            for (i, (s, d)) in s.iter().zip(d).enumerate() {
-                let len = path.len();
-                path.push('/');
-                let _ = write!(path, "{i}"); // Writing to a String cannot fail.
-                default_ops(s, d, path, ops);
-                path.truncate(len);
-            }
-        }
-        _ => {}
+        Ok(())
     }
 }
 
 /// Appends `key` to a JSON pointer, escaped (RFC 6901: `~` as `~0`, `/` as `~1`).
 fn push_pointer_token(path: &mut String, key: &str) {
+    if !key.contains(['~', '/']) {
+        return path.push_str(key);
+    }
     for c in key.chars() {
         match c {
             '~' => path.push_str("~0"),
@@ -113,35 +271,18 @@ impl Resource {
             AdmissionWrite::Create { object } => (object, true),
             AdmissionWrite::Update { object, .. } => (object, false),
         };
-        let sent = self.sent_value(sent, version)?;
-        let Decoded { object: mut defaulted, unknown_fields } = self.strategy.admission_defaults(&sent, create)?;
+        let (mut defaulted, unknown_fields) =
+            self.strategy.admission_defaults(sent, create, &self.type_check(version))?;
         self.set_type_meta(&mut defaulted, version);
+        let patch =
+            default_patch(sent, &defaulted).map_err(|e| ApiError::internal(format!("computing the patch: {e}")))?;
         let warnings = unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect();
-        let mut patch = Vec::new();
-        default_ops(&sent, &defaulted, &mut String::new(), &mut patch);
         Ok(Defaulted { patch, warnings })
     }
 
-    /// The object as sent, as a `Value` (the patch is computed on it) after the check of its apiVersion and kind,
-    /// without the metadata that belongs to the storing server ([`STORING_SERVER_METADATA`]: no default touches
-    /// it, so it stays out of the typed round trip and of the patch). Read in one pass that skips that metadata,
-    /// or, for text that does not read so or has no string apiVersion and kind, as a whole.
-    fn sent_value(&self, text: &str, version: &str) -> ApiResult<Value> {
-        // Without a string apiVersion and kind (absent, or another JSON value) the whole text is read instead, so
-        // that the patch treats them exactly as sent.
-        let read = decode_with_type_meta::<Value, _>(text, STORING_SERVER_METADATA, |_| {});
-        if let Ok((mut sent, TypeMeta { api_version: Some(api_version), kind: Some(kind) })) = read {
-            self.check_type_strs(Some(&api_version), Some(&kind), version)?;
-            if let Some(o) = sent.as_object_mut() {
-                o.insert("apiVersion".into(), Value::String(api_version.into_owned()));
-                o.insert("kind".into(), Value::String(kind.into_owned()));
-            }
-            return Ok(sent);
-        }
-        let mut sent: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        self.check_type_meta(&sent, version)?;
-        drop_storing_server_metadata(&mut sent);
-        Ok(sent)
+    /// The check of an object's apiVersion and kind against this kind in `version`.
+    fn type_check<'s>(&'s self, version: &'s str) -> impl Fn(&TypeMeta<'_>) -> ApiResult<()> + 's {
+        move |t| self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)
     }
 
     /// Validating admission: metadata and kind validation on create (after the same preparation as
@@ -159,9 +300,8 @@ impl Resource {
                 (object, PassWrite::Update { old: old_object, status })
             }
         };
-        let check_type = |t: &TypeMeta<'_>| self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version);
         let AdmissionPass { mut metadata, errors, unknown_fields, mut old_namespace } =
-            self.strategy.admission_pass(object, pass, &check_type)?;
+            self.strategy.admission_pass(object, pass, &self.type_check(version))?;
         self.check_namespace_of(&mut metadata.namespace, namespace)?;
         if let PassWrite::Update { .. } = pass {
             self.check_namespace_of(&mut old_namespace, namespace)?;
@@ -330,10 +470,10 @@ mod tests {
         let with = ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &sent }).expect("defaulted");
         let without =
             ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &state(None) }).expect("defaulted");
-        assert!(!with.patch.is_empty());
+        assert!(with.patch.is_some());
         assert_eq!(with.patch, without.patch);
         let mut patched: Value = serde_json::from_str(&sent).expect("JSON");
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(with.patch)).expect("a JSON Patch");
+        let patch: json_patch::Patch = serde_json::from_slice(&with.patch.unwrap()).expect("a JSON Patch");
         json_patch::patch(&mut patched, &patch).expect("applies");
         assert_eq!(patched["metadata"]["managedFields"], managed);
         assert_eq!(patched["status"]["persistedStorageVersionHashes"], json!(["Unknown"]));
@@ -346,7 +486,8 @@ mod tests {
         // An apiVersion that is not a string is left as sent (the type check ignores it); an absent one is added.
         let paths = |object: &str| {
             let d = ss.admission_default("v1alpha1", AdmissionWrite::Create { object }).expect("defaulted");
-            d.patch.iter().map(|op| format!("{} {}", op["op"], op["path"])).collect::<Vec<_>>()
+            let ops: Vec<Value> = serde_json::from_slice(&d.patch.unwrap_or_default()).unwrap_or_default();
+            ops.iter().map(|op| format!("{} {}", op["op"], op["path"])).collect::<Vec<_>>()
         };
         let odd = sent.replace("\"migration.k8s.io/v1alpha1\",\"kind", "5,\"kind");
         assert!(odd.contains("\"apiVersion\":5") && !paths(&odd).iter().any(|p| p.contains("/apiVersion")));
@@ -354,13 +495,18 @@ mod tests {
         assert!(!absent.contains("apiVersion") && paths(&absent).contains(&"\"add\" \"/apiVersion\"".to_string()));
     }
 
+    /// The operations of `default_patch` on two JSON texts, as values.
+    fn ops(sent: &str, defaulted: &str) -> Vec<Value> {
+        let patch = default_patch(sent, &serde_json::from_str(defaulted).expect("JSON")).expect("JSON");
+        patch.map(|p| serde_json::from_slice(&p).expect("a JSON array")).unwrap_or_default()
+    }
+
     #[test]
     fn defaults_fill_only_what_is_unset() {
         let sent = json!({"a": "", "b": [], "c": {"x": 1, "keep": "me"}, "d": null, "e": [{"k": ""}], "f": "x"});
         let defaulted = json!({"a": "A", "b": ["B"], "c": {"x": 2, "y": 3}, "d": {}, "e": [{"k": "K"}], "f": "y"});
-        let mut ops = Vec::new();
-        default_ops(&sent, &defaulted, &mut String::new(), &mut ops);
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("a JSON Patch");
+        let operations = ops(&sent.to_string(), &defaulted.to_string());
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(operations)).expect("a JSON Patch");
         let mut patched = sent.clone();
         json_patch::patch(&mut patched, &patch).expect("applies");
         assert_eq!(
@@ -368,11 +514,39 @@ mod tests {
             json!({"a": "A", "b": ["B"], "c": {"x": 1, "y": 3, "keep": "me"}, "d": null, "e": [{"k": "K"}], "f": "x"})
         );
         // Keys are escaped in the pointers; an object that needs nothing gets no operation.
-        let mut ops = Vec::new();
-        default_ops(&json!({"a/b~c": {}}), &json!({"a/b~c": {"z": 1}}), &mut String::new(), &mut ops);
-        assert_eq!(ops, vec![json!({"op": "replace", "path": "/a~1b~0c", "value": {"z": 1}})]);
-        let mut ops = Vec::new();
-        default_ops(&json!({"a": 1}), &json!({"a": 2, "b": ""}), &mut String::new(), &mut ops);
-        assert!(ops.is_empty(), "{ops:?}");
+        assert_eq!(
+            ops(r#"{"a/b~c": {}}"#, r#"{"a/b~c":{"z":1}}"#),
+            vec![json!({"op": "replace", "path": "/a~1b~0c", "value": {"z": 1}})]
+        );
+        assert_eq!(ops(r#"{"a": 1}"#, r#"{"a":2,"b":""}"#), Vec::<Value>::new());
+        // The sent text as a hand-made review may write it: white space, escaped keys, keys in another order, a
+        // list of other length (left alone); of duplicate keys the last counts.
+        let sent = "{ \"l\" : [ ], \"s\":{\"\\u0061\":\"\" ,\"b\": {\n} }, \"n\":[1,2], \"d\":{\"v\":1}, \"d\":{ } }";
+        let defaulted = r#"{"d":{"v":2},"l":[1],"n":[1],"s":{"b":{"c":true},"a":"A"}}"#;
+        let mut paths: Vec<String> =
+            ops(sent, defaulted).iter().map(|op| format!("{} {} {}", op["op"], op["path"], op["value"])).collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            [
+                r#""replace" "/d" {"v":2}"#,
+                r#""replace" "/l" [1]"#,
+                r#""replace" "/s/a" "A""#,
+                r#""replace" "/s/b" {"c":true}"#
+            ]
+        );
+        // The patch applies to the text as sent (read as a whole, the last duplicate counting).
+        let mut patched: Value = serde_json::from_str(sent).expect("JSON");
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops(sent, defaulted))).expect("a patch");
+        json_patch::patch(&mut patched, &patch).expect("applies");
+        assert_eq!(patched, json!({"l": [1], "s": {"a": "A", "b": {"c": true}}, "n": [1, 2], "d": {"v": 2}}));
+        // Operations on the items of a list of another length are undone; an empty root object gets additions
+        // (it is not replaced); a duplicate key deep down counts as at the top.
+        assert_eq!(ops(r#"{"e":[{"k":""},{"k":""}],"f":[]}"#, r#"{"e":[{"k":"K"}],"f":[]}"#), Vec::<Value>::new());
+        assert_eq!(ops(" { } ", r#"{"a":"A","b":{}}"#), vec![json!({"op": "add", "path": "/a", "value": "A"})]);
+        assert_eq!(
+            ops(r#"{"x":[{"y":{"z":1},"y":{"z":""}}]}"#, r#"{"x":[{"y":{"z":"Z"}}]}"#),
+            vec![json!({"op": "replace", "path": "/x/0/y/z", "value": "Z"})]
+        );
     }
 }

@@ -156,7 +156,7 @@ pub fn text<'de: 'a, 'a, D: serde::Deserializer<'de>>(d: D) -> Result<Text<'a>, 
 }
 
 /// A string (borrowed when it can be) or, for any other JSON value, `None`.
-struct TextOrNone;
+pub(super) struct TextOrNone;
 
 impl<'de> DeserializeSeed<'de> for TextOrNone {
     type Value = Option<Text<'de>>;

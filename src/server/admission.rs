@@ -326,15 +326,11 @@ fn decide(registry: &Registry, req: &RawRequest<'_>, mode: Mode) -> Answer {
     };
     match mode {
         Mode::Mutate => match res.admission_default(version, write) {
-            Ok(d) if d.patch.is_empty() => Answer::allow(d.warnings),
-            Ok(d) => match serde_json::to_vec(&d.patch) {
-                Ok(bytes) => Answer {
-                    allowed: true,
-                    patch: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
-                    warnings: d.warnings,
-                    status: None,
-                },
-                Err(e) => Answer::deny(&ApiError::internal(format!("encoding the patch: {e}"))),
+            Ok(d) => Answer {
+                allowed: true,
+                patch: d.patch.map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+                warnings: d.warnings,
+                status: None,
             },
             Err(e) => Answer::deny(&e),
         },
