@@ -250,6 +250,9 @@ impl<K: Kind> KindStrategy<K> {
             Err(_) => {
                 let mut value: Value = serde_json::from_str(text)
                     .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+                if !value.is_object() {
+                    return Err(not_an_object(K::info().kind));
+                }
                 check_type(&TypeMeta::of(&value))?;
                 drop_storing_server_metadata(&mut value);
                 Self::decode_typed(&value)
@@ -278,6 +281,11 @@ impl<K: Kind> KindStrategy<K> {
 /// who set which field, which kube-apiserver writes and checks itself, and which no default or validation of ours
 /// reads (it would be most of the cost of decoding an object kube-apiserver sends).
 pub const STORING_SERVER_METADATA: &[&str] = &["managedFields"];
+
+/// The error for an object of `kind` that is some other JSON value.
+pub fn not_an_object(kind: &str) -> ApiError {
+    ApiError::bad_request(format!("the body of the request must be a JSON object ({kind})"))
+}
 
 /// Removes [`STORING_SERVER_METADATA`] from an object read as a whole (what the one-pass decode skips).
 pub fn drop_storing_server_metadata(obj: &mut Value) {

@@ -94,14 +94,16 @@ fn json_string(out: &mut Vec<u8>, s: &str) {
 /// forms, key order, white space) is not a default and is left as sent — kube-apiserver prunes and normalizes CRD
 /// objects itself, and a patch must not fight it (reinvocation would loop). `None` when nothing is to be added.
 ///
-/// `sent` is read once, in step with `defaulted` (which is small: without
+/// `sent` is walked in one read, in step with `defaulted` (which is small: without
 /// [`STORING_SERVER_METADATA`](crate::api::STORING_SERVER_METADATA)); what `defaulted` does not have is skipped
-/// unread, and no value of it is built. An object with duplicate keys (of which the last counts when it is
-/// read) is read as a `Value` first, and that is walked the same way.
+/// unread, and no value of it is built. When an object has a key that defaulting has written twice (of which the
+/// last counts when the object is read), the walk stops and the text is read as a `Value`, which is walked the same
+/// way. A read error is the client's: text that the typed decode accepts may still hold what a full read refuses
+/// (a number out of range, a lone surrogate in a key) where that decode skipped it.
 fn default_patch(sent: &str, defaulted: &Value) -> serde_json::Result<Option<Vec<u8>>> {
     let mut walk = Walk::default();
     let mut de = serde_json::Deserializer::from_str(sent);
-    let read = Against { walk: &mut walk, defaulted: Some(defaulted) }.deserialize(&mut de);
+    let read = Against::root(&mut walk, defaulted).deserialize(&mut de);
     match read.and_then(|()| de.end()) {
         Ok(()) => return Ok(walk.patch.finish()),
         Err(e) if !walk.duplicate_key => return Err(e),
@@ -109,7 +111,7 @@ fn default_patch(sent: &str, defaulted: &Value) -> serde_json::Result<Option<Vec
     }
     let sent: Value = serde_json::from_str(sent)?;
     let mut walk = Walk::default();
-    Against { walk: &mut walk, defaulted: Some(defaulted) }.deserialize(&sent)?;
+    Against::root(&mut walk, defaulted).deserialize(&sent)?;
     Ok(walk.patch.finish())
 }
 
@@ -118,7 +120,7 @@ fn default_patch(sent: &str, defaulted: &Value) -> serde_json::Result<Option<Vec
 struct Walk {
     path: String,
     patch: PatchText,
-    /// The walk stopped at an object with a key written twice.
+    /// The walk stopped at an object with a key, one that defaulting has, written twice.
     duplicate_key: bool,
 }
 
@@ -127,12 +129,19 @@ struct Walk {
 struct Against<'w, 'd> {
     walk: &'w mut Walk,
     defaulted: Option<&'d Value>,
+    /// Whether an unset value is replaced by the defaulted one: a field's value is; the whole object and the items
+    /// of a list are not (an empty item object still gets the fields defaulting adds).
+    fillable: bool,
 }
 
-impl Against<'_, '_> {
+impl<'w, 'd> Against<'w, 'd> {
+    /// The whole object as sent.
+    fn root(walk: &'w mut Walk, defaulted: &'d Value) -> Self {
+        Against { walk, defaulted: Some(defaulted), fillable: false }
+    }
     /// The sent value is unset: the defaulted one, if set, replaces it.
     fn fill<E>(self) -> Result<(), E> {
-        if let Some(d) = self.defaulted.filter(|d| !unset(Some(d))) {
+        if let Some(d) = self.defaulted.filter(|d| self.fillable && !unset(Some(d))) {
             self.walk.patch.push("replace", &self.walk.path, d);
         }
         Ok(())
@@ -179,7 +188,8 @@ impl<'de> Visitor<'de> for Against<'_, '_> {
     fn visit_none<E>(self) -> Result<(), E> {
         self.fill()
     }
-    /// A list of as many items as the defaulted one is walked item by item; one of another length is left alone.
+    /// A list of as many items as the defaulted one is walked item by item; one of another length is left alone,
+    /// and an empty one is filled.
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let items = self.defaulted.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
         let mark = self.walk.patch.0.len();
@@ -188,7 +198,7 @@ impl<'de> Visitor<'de> for Against<'_, '_> {
         loop {
             let len = walk.path.len();
             let _ = write!(walk.path, "/{n}"); // Writing to a String cannot fail.
-            let item = Against { walk: &mut *walk, defaulted: items.get(n) };
+            let item = Against { walk: &mut *walk, defaulted: items.get(n), fillable: false };
             let more = seq.next_element_seed(item)?;
             walk.path.truncate(len);
             if more.is_none() {
@@ -197,7 +207,7 @@ impl<'de> Visitor<'de> for Against<'_, '_> {
             n += 1;
         }
         if n == 0 {
-            return Against { walk, defaulted: self.defaulted }.fill();
+            return Against { walk, ..self }.fill();
         }
         if n != items.len() {
             walk.patch.0.truncate(mark);
@@ -228,12 +238,12 @@ impl<'de> Visitor<'de> for Against<'_, '_> {
             let len = walk.path.len();
             walk.path.push('/');
             push_pointer_token(&mut walk.path, &key);
-            map.next_value_seed(Against { walk: &mut *walk, defaulted: Some(entries[i].1) })?;
+            map.next_value_seed(Against { walk: &mut *walk, defaulted: Some(entries[i].1), fillable: true })?;
             walk.path.truncate(len);
         }
-        // An empty object (not the whole object) is unset, and filled as a whole.
-        if n == 0 && !walk.path.is_empty() {
-            return Against { walk, defaulted: self.defaulted }.fill();
+        // An empty object that is a field's value is unset, and filled as a whole.
+        if n == 0 && self.fillable {
+            return Against { walk, ..self }.fill();
         }
         for ((key, d), seen) in entries.iter().zip(seen) {
             if !seen && !unset(Some(d)) {
@@ -274,8 +284,8 @@ impl Resource {
         let (mut defaulted, unknown_fields) =
             self.strategy.admission_defaults(sent, create, &self.type_check(version))?;
         self.set_type_meta(&mut defaulted, version);
-        let patch =
-            default_patch(sent, &defaulted).map_err(|e| ApiError::internal(format!("computing the patch: {e}")))?;
+        let patch = default_patch(sent, &defaulted)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
         let warnings = unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect();
         Ok(Defaulted { patch, warnings })
     }
@@ -495,6 +505,28 @@ mod tests {
         assert!(!absent.contains("apiVersion") && paths(&absent).contains(&"\"add\" \"/apiVersion\"".to_string()));
     }
 
+    /// What the one-pass decode skips unread and a full read refuses, and JSON that is not an object, are the
+    /// client's errors (400) in both webhooks, never a 500 or an admitted object.
+    #[test]
+    fn admission_refuses_what_a_full_read_refuses() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = registry(dir.path());
+        let ss = resource(&r, "StorageState");
+        let head = r#"{"apiVersion":"migration.k8s.io/v1alpha1","kind":"StorageState","#;
+        let out_of_range = format!(
+            r#"{head}"metadata":{{"name":"r.g","labels":{{"a":"b","a":"c"}},"managedFields":[1e999]}},"spec":{{}}}}"#
+        );
+        let surrogate = r#"{"apiVersion":"migration.k8s.io/v1alpha1","kind":{"\ud800":1},"metadata":{"name":"r.g"}}"#;
+        for object in [out_of_range.as_str(), surrogate, "[]", "[{}]", "\"x\""] {
+            let e = ss.admission_default("v1alpha1", AdmissionWrite::Create { object }).unwrap_err();
+            assert_eq!(e.code, 400, "{object}: {e:?}");
+        }
+        for object in ["[]", "[{}]", "5"] {
+            let e = ss.admission_validate("v1alpha1", None, AdmissionWrite::Create { object }).unwrap_err();
+            assert!(e.code == 400 && e.message.contains("must be a JSON object"), "{object}: {e:?}");
+        }
+    }
+
     /// The operations of `default_patch` on two JSON texts, as values.
     fn ops(sent: &str, defaulted: &str) -> Vec<Value> {
         let patch = default_patch(sent, &serde_json::from_str(defaulted).expect("JSON")).expect("JSON");
@@ -544,6 +576,12 @@ mod tests {
         // (it is not replaced); a duplicate key deep down counts as at the top.
         assert_eq!(ops(r#"{"e":[{"k":""},{"k":""}],"f":[]}"#, r#"{"e":[{"k":"K"}],"f":[]}"#), Vec::<Value>::new());
         assert_eq!(ops(" { } ", r#"{"a":"A","b":{}}"#), vec![json!({"op": "add", "path": "/a", "value": "A"})]);
+        // Unset items of a list are not replaced (that would only normalize them); an empty item object gets the
+        // fields defaulting adds.
+        assert_eq!(
+            ops(r#"{"l":["",null,[],{}]}"#, r#"{"l":["A",{"x":1},[1],{"y":2,"z":""}]}"#),
+            vec![json!({"op": "add", "path": "/l/3/y", "value": 2})]
+        );
         assert_eq!(
             ops(r#"{"x":[{"y":{"z":1},"y":{"z":""}}]}"#, r#"{"x":[{"y":{"z":"Z"}}]}"#),
             vec![json!({"op": "replace", "path": "/x/0/y/z", "value": "Z"})]

@@ -303,7 +303,7 @@ impl Resource {
     pub(crate) fn check_type_meta(&self, body: &Value, version: &str) -> ApiResult<()> {
         let i = self.info();
         if !body.is_object() {
-            return Err(ApiError::bad_request(format!("the body of the request must be a JSON object ({})", i.kind)));
+            return Err(crate::api::not_an_object(i.kind));
         }
         let t = decode::TypeMeta::of(body);
         self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)
