@@ -344,11 +344,17 @@ fn decide(registry: &Registry, req: &RawRequest<'_>, mode: Mode) -> Answer {
     }
 }
 
-async fn admit(st: &AppState, req: Request, mode: Mode) -> Response {
+/// The body of a review, or the response that says why there is none (its request is parsed from it with
+/// [`parse_review`], borrowing its strings).
+pub(crate) async fn review_body(req: Request) -> Result<bytes::Bytes, Response> {
     let (parts, body) = req.into_parts();
-    let raw = match read_body(body, &parts.headers).await {
+    read_body(body, &parts.headers).await.map_err(IntoResponse::into_response)
+}
+
+async fn admit(st: &AppState, req: Request, mode: Mode) -> Response {
+    let raw = match review_body(req).await {
         Ok(raw) => raw,
-        Err(e) => return e.into_response(),
+        Err(r) => return r,
     };
     let req = match parse_review::<&RawValue>(&raw) {
         Ok(r) => r,

@@ -12,8 +12,7 @@
 //!
 //! Reviews are parsed and answered with the AdmissionReview handling of [`super::admission`].
 
-use super::admission::{parse_review, AdmissionRequest, Answer};
-use super::rest::read_body;
+use super::admission::{parse_review, review_body, AdmissionRequest, Answer};
 use super::AppState;
 use crate::csi::annotations::{self, MigrationAnnotation, ANN_MIGRATED_TO};
 use crate::csi::gates::FeatureGates;
@@ -235,12 +234,6 @@ fn answer(req: &AdmissionRequest<'_>, answer: Answer, webhook: &'static str) -> 
         "csi migration admission review"
     );
     answer.into_response(&req.uid)
-}
-
-/// The body of a review (its request is parsed from it with [`parse_review`], borrowing its strings).
-async fn review_body(req: Request) -> Result<bytes::Bytes, Response> {
-    let (parts, body) = req.into_parts();
-    read_body(body, &parts.headers).await.map_err(IntoResponse::into_response)
 }
 
 async fn mutate(State(st): State<Arc<AppState>>, req: Request) -> Response {
