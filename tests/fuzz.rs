@@ -171,8 +171,9 @@ fn admission_patches_apply_to_what_was_sent() {
             patched += 1;
         }
     }
-    // Most mutations break the JSON; enough survive to reach defaulting, and many of those get a patch.
-    assert!(objects > 2_000 && patched > 300, "{objects} objects, {patched} patched");
+    // Most mutations break the JSON; enough survive to reach defaulting, and many of those get a patch (only
+    // StorageState has defaults: its status).
+    assert!(objects > 2_000 && patched > 200, "{objects} objects, {patched} patched");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@ pub mod storage_version_migration;
 
 use crate::error::{ApiError, FieldError};
 use crate::registry::decode::{decode_with_type_meta, TypeMeta};
+use crate::registry::default_patch::default_patch;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -168,14 +169,15 @@ pub trait Strategy: Send + Sync {
     ) -> Result<AdmissionPass, ApiError>;
     /// Mutating admission in one typed pass over `obj`, the JSON text as sent (read as
     /// [`admission_pass`](Self::admission_pass) reads it): the defaults of [`decode`](Self::decode) and, on create,
-    /// [`prepare_for_create`](Self::prepare_for_create). The defaulted object (without apiVersion and kind, which
-    /// the typed structs do not carry) and the fields the decoder did not know.
+    /// [`prepare_for_create`](Self::prepare_for_create), as the JSON Patch (JSON text) that adds them to `obj`
+    /// ([`default_patch`](crate::registry::default_patch::default_patch); `None` when there are none), and the
+    /// fields the decoder did not know. apiVersion and kind are checked, never patched.
     fn admission_defaults(
         &self,
         obj: &str,
         create: bool,
         check_type: CheckType<'_>,
-    ) -> Result<(Value, Vec<String>), ApiError>;
+    ) -> Result<(Option<Vec<u8>>, Vec<String>), ApiError>;
     /// The response to a create of a create-only kind, computed in place.
     fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
@@ -208,6 +210,10 @@ impl<K: Kind> KindStrategy<K> {
     /// A request's object decoded into the kind's type (with its defaults), and the fields the decoder did not
     /// know, sorted; a value of the wrong type is a 400 naming its path.
     fn decode_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
+        Self::read_typed(obj).map(Self::with_defaults)
+    }
+    /// [`decode_typed`](Self::decode_typed) without the defaults.
+    fn read_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
         let mut unknown = Vec::new();
         // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
         let typed: K = match serde_ignored::deserialize(obj, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown))
@@ -225,11 +231,14 @@ impl<K: Kind> KindStrategy<K> {
         };
         Ok(Self::decoded(typed, unknown))
     }
-    /// A decoded object with its defaults, and its unknown fields sorted and without repeats.
-    fn decoded(mut typed: K, mut unknown: Vec<String>) -> (K, Vec<String>) {
-        typed.defaults();
+    /// A decoded object, and its unknown fields sorted and without repeats.
+    fn decoded(typed: K, mut unknown: Vec<String>) -> (K, Vec<String>) {
         unknown.sort();
         unknown.dedup();
+        (typed, unknown)
+    }
+    fn with_defaults((mut typed, unknown): (K, Vec<String>)) -> (K, Vec<String>) {
+        typed.defaults();
         (typed, unknown)
     }
     /// Create preparation, and the defaults again for what it set.
@@ -241,6 +250,10 @@ impl<K: Kind> KindStrategy<K> {
     /// kind (read in the same pass); text that does not decode so (a wrong type, a duplicate field) goes the
     /// `Value` way, which says exactly what is wrong and where.
     fn decode_text(text: &str, check_type: CheckType<'_>) -> Result<(K, Vec<String>), ApiError> {
+        Self::read_text(text, check_type).map(Self::with_defaults)
+    }
+    /// [`decode_text`](Self::decode_text) without the defaults.
+    fn read_text(text: &str, check_type: CheckType<'_>) -> Result<(K, Vec<String>), ApiError> {
         let mut unknown = Vec::new();
         match decode_with_type_meta::<K, _>(text, STORING_SERVER_METADATA, |p| note_unknown(p, &mut unknown)) {
             Ok((typed, type_meta)) => {
@@ -255,7 +268,7 @@ impl<K: Kind> KindStrategy<K> {
                 }
                 check_type(&TypeMeta::of(&value))?;
                 drop_storing_server_metadata(&mut value);
-                Self::decode_typed(&value)
+                Self::read_typed(&value)
             }
         }
     }
@@ -335,13 +348,17 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         obj: &str,
         create: bool,
         check_type: CheckType<'_>,
-    ) -> Result<(Value, Vec<String>), ApiError> {
-        let (mut typed, unknown_fields) = Self::decode_text(obj, check_type)?;
+    ) -> Result<(Option<Vec<u8>>, Vec<String>), ApiError> {
+        let (mut typed, unknown_fields) = Self::read_text(obj, check_type)?;
+        let before = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        typed.defaults();
         if create {
             Self::prepare(&mut typed);
         }
-        let object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
-        Ok((object, unknown_fields))
+        // The text was read as a whole already; what the patch reads of it again is a container's keys.
+        let patch = default_patch(obj, &before, &typed)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+        Ok((patch, unknown_fields))
     }
     fn admission_pass(
         &self,

@@ -6,14 +6,11 @@
 //! `metadata.managedFields` ([`STORING_SERVER_METADATA`](crate::api::STORING_SERVER_METADATA)) is not even
 //! decoded: kube-apiserver writes and checks it, and nothing of ours reads it.
 
-use super::decode::{TextOrNone, TypeMeta};
+use super::decode::TypeMeta;
 use super::{Registry, Resource};
 use crate::api::meta::validate_object_meta;
 use crate::api::{AdmissionPass, PassWrite};
-use crate::error::{ApiError, ApiResult};
-use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::Value;
-use std::fmt::Write;
+use crate::error::ApiResult;
 use std::sync::Arc;
 
 /// A write to admit, with the object(s) as kube-apiserver sent them (JSON text).
@@ -48,230 +45,6 @@ impl Registry {
     }
 }
 
-/// Absent, null or an empty string, list or object: what defaulting may fill in.
-fn unset(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => true,
-        Some(Value::String(s)) => s.is_empty(),
-        Some(Value::Array(a)) => a.is_empty(),
-        Some(Value::Object(o)) => o.is_empty(),
-        Some(_) => false,
-    }
-}
-
-/// A JSON Patch written as JSON text, one operation at a time.
-#[derive(Default)]
-struct PatchText(Vec<u8>);
-
-impl PatchText {
-    fn push(&mut self, op: &str, path: &str, value: &Value) {
-        self.0.push(if self.0.is_empty() { b'[' } else { b',' });
-        self.0.extend_from_slice(b"{\"op\":\"");
-        self.0.extend_from_slice(op.as_bytes());
-        self.0.extend_from_slice(b"\",\"path\":");
-        json_string(&mut self.0, path);
-        self.0.extend_from_slice(b",\"value\":");
-        // Writing a value into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut self.0, value);
-        self.0.push(b'}');
-    }
-    fn finish(mut self) -> Option<Vec<u8>> {
-        (!self.0.is_empty()).then(|| {
-            self.0.push(b']');
-            self.0
-        })
-    }
-}
-
-/// Appends `s` to `out` as a JSON string.
-fn json_string(out: &mut Vec<u8>, s: &str) {
-    // Writing a string into a Vec cannot fail.
-    let _ = serde_json::to_writer(out, s);
-}
-
-/// The JSON Patch that adds to `sent` (JSON text) what defaulting added in `defaulted`: values where `sent`
-/// has none. What the typed round trip merely normalizes (unknown fields dropped, empty fields omitted, number
-/// forms, key order, white space) is not a default and is left as sent — kube-apiserver prunes and normalizes CRD
-/// objects itself, and a patch must not fight it (reinvocation would loop). `None` when nothing is to be added.
-///
-/// `sent` is walked in one read, in step with `defaulted` (which is small: without
-/// [`STORING_SERVER_METADATA`](crate::api::STORING_SERVER_METADATA)); what `defaulted` does not have is skipped
-/// unread, and no value of it is built. When an object has a key that defaulting has written twice (of which the
-/// last counts when the object is read), the walk stops and the text is read as a `Value`, which is walked the same
-/// way. A read error is the client's: text that the typed decode accepts may still hold what a full read refuses
-/// (a number out of range, a lone surrogate in a key) where that decode skipped it.
-fn default_patch(sent: &str, defaulted: &Value) -> serde_json::Result<Option<Vec<u8>>> {
-    let mut walk = Walk::default();
-    let mut de = serde_json::Deserializer::from_str(sent);
-    let read = Against::root(&mut walk, defaulted).deserialize(&mut de);
-    match read.and_then(|()| de.end()) {
-        Ok(()) => return Ok(walk.patch.finish()),
-        Err(e) if !walk.duplicate_key => return Err(e),
-        Err(_) => {}
-    }
-    let sent: Value = serde_json::from_str(sent)?;
-    let mut walk = Walk::default();
-    Against::root(&mut walk, defaulted).deserialize(&sent)?;
-    Ok(walk.patch.finish())
-}
-
-/// Where [`default_patch`] is: the JSON pointer of the value read, and the operations so far.
-#[derive(Default)]
-struct Walk {
-    path: String,
-    patch: PatchText,
-    /// The walk stopped at an object with a key, one that defaulting has, written twice.
-    duplicate_key: bool,
-}
-
-/// The sent value at `walk.path`, read against the defaulted one there (`None`: defaulting has nothing there, so
-/// the value is skipped).
-struct Against<'w, 'd> {
-    walk: &'w mut Walk,
-    defaulted: Option<&'d Value>,
-    /// Whether an unset value is replaced by the defaulted one: a field's value is; the whole object and the items
-    /// of a list are not (an empty item object still gets the fields defaulting adds).
-    fillable: bool,
-}
-
-impl<'w, 'd> Against<'w, 'd> {
-    /// The whole object as sent.
-    fn root(walk: &'w mut Walk, defaulted: &'d Value) -> Self {
-        Against { walk, defaulted: Some(defaulted), fillable: false }
-    }
-    /// The sent value is unset: the defaulted one, if set, replaces it.
-    fn fill<E>(self) -> Result<(), E> {
-        if let Some(d) = self.defaulted.filter(|d| self.fillable && !unset(Some(d))) {
-            self.walk.patch.push("replace", &self.walk.path, d);
-        }
-        Ok(())
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Against<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        match self.defaulted {
-            Some(_) => d.deserialize_any(self),
-            None => d.deserialize_ignored_any(IgnoredAny).map(|_| ()),
-        }
-    }
-}
-
-impl<'de> Visitor<'de> for Against<'_, '_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    // Numbers and booleans are set: nothing to fill.
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_str<E>(self, v: &str) -> Result<(), E> {
-        match v.is_empty() {
-            true => self.fill(),
-            false => Ok(()),
-        }
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        self.fill()
-    }
-    fn visit_none<E>(self) -> Result<(), E> {
-        self.fill()
-    }
-    /// A list of as many items as the defaulted one is walked item by item; one of another length is left alone,
-    /// and an empty one is filled.
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let items = self.defaulted.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-        let mark = self.walk.patch.0.len();
-        let walk = self.walk;
-        let mut n = 0;
-        loop {
-            let len = walk.path.len();
-            let _ = write!(walk.path, "/{n}"); // Writing to a String cannot fail.
-            let item = Against { walk: &mut *walk, defaulted: items.get(n), fillable: false };
-            let more = seq.next_element_seed(item)?;
-            walk.path.truncate(len);
-            if more.is_none() {
-                break;
-            }
-            n += 1;
-        }
-        if n == 0 {
-            return Against { walk, ..self }.fill();
-        }
-        if n != items.len() {
-            walk.patch.0.truncate(mark);
-        }
-        Ok(())
-    }
-    /// An object's keys that defaulting also has are walked; those it has alone are added.
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut entries: Vec<(&str, &Value)> = match self.defaulted.and_then(Value::as_object) {
-            Some(d) => d.iter().map(|(k, v)| (k.as_str(), v)).collect(),
-            None => Vec::new(),
-        };
-        entries.sort_unstable_by_key(|e| e.0);
-        let walk = self.walk;
-        let mut seen = vec![false; entries.len()];
-        let mut n = 0;
-        while let Some(key) = map.next_key_seed(TextOrNone)? {
-            n += 1;
-            let key = key.unwrap_or_default();
-            let Ok(i) = entries.binary_search_by(|(k, _)| (*k).cmp(&*key)) else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            if std::mem::replace(&mut seen[i], true) {
-                walk.duplicate_key = true;
-                return Err(A::Error::custom(format_args!("duplicate key {key:?}")));
-            }
-            let len = walk.path.len();
-            walk.path.push('/');
-            push_pointer_token(&mut walk.path, &key);
-            map.next_value_seed(Against { walk: &mut *walk, defaulted: Some(entries[i].1), fillable: true })?;
-            walk.path.truncate(len);
-        }
-        // An empty object that is a field's value is unset, and filled as a whole.
-        if n == 0 && self.fillable {
-            return Against { walk, ..self }.fill();
-        }
-        for ((key, d), seen) in entries.iter().zip(seen) {
-            if !seen && !unset(Some(d)) {
-                let len = walk.path.len();
-                walk.path.push('/');
-                push_pointer_token(&mut walk.path, key);
-                walk.patch.push("add", &walk.path, d);
-                walk.path.truncate(len);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Appends `key` to a JSON pointer, escaped (RFC 6901: `~` as `~0`, `/` as `~1`).
-fn push_pointer_token(path: &mut String, key: &str) {
-    if !key.contains(['~', '/']) {
-        return path.push_str(key);
-    }
-    for c in key.chars() {
-        match c {
-            '~' => path.push_str("~0"),
-            '/' => path.push_str("~1"),
-            c => path.push(c),
-        }
-    }
-}
-
 impl Resource {
     /// Mutating admission: the kind's defaults, as the aggregated API applies them — decode defaults plus
     /// `prepare_for_create` on create, decode defaults on update (main resource and `/status`). Idempotent: the
@@ -281,11 +54,7 @@ impl Resource {
             AdmissionWrite::Create { object } => (object, true),
             AdmissionWrite::Update { object, .. } => (object, false),
         };
-        let (mut defaulted, unknown_fields) =
-            self.strategy.admission_defaults(sent, create, &self.type_check(version))?;
-        self.set_type_meta(&mut defaulted, version);
-        let patch = default_patch(sent, &defaulted)
-            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+        let (patch, unknown_fields) = self.strategy.admission_defaults(sent, create, &self.type_check(version))?;
         let warnings = unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect();
         Ok(Defaulted { patch, warnings })
     }
@@ -329,7 +98,7 @@ impl Resource {
 mod tests {
     use super::*;
     use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn registry(dir: &std::path::Path) -> Registry {
         let storage = EmbeddedStorage::open(dir, EmbeddedOptions::default()).expect("store");
@@ -493,98 +262,48 @@ mod tests {
         assert_ne!(wrong, sent);
         let e = ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &wrong }).unwrap_err();
         assert!(e.code == 400 && e.message.contains("does not match the expected API version"), "{}", e.message);
-        // An apiVersion that is not a string is left as sent (the type check ignores it); an absent one is added.
+        // apiVersion and kind are the storing server's, checked but never patched: not when absent, not when
+        // they are not strings (the type check ignores them then).
         let paths = |object: &str| {
             let d = ss.admission_default("v1alpha1", AdmissionWrite::Create { object }).expect("defaulted");
             let ops: Vec<Value> = serde_json::from_slice(&d.patch.unwrap_or_default()).unwrap_or_default();
             ops.iter().map(|op| format!("{} {}", op["op"], op["path"])).collect::<Vec<_>>()
         };
         let odd = sent.replace("\"migration.k8s.io/v1alpha1\",\"kind", "5,\"kind");
-        assert!(odd.contains("\"apiVersion\":5") && !paths(&odd).iter().any(|p| p.contains("/apiVersion")));
-        let absent = sent.replace("\"apiVersion\":\"migration.k8s.io/v1alpha1\",", "");
-        assert!(!absent.contains("apiVersion") && paths(&absent).contains(&"\"add\" \"/apiVersion\"".to_string()));
+        let absent = state(None).replace("\"apiVersion\":\"migration.k8s.io/v1alpha1\",\"kind\":\"StorageState\",", "");
+        assert!(odd.contains("\"apiVersion\":5") && !absent.contains("apiVersion") && !absent.contains("kind"));
+        for object in [odd.as_str(), &absent] {
+            assert_eq!(paths(object), ["\"add\" \"/status\""], "{object}");
+        }
     }
 
-    /// What the one-pass decode skips unread and a full read refuses, and JSON that is not an object, are the
-    /// client's errors (400) in both webhooks, never a 500 or an admitted object.
+    /// JSON that is not an object is the client's error (400) in both webhooks, never a 500 or an admitted
+    /// object; what the one-pass decode skips unread (managedFields, values of unknown fields) is not read by the
+    /// patch either, so both webhooks take the same text.
     #[test]
-    fn admission_refuses_what_a_full_read_refuses() {
+    fn admission_refuses_what_is_not_an_object() {
         let dir = tempfile::tempdir().expect("tempdir");
         let r = registry(dir.path());
         let ss = resource(&r, "StorageState");
-        let head = r#"{"apiVersion":"migration.k8s.io/v1alpha1","kind":"StorageState","#;
-        let out_of_range = format!(
-            r#"{head}"metadata":{{"name":"r.g","labels":{{"a":"b","a":"c"}},"managedFields":[1e999]}},"spec":{{}}}}"#
-        );
-        let surrogate = r#"{"apiVersion":"migration.k8s.io/v1alpha1","kind":{"\ud800":1},"metadata":{"name":"r.g"}}"#;
-        for object in [out_of_range.as_str(), surrogate, "[]", "[{}]", "\"x\""] {
+        for object in ["[]", "[{}]", "\"x\""] {
             let e = ss.admission_default("v1alpha1", AdmissionWrite::Create { object }).unwrap_err();
             assert_eq!(e.code, 400, "{object}: {e:?}");
         }
+        let head = r#"{"apiVersion":"migration.k8s.io/v1alpha1","kind":"StorageState","#;
+        let skipped = format!(
+            r#"{head}"metadata":{{"name":"r.g","labels":{{"a":"b","a":"c"}},"managedFields":[1e999]}},"spec":{{"resource":{{"group":"g","resource":"r"}}}},"x":"\ud800"}}"#
+        );
+        let write = AdmissionWrite::Create { object: &skipped };
+        assert_eq!(ss.admission_validate("v1alpha1", None, write).expect("allowed"), ["unknown field \"x\""]);
+        let defaulted = ss.admission_default("v1alpha1", write).expect("defaulted");
+        let ops: Vec<Value> = serde_json::from_slice(&defaulted.patch.expect("a patch")).expect("JSON");
+        assert_eq!(
+            ops,
+            [json!({"op": "add", "path": "/status", "value": {"persistedStorageVersionHashes": ["Unknown"]}})]
+        );
         for object in ["[]", "[{}]", "5"] {
             let e = ss.admission_validate("v1alpha1", None, AdmissionWrite::Create { object }).unwrap_err();
             assert!(e.code == 400 && e.message.contains("must be a JSON object"), "{object}: {e:?}");
         }
-    }
-
-    /// The operations of `default_patch` on two JSON texts, as values.
-    fn ops(sent: &str, defaulted: &str) -> Vec<Value> {
-        let patch = default_patch(sent, &serde_json::from_str(defaulted).expect("JSON")).expect("JSON");
-        patch.map(|p| serde_json::from_slice(&p).expect("a JSON array")).unwrap_or_default()
-    }
-
-    #[test]
-    fn defaults_fill_only_what_is_unset() {
-        let sent = json!({"a": "", "b": [], "c": {"x": 1, "keep": "me"}, "d": null, "e": [{"k": ""}], "f": "x"});
-        let defaulted = json!({"a": "A", "b": ["B"], "c": {"x": 2, "y": 3}, "d": {}, "e": [{"k": "K"}], "f": "y"});
-        let operations = ops(&sent.to_string(), &defaulted.to_string());
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(operations)).expect("a JSON Patch");
-        let mut patched = sent.clone();
-        json_patch::patch(&mut patched, &patch).expect("applies");
-        assert_eq!(
-            patched,
-            json!({"a": "A", "b": ["B"], "c": {"x": 1, "y": 3, "keep": "me"}, "d": null, "e": [{"k": "K"}], "f": "x"})
-        );
-        // Keys are escaped in the pointers; an object that needs nothing gets no operation.
-        assert_eq!(
-            ops(r#"{"a/b~c": {}}"#, r#"{"a/b~c":{"z":1}}"#),
-            vec![json!({"op": "replace", "path": "/a~1b~0c", "value": {"z": 1}})]
-        );
-        assert_eq!(ops(r#"{"a": 1}"#, r#"{"a":2,"b":""}"#), Vec::<Value>::new());
-        // The sent text as a hand-made review may write it: white space, escaped keys, keys in another order, a
-        // list of other length (left alone); of duplicate keys the last counts.
-        let sent = "{ \"l\" : [ ], \"s\":{\"\\u0061\":\"\" ,\"b\": {\n} }, \"n\":[1,2], \"d\":{\"v\":1}, \"d\":{ } }";
-        let defaulted = r#"{"d":{"v":2},"l":[1],"n":[1],"s":{"b":{"c":true},"a":"A"}}"#;
-        let mut paths: Vec<String> =
-            ops(sent, defaulted).iter().map(|op| format!("{} {} {}", op["op"], op["path"], op["value"])).collect();
-        paths.sort();
-        assert_eq!(
-            paths,
-            [
-                r#""replace" "/d" {"v":2}"#,
-                r#""replace" "/l" [1]"#,
-                r#""replace" "/s/a" "A""#,
-                r#""replace" "/s/b" {"c":true}"#
-            ]
-        );
-        // The patch applies to the text as sent (read as a whole, the last duplicate counting).
-        let mut patched: Value = serde_json::from_str(sent).expect("JSON");
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops(sent, defaulted))).expect("a patch");
-        json_patch::patch(&mut patched, &patch).expect("applies");
-        assert_eq!(patched, json!({"l": [1], "s": {"a": "A", "b": {"c": true}}, "n": [1, 2], "d": {"v": 2}}));
-        // Operations on the items of a list of another length are undone; an empty root object gets additions
-        // (it is not replaced); a duplicate key deep down counts as at the top.
-        assert_eq!(ops(r#"{"e":[{"k":""},{"k":""}],"f":[]}"#, r#"{"e":[{"k":"K"}],"f":[]}"#), Vec::<Value>::new());
-        assert_eq!(ops(" { } ", r#"{"a":"A","b":{}}"#), vec![json!({"op": "add", "path": "/a", "value": "A"})]);
-        // Unset items of a list are not replaced (that would only normalize them); an empty item object gets the
-        // fields defaulting adds.
-        assert_eq!(
-            ops(r#"{"l":["",null,[],{}]}"#, r#"{"l":["A",{"x":1},[1],{"y":2,"z":""}]}"#),
-            vec![json!({"op": "add", "path": "/l/3/y", "value": 2})]
-        );
-        assert_eq!(
-            ops(r#"{"x":[{"y":{"z":1},"y":{"z":""}}]}"#, r#"{"x":[{"y":{"z":"Z"}}]}"#),
-            vec![json!({"op": "replace", "path": "/x/0/y/z", "value": "Z"})]
-        );
     }
 }

@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod continue_token;
 pub mod decode;
+pub mod default_patch;
 pub mod selectors;
 
 use crate::api::meta::validate_object_meta;
