@@ -11,7 +11,7 @@ pub mod storage_version_migration;
 
 use crate::error::{ApiError, FieldError};
 use crate::registry::decode::{decode_with_type_meta, TypeMeta};
-use crate::registry::default_patch::default_patch;
+use crate::registry::default_patch::{default_patch, Shape};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -350,7 +350,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         check_type: CheckType<'_>,
     ) -> Result<(Option<Vec<u8>>, Vec<String>), ApiError> {
         let (mut typed, unknown_fields) = Self::read_text(obj, check_type)?;
-        let before = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        let before = Shape::of(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
         typed.defaults();
         if create {
             Self::prepare(&mut typed);

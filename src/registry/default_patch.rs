@@ -1,14 +1,15 @@
 //! The JSON Patch of mutating admission: what defaulting added to an object, as operations on the object as sent.
 //!
-//! The rule: a value is added where the object as decoded (`before`, the typed object before its defaults, as
-//! JSON) has none — absent, null, "" or [] — and only inside objects, and lists of the same length; the items of a
+//! The rule: a value is added where the object as decoded (`before`, the typed object before its defaults, as a
+//! [`Shape`]) has none — absent, null, "" or [] — and only inside objects, and lists of the same length; the items of a
 //! list and set values are never replaced. What the typed round trip merely normalizes (unknown fields dropped,
 //! empty fields omitted, number forms) is in `before` and in the defaulted object alike, so it is not a default
 //! and is left as sent: kube-apiserver prunes and normalizes CRD objects itself, and a patch must not fight it
 //! (reinvocation would loop).
 //!
 //! The defaulted object is compared with `before` as it is serialized ([`Fill`], a serde `Serializer`): no JSON
-//! value of it is built, and the values to add are written as JSON text. An operation below the top level is
+//! value of either is built (a [`Shape`] holds no text but map keys), and the values to add are written as JSON
+//! text. An operation below the top level is
 //! checked against the text as sent, since the typed decode may have made up a container that was absent or null
 //! there (a struct field with a default); the operation then fills that container whole.
 
@@ -19,10 +20,10 @@ use serde_json::Value;
 use std::borrow::Cow;
 
 /// The JSON Patch (as JSON text) that adds to `sent` (the object's JSON text as sent) what defaulting added to
-/// `before` (the object as decoded from it, as JSON) to make `after`; `None` when nothing is added.
+/// `before` (the shape of the object as decoded from it) to make `after`; `None` when nothing is added.
 pub fn default_patch<T: Serialize + ?Sized>(
     sent: &str,
-    before: &Value,
+    before: &Shape,
     after: &T,
 ) -> serde_json::Result<Option<Vec<u8>>> {
     let mut ops = Ops::default();
@@ -67,6 +68,239 @@ pub fn default_patch<T: Serialize + ?Sized>(
     Ok(Some(out))
 }
 
+/// What the comparison needs of the object before its defaults: which values were unset (null, "" or [];
+/// absent fields are not in their object), which were set, and the fields and items of objects and lists.
+#[derive(Debug, PartialEq)]
+pub enum Shape {
+    Unset,
+    Set,
+    Object(Vec<(Cow<'static, str>, Shape)>),
+    /// A list with items (an empty one is unset).
+    List(Vec<Shape>),
+}
+
+impl Shape {
+    /// The shape of `value` as it serializes to JSON.
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Shape> {
+        value.serialize(ShapeOf)
+    }
+}
+
+/// Serializes a value into its [`Shape`].
+struct ShapeOf;
+
+/// The parts of an object or list being shaped; tuples and enum variants are set values, not compared.
+enum ShapeParts {
+    Object(Vec<(Cow<'static, str>, Shape)>, Option<String>),
+    List(Vec<Shape>),
+    Set,
+}
+
+impl ShapeParts {
+    fn end(self) -> serde_json::Result<Shape> {
+        Ok(match self {
+            ShapeParts::Object(fields, _) => Shape::Object(fields),
+            ShapeParts::List(items) if items.is_empty() => Shape::Unset,
+            ShapeParts::List(items) => Shape::List(items),
+            ShapeParts::Set => Shape::Set,
+        })
+    }
+}
+
+/// Serializer methods of scalars, all answering `$answer`.
+macro_rules! scalars {
+    ($ok:ty, $answer:expr) => {
+        fn serialize_bool(self, _: bool) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_i8(self, _: i8) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_i16(self, _: i16) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_i32(self, _: i32) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_i64(self, _: i64) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_u8(self, _: u8) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_u16(self, _: u16) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_u32(self, _: u32) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_u64(self, _: u64) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_f32(self, _: f32) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_f64(self, _: f64) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_char(self, _: char) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_bytes(self, _: &[u8]) -> serde_json::Result<$ok> {
+            $answer
+        }
+        fn serialize_newtype_variant<T: Serialize + ?Sized>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: &T,
+        ) -> serde_json::Result<$ok> {
+            $answer
+        }
+    };
+}
+
+impl Serializer for ShapeOf {
+    type Ok = Shape;
+    type Error = serde_json::Error;
+    type SerializeSeq = ShapeParts;
+    type SerializeTuple = ShapeParts;
+    type SerializeTupleStruct = ShapeParts;
+    type SerializeTupleVariant = ShapeParts;
+    type SerializeMap = ShapeParts;
+    type SerializeStruct = ShapeParts;
+    type SerializeStructVariant = ShapeParts;
+
+    scalars!(Shape, Ok(Shape::Set));
+    fn serialize_str(self, v: &str) -> serde_json::Result<Shape> {
+        Ok(if v.is_empty() { Shape::Unset } else { Shape::Set })
+    }
+    fn serialize_none(self) -> serde_json::Result<Shape> {
+        Ok(Shape::Unset)
+    }
+    fn serialize_unit(self) -> serde_json::Result<Shape> {
+        Ok(Shape::Unset)
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> serde_json::Result<Shape> {
+        Ok(Shape::Unset)
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> serde_json::Result<Shape> {
+        Ok(Shape::Set)
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> serde_json::Result<Shape> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, value: &T) -> serde_json::Result<Shape> {
+        value.serialize(self)
+    }
+    fn serialize_seq(self, len: Option<usize>) -> serde_json::Result<ShapeParts> {
+        Ok(ShapeParts::List(Vec::with_capacity(len.unwrap_or(0))))
+    }
+    fn serialize_tuple(self, _: usize) -> serde_json::Result<ShapeParts> {
+        Ok(ShapeParts::Set)
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> serde_json::Result<ShapeParts> {
+        Ok(ShapeParts::Set)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> serde_json::Result<ShapeParts> {
+        Ok(ShapeParts::Set)
+    }
+    fn serialize_map(self, len: Option<usize>) -> serde_json::Result<ShapeParts> {
+        Ok(ShapeParts::Object(Vec::with_capacity(len.unwrap_or(0)), None))
+    }
+    fn serialize_struct(self, _: &'static str, len: usize) -> serde_json::Result<ShapeParts> {
+        Ok(ShapeParts::Object(Vec::with_capacity(len), None))
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> serde_json::Result<ShapeParts> {
+        Ok(ShapeParts::Set)
+    }
+}
+
+impl ser::SerializeStruct for ShapeParts {
+    type Ok = Shape;
+    type Error = serde_json::Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> serde_json::Result<()> {
+        if let ShapeParts::Object(fields, _) = self {
+            fields.push((Cow::Borrowed(key), value.serialize(ShapeOf)?));
+        }
+        Ok(())
+    }
+    fn end(self) -> serde_json::Result<Shape> {
+        ShapeParts::end(self)
+    }
+}
+
+impl ser::SerializeMap for ShapeParts {
+    type Ok = Shape;
+    type Error = serde_json::Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> serde_json::Result<()> {
+        if let ShapeParts::Object(_, slot) = self {
+            *slot = Some(key.serialize(KeyText)?);
+        }
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
+        if let ShapeParts::Object(fields, key) = self {
+            if let Some(key) = key.take() {
+                fields.push((Cow::Owned(key), value.serialize(ShapeOf)?));
+            }
+        }
+        Ok(())
+    }
+    fn end(self) -> serde_json::Result<Shape> {
+        ShapeParts::end(self)
+    }
+}
+
+impl ser::SerializeSeq for ShapeParts {
+    type Ok = Shape;
+    type Error = serde_json::Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
+        if let ShapeParts::List(items) = self {
+            items.push(value.serialize(ShapeOf)?);
+        }
+        Ok(())
+    }
+    fn end(self) -> serde_json::Result<Shape> {
+        ShapeParts::end(self)
+    }
+}
+
+/// The parts of tuples and enum variants are not shaped.
+macro_rules! opaque_parts {
+    ($($trait:ident :: $method:ident($($arg:ty),*)),*) => {$(
+        impl ser::$trait for ShapeParts {
+            type Ok = Shape;
+            type Error = serde_json::Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, $(_: $arg,)* _: &T) -> serde_json::Result<()> {
+                Ok(())
+            }
+            fn end(self) -> serde_json::Result<Shape> {
+                ShapeParts::end(self)
+            }
+        }
+    )*};
+}
+opaque_parts!(
+    SerializeTuple::serialize_element(),
+    SerializeTupleStruct::serialize_field(),
+    SerializeTupleVariant::serialize_field(),
+    SerializeStructVariant::serialize_field(&'static str)
+);
+
 /// One operation: the path's tokens (unescaped), the value as JSON text, and whether the path is there to replace
 /// (otherwise it is added; "add" also replaces an object's member that is there, as RFC 6902 says).
 struct Op {
@@ -97,7 +331,7 @@ impl Ops {
     fn descend<T: Serialize + ?Sized>(
         &mut self,
         key: Cow<'static, str>,
-        before: &Value,
+        before: &Shape,
         value: &T,
     ) -> serde_json::Result<()> {
         self.path.push(key);
@@ -131,21 +365,21 @@ fn pointer(tokens: &[String]) -> String {
 /// are never compared, and unset ones are filled by their container).
 struct Fill<'o, 'b> {
     ops: &'o mut Ops,
-    before: &'b Value,
+    before: &'b Shape,
 }
 
 /// The fields of an object (a struct or a map) and the items of a list, compared one by one; anything else is
 /// skipped.
 enum Compound<'o, 'b> {
-    Object { ops: &'o mut Ops, before: &'b serde_json::Map<String, Value>, key: Option<String> },
-    List { ops: &'o mut Ops, before: &'b [Value], index: usize },
+    Object { ops: &'o mut Ops, before: &'b [(Cow<'static, str>, Shape)], key: Option<String> },
+    List { ops: &'o mut Ops, before: &'b [Shape], index: usize },
     Skip,
 }
 
 impl<'o, 'b> Fill<'o, 'b> {
     fn object(self) -> Compound<'o, 'b> {
         match self.before {
-            Value::Object(before) => Compound::Object { ops: self.ops, before, key: None },
+            Shape::Object(before) => Compound::Object { ops: self.ops, before, key: None },
             _ => Compound::Skip,
         }
     }
@@ -155,12 +389,10 @@ impl<'o, 'b> Compound<'o, 'b> {
     /// A field: added when unset before, compared when it was an object or a non-empty list, else left.
     fn field<T: Serialize + ?Sized>(&mut self, key: Cow<'static, str>, value: &T) -> serde_json::Result<()> {
         let Compound::Object { ops, before, .. } = self else { return Ok(()) };
-        match before.get(&*key) {
-            None | Some(Value::Null) => ops.add(&key, value),
-            Some(Value::String(s)) if s.is_empty() => ops.add(&key, value),
-            Some(Value::Array(a)) if a.is_empty() => ops.add(&key, value),
-            Some(b @ (Value::Object(_) | Value::Array(_))) => ops.descend(key, b, value),
-            Some(_) => Ok(()),
+        match before.iter().find(|(k, _)| *k == key).map(|(_, b)| b) {
+            None | Some(Shape::Unset) => ops.add(&key, value),
+            Some(b @ (Shape::Object(_) | Shape::List(_))) => ops.descend(key, b, value),
+            Some(Shape::Set) => Ok(()),
         }
     }
     /// An item: compared when it was an object or a non-empty list (items are not filled whole).
@@ -169,8 +401,7 @@ impl<'o, 'b> Compound<'o, 'b> {
         let i = *index;
         *index += 1;
         match before.get(i) {
-            Some(b @ Value::Object(_)) => ops.descend(Cow::Owned(i.to_string()), b, value),
-            Some(b @ Value::Array(a)) if !a.is_empty() => ops.descend(Cow::Owned(i.to_string()), b, value),
+            Some(b @ (Shape::Object(_) | Shape::List(_))) => ops.descend(Cow::Owned(i.to_string()), b, value),
             _ => Ok(()),
         }
     }
@@ -188,46 +419,8 @@ impl<'o, 'b> Serializer for Fill<'o, 'b> {
     type SerializeStructVariant = Compound<'o, 'b>;
 
     // A set value where `before` was an object or a list: a change of type, which is not a default.
-    fn serialize_bool(self, _: bool) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_i64(self, _: i64) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_u64(self, _: u64) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_f64(self, _: f64) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_i8(self, _: i8) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_i16(self, _: i16) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_i32(self, _: i32) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_u8(self, _: u8) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_u16(self, _: u16) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_u32(self, _: u32) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_f32(self, _: f32) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_char(self, _: char) -> serde_json::Result<()> {
-        Ok(())
-    }
+    scalars!((), Ok(()));
     fn serialize_str(self, _: &str) -> serde_json::Result<()> {
-        Ok(())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> serde_json::Result<()> {
         Ok(())
     }
     fn serialize_none(self) -> serde_json::Result<()> {
@@ -242,15 +435,6 @@ impl<'o, 'b> Serializer for Fill<'o, 'b> {
     fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> serde_json::Result<()> {
         Ok(())
     }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> serde_json::Result<()> {
-        Ok(())
-    }
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> serde_json::Result<()> {
         value.serialize(self)
     }
@@ -260,7 +444,7 @@ impl<'o, 'b> Serializer for Fill<'o, 'b> {
     /// A list of as many items as before is compared item by item; one of another length is left alone.
     fn serialize_seq(self, len: Option<usize>) -> serde_json::Result<Compound<'o, 'b>> {
         Ok(match self.before {
-            Value::Array(before) if len == Some(before.len()) => Compound::List { ops: self.ops, before, index: 0 },
+            Shape::List(before) if len == Some(before.len()) => Compound::List { ops: self.ops, before, index: 0 },
             _ => Compound::Skip,
         })
     }
@@ -387,45 +571,7 @@ impl Serializer for KeyText {
     fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> serde_json::Result<String> {
         Ok(variant.to_string())
     }
-    fn serialize_bool(self, _: bool) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_i8(self, _: i8) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_i16(self, _: i16) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_i32(self, _: i32) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_i64(self, _: i64) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_u8(self, _: u8) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_u16(self, _: u16) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_u32(self, _: u32) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_u64(self, _: u64) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_f32(self, _: f32) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_f64(self, _: f64) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_char(self, _: char) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
+    scalars!(String, Err(not_a_key()));
     fn serialize_none(self) -> serde_json::Result<String> {
         Err(not_a_key())
     }
@@ -436,15 +582,6 @@ impl Serializer for KeyText {
         Err(not_a_key())
     }
     fn serialize_unit_struct(self, _: &'static str) -> serde_json::Result<String> {
-        Err(not_a_key())
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> serde_json::Result<String> {
         Err(not_a_key())
     }
     fn serialize_seq(self, _: Option<usize>) -> serde_json::Result<Self::SerializeSeq> {
@@ -576,7 +713,7 @@ mod tests {
 
     /// The operations that default `sent` (JSON text, decoded as `before`, or as itself) to `after`, as values.
     fn ops_from(sent: &str, before: &Value, after: &Value) -> Vec<Value> {
-        let patch = default_patch(sent, before, after).expect("a patch");
+        let patch = default_patch(sent, &Shape::of(before).expect("a shape"), after).expect("a patch");
         patch.map(|p| serde_json::from_slice(&p).expect("a JSON array")).unwrap_or_default()
     }
     fn ops(sent: &str, after: &str) -> Vec<Value> {
@@ -677,8 +814,35 @@ mod tests {
             hashes: Vec<String>,
         }
         let sent = r#"{"labels":{"a/b":""},"items":[{},{"mode":"x"}],"status":null}"#;
-        let before =
-            json!({"name": null, "labels": {"a/b": ""}, "items": [{"mode": null}, {"mode": "x"}], "status": null});
+        let before = Obj {
+            name: None,
+            labels: [("a/b".to_string(), String::new())].into(),
+            items: vec![Item { mode: None }, Item { mode: Some("x".into()) }],
+            status: None,
+        };
+        let object = |fields: Vec<(&'static str, Shape)>| {
+            Shape::Object(fields.into_iter().map(|(k, v)| (Cow::Borrowed(k), v)).collect())
+        };
+        let before = Shape::of(&before).expect("a shape");
+        assert_eq!(
+            before,
+            object(vec![
+                ("labels", object(vec![("a/b", Shape::Unset)])),
+                ("items", Shape::List(vec![object(vec![("mode", Shape::Unset)]), object(vec![("mode", Shape::Set)])])),
+                ("status", Shape::Unset),
+            ])
+        );
+        assert_eq!(
+            Shape::of(&json!([[], [0], {}, "", 0, false])).expect("a shape"),
+            Shape::List(vec![
+                Shape::Unset,
+                Shape::List(vec![Shape::Set]),
+                object(vec![]),
+                Shape::Unset,
+                Shape::Set,
+                Shape::Set
+            ])
+        );
         let after = Obj {
             name: Some("n".into()),
             labels: [("a/b".to_string(), "v".to_string())].into(),
