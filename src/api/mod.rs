@@ -355,7 +355,8 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         if create {
             Self::prepare(&mut typed);
         }
-        // The text was read as a whole already; what the patch reads of it again is a container's keys.
+        // The patch reads the text again only along the paths of operations below the top level (to find the
+        // containers the decode made up); what it cannot read there is the client's text.
         let patch = default_patch(obj, &before, &typed)
             .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
         Ok((patch, unknown_fields))
