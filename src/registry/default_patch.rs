@@ -9,9 +9,9 @@
 //!
 //! The defaulted object is compared with `before` as it is serialized ([`Fill`], a serde `Serializer`): no JSON
 //! value of either is built (a [`Shape`] holds no text but map keys), and the values to add are written as JSON
-//! text. An operation below the top level is
-//! checked against the text as sent, since the typed decode may have made up a container that was absent or null
-//! there (a struct field with a default); the operation then fills that container whole.
+//! text. An operation below the top level is checked against the text as sent, since the typed decode may have
+//! made up a container that was absent or null there (a struct field with a default); the operation then fills
+//! that container whole.
 
 use super::decode::TextOrNone;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -42,14 +42,13 @@ pub fn default_patch<T: Serialize + ?Sized>(
             let mut de = serde_json::Deserializer::from_str(sent);
             let Some((depth, exists)) = Parents { below: &op.tokens }.deserialize(&mut de)? else { continue };
             // The container at `depth` is not in the text: the operation fills it whole, from the defaulted object.
-            let w = match whole.take() {
+            let defaulted = match &whole {
                 Some(w) => w,
-                None => serde_json::to_value(after)?,
+                None => whole.insert(serde_json::to_value(after)?),
             };
             op.tokens.truncate(depth);
-            op.value = serde_json::to_vec(w.pointer(&pointer(&op.tokens)).unwrap_or(&Value::Null))?;
+            op.value = serde_json::to_vec(defaulted.pointer(&pointer(&op.tokens)).unwrap_or(&Value::Null))?;
             op.replace = exists;
-            whole = Some(w);
         }
         // One operation per filled container: those below it (or equal to it) are dropped.
         ops.sort_by(|a, b| a.tokens.cmp(&b.tokens));
@@ -97,6 +96,13 @@ enum ShapeParts {
 }
 
 impl ShapeParts {
+    /// A field of an object (of a struct or a map).
+    fn field<T: Serialize + ?Sized>(&mut self, key: Cow<'static, str>, value: &T) -> serde_json::Result<()> {
+        if let ShapeParts::Object(fields, _) = self {
+            fields.push((key, value.serialize(ShapeOf)?));
+        }
+        Ok(())
+    }
     fn end(self) -> serde_json::Result<Shape> {
         Ok(match self {
             ShapeParts::Object(fields, _) => Shape::Object(fields),
@@ -233,10 +239,7 @@ impl ser::SerializeStruct for ShapeParts {
     type Ok = Shape;
     type Error = serde_json::Error;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> serde_json::Result<()> {
-        if let ShapeParts::Object(fields, _) = self {
-            fields.push((Cow::Borrowed(key), value.serialize(ShapeOf)?));
-        }
-        Ok(())
+        self.field(Cow::Borrowed(key), value)
     }
     fn end(self) -> serde_json::Result<Shape> {
         ShapeParts::end(self)
@@ -253,12 +256,13 @@ impl ser::SerializeMap for ShapeParts {
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
-        if let ShapeParts::Object(fields, key) = self {
-            if let Some(key) = key.take() {
-                fields.push((Cow::Owned(key), value.serialize(ShapeOf)?));
-            }
+        match self {
+            ShapeParts::Object(_, key) => match key.take() {
+                Some(key) => self.field(Cow::Owned(key), value),
+                None => Ok(()),
+            },
+            _ => Ok(()),
         }
-        Ok(())
     }
     fn end(self) -> serde_json::Result<Shape> {
         ShapeParts::end(self)
