@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use discovery::{aggregated_version, Discovery, DiscoveryFormat};
-use metrics::{Label, LatencyLabelSet, Metrics, RequestLabelSet};
+use metrics::{Label, LatencyLabelSet, Metrics};
 use openapi::OpenApi;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -122,11 +122,8 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, req: Request,
         scope: Label::Borrowed(labels.scope),
         component: Label::Borrowed("apiserver"),
     };
-    let latency = (request.verb != "WATCH").then(|| request.clone());
-    st.metrics.requests.get_or_create(&RequestLabelSet { request, code: code_label(resp.status()) }).inc();
-    if let Some(latency) = latency {
-        st.metrics.latency.get_or_create(&latency).observe(start.elapsed().as_secs_f64());
-    }
+    let elapsed = (request.verb != "WATCH").then(|| start.elapsed());
+    st.metrics.record(request, code_label(resp.status()), elapsed);
     resp
 }
 
