@@ -1588,8 +1588,11 @@ impl Target {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| anyhow!("client certificate: {e:?}"))?;
         let key = PrivateKeyDer::from_pem_slice(&data("client-key-data")?).map_err(|e| anyhow!("client key: {e:?}"))?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        // The cipher suites in the order kube-apiserver's Go client offers them on hardware with AES instructions
+        // (AES-128-GCM first), so that the server negotiates what it would with kube-apiserver.
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites.sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)?;
