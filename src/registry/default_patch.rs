@@ -103,7 +103,21 @@ impl ShapeParts {
         }
         Ok(())
     }
-    fn end(self) -> serde_json::Result<Shape> {
+    /// An item of a list.
+    fn item<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
+        if let ShapeParts::List(items) = self {
+            items.push(value.serialize(ShapeOf)?);
+        }
+        Ok(())
+    }
+    /// Where a map's key waits for its value.
+    fn key_slot(&mut self) -> Option<&mut Option<String>> {
+        match self {
+            ShapeParts::Object(_, slot) => Some(slot),
+            _ => None,
+        }
+    }
+    fn finish(self) -> serde_json::Result<Shape> {
         Ok(match self {
             ShapeParts::Object(fields, _) => Shape::Object(fields),
             ShapeParts::List(items) if items.is_empty() => Shape::Unset,
@@ -165,6 +179,71 @@ macro_rules! scalars {
             $answer
         }
     };
+}
+
+/// serde's compound serializers for the parts of a value (`$parts`, answering `$ok` when they end): the fields of
+/// a struct or a map go to `$parts::field` (a map's key waits in `$parts::key_slot` for its value), the items of a
+/// list to `$parts::item`; the parts of tuples and enum variants are skipped.
+macro_rules! parts_serializers {
+    ($parts:ty => $ok:ty) => {
+        impl ser::SerializeStruct for $parts {
+            type Ok = $ok;
+            type Error = serde_json::Error;
+            fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> serde_json::Result<()> {
+                self.field(Cow::Borrowed(key), value)
+            }
+            fn end(self) -> serde_json::Result<$ok> {
+                self.finish()
+            }
+        }
+        impl ser::SerializeMap for $parts {
+            type Ok = $ok;
+            type Error = serde_json::Error;
+            fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> serde_json::Result<()> {
+                if let Some(slot) = self.key_slot() {
+                    *slot = Some(key.serialize(KeyText)?);
+                }
+                Ok(())
+            }
+            fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
+                match self.key_slot().and_then(Option::take) {
+                    Some(key) => self.field(Cow::Owned(key), value),
+                    None => Ok(()),
+                }
+            }
+            fn end(self) -> serde_json::Result<$ok> {
+                self.finish()
+            }
+        }
+        impl ser::SerializeSeq for $parts {
+            type Ok = $ok;
+            type Error = serde_json::Error;
+            fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
+                self.item(value)
+            }
+            fn end(self) -> serde_json::Result<$ok> {
+                self.finish()
+            }
+        }
+        parts_serializers!(@skip $parts => $ok;
+            SerializeTuple::serialize_element(),
+            SerializeTupleStruct::serialize_field(),
+            SerializeTupleVariant::serialize_field(),
+            SerializeStructVariant::serialize_field(&'static str)
+        );
+    };
+    (@skip $parts:ty => $ok:ty; $($trait:ident :: $method:ident($($arg:ty),*)),*) => {$(
+        impl ser::$trait for $parts {
+            type Ok = $ok;
+            type Error = serde_json::Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, $(_: $arg,)* _: &T) -> serde_json::Result<()> {
+                Ok(())
+            }
+            fn end(self) -> serde_json::Result<$ok> {
+                self.finish()
+            }
+        }
+    )*};
 }
 
 impl Serializer for ShapeOf {
@@ -235,75 +314,7 @@ impl Serializer for ShapeOf {
     }
 }
 
-impl ser::SerializeStruct for ShapeParts {
-    type Ok = Shape;
-    type Error = serde_json::Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> serde_json::Result<()> {
-        self.field(Cow::Borrowed(key), value)
-    }
-    fn end(self) -> serde_json::Result<Shape> {
-        ShapeParts::end(self)
-    }
-}
-
-impl ser::SerializeMap for ShapeParts {
-    type Ok = Shape;
-    type Error = serde_json::Error;
-    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> serde_json::Result<()> {
-        if let ShapeParts::Object(_, slot) = self {
-            *slot = Some(key.serialize(KeyText)?);
-        }
-        Ok(())
-    }
-    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
-        match self {
-            ShapeParts::Object(_, key) => match key.take() {
-                Some(key) => self.field(Cow::Owned(key), value),
-                None => Ok(()),
-            },
-            _ => Ok(()),
-        }
-    }
-    fn end(self) -> serde_json::Result<Shape> {
-        ShapeParts::end(self)
-    }
-}
-
-impl ser::SerializeSeq for ShapeParts {
-    type Ok = Shape;
-    type Error = serde_json::Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
-        if let ShapeParts::List(items) = self {
-            items.push(value.serialize(ShapeOf)?);
-        }
-        Ok(())
-    }
-    fn end(self) -> serde_json::Result<Shape> {
-        ShapeParts::end(self)
-    }
-}
-
-/// The parts of tuples and enum variants are not shaped.
-macro_rules! opaque_parts {
-    ($($trait:ident :: $method:ident($($arg:ty),*)),*) => {$(
-        impl ser::$trait for ShapeParts {
-            type Ok = Shape;
-            type Error = serde_json::Error;
-            fn $method<T: Serialize + ?Sized>(&mut self, $(_: $arg,)* _: &T) -> serde_json::Result<()> {
-                Ok(())
-            }
-            fn end(self) -> serde_json::Result<Shape> {
-                ShapeParts::end(self)
-            }
-        }
-    )*};
-}
-opaque_parts!(
-    SerializeTuple::serialize_element(),
-    SerializeTupleStruct::serialize_field(),
-    SerializeTupleVariant::serialize_field(),
-    SerializeStructVariant::serialize_field(&'static str)
-);
+parts_serializers!(ShapeParts => Shape);
 
 /// One operation: the path's tokens (unescaped), the value as JSON text, and whether the path is there to replace
 /// (otherwise it is added; "add" also replaces an object's member that is there, as RFC 6902 says).
@@ -399,6 +410,16 @@ impl<'o, 'b> Compound<'o, 'b> {
             Some(Shape::Set) => Ok(()),
         }
     }
+    /// Where a map's key waits for its value.
+    fn key_slot(&mut self) -> Option<&mut Option<String>> {
+        match self {
+            Compound::Object { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+    fn finish(self) -> serde_json::Result<()> {
+        Ok(())
+    }
     /// An item: compared when it was an object or a non-empty list (items are not filled whole).
     fn item<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
         let Compound::List { ops, before, index } = self else { return Ok(()) };
@@ -484,73 +505,7 @@ impl<'o, 'b> Serializer for Fill<'o, 'b> {
     }
 }
 
-impl ser::SerializeStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> serde_json::Result<()> {
-        self.field(Cow::Borrowed(key), value)
-    }
-    fn end(self) -> serde_json::Result<()> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeMap for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> serde_json::Result<()> {
-        if let Compound::Object { key: slot, .. } = self {
-            *slot = Some(key.serialize(KeyText)?);
-        }
-        Ok(())
-    }
-    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
-        let key = match self {
-            Compound::Object { key, .. } => key.take(),
-            _ => None,
-        };
-        match key {
-            Some(key) => self.field(Cow::Owned(key), value),
-            None => Ok(()),
-        }
-    }
-    fn end(self) -> serde_json::Result<()> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeSeq for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
-        self.item(value)
-    }
-    fn end(self) -> serde_json::Result<()> {
-        Ok(())
-    }
-}
-
-/// The compounds that are never compared (tuples, enum variants) skip their parts.
-macro_rules! skip_compound {
-    ($($trait:ident :: $method:ident($($arg:ty),*)),*) => {$(
-        impl ser::$trait for Compound<'_, '_> {
-            type Ok = ();
-            type Error = serde_json::Error;
-            fn $method<T: Serialize + ?Sized>(&mut self, $(_: $arg,)* _: &T) -> serde_json::Result<()> {
-                Ok(())
-            }
-            fn end(self) -> serde_json::Result<()> {
-                Ok(())
-            }
-        }
-    )*};
-}
-skip_compound!(
-    SerializeTuple::serialize_element(),
-    SerializeTupleStruct::serialize_field(),
-    SerializeTupleVariant::serialize_field(),
-    SerializeStructVariant::serialize_field(&'static str)
-);
+parts_serializers!(Compound<'_, '_> => ());
 
 /// A map's key as text: a string (JSON object keys are).
 struct KeyText;
