@@ -152,8 +152,10 @@ mod tests {
         }
     }
 
-    fn line<'a>(text: &'a str, prefix: &str, verb: &str) -> Option<&'a str> {
-        text.lines().find(|l| l.starts_with(prefix) && l.contains(&format!("verb=\"{verb}\"")))
+    /// The value of the first sample whose line starts with `prefix` and carries all of `labels`.
+    fn value<'a>(text: &'a str, prefix: &str, labels: &[&str]) -> Option<&'a str> {
+        let line = text.lines().find(|l| l.starts_with(prefix) && labels.iter().all(|label| l.contains(label)))?;
+        line.rsplit(' ').next()
     }
 
     #[test]
@@ -167,21 +169,13 @@ mod tests {
         a.record(labels("LIST", "storagestates"), Label::Borrowed("404"), ms);
         a.record(labels("WATCH", "storagestates"), Label::Borrowed("200"), None);
         let (ta, tb) = (a.encode(), b.encode());
-        let total = |t: &str, code: &str| {
-            t.lines()
-                .find(|l| {
-                    l.starts_with("apiserver_request_total{")
-                        && l.contains("LIST")
-                        && l.contains(&format!("code=\"{code}\""))
-                })
-                .map(|l| l.rsplit(' ').next().unwrap_or_default().to_string())
-        };
-        assert_eq!(total(&ta, "200").as_deref(), Some("3"), "{ta}");
-        assert_eq!(total(&ta, "404").as_deref(), Some("1"), "{ta}");
-        assert_eq!(total(&tb, "200").as_deref(), Some("1"), "{tb}");
-        let count = line(&ta, "apiserver_request_duration_seconds_count{", "LIST").unwrap_or_else(|| panic!("{ta}"));
-        assert!(count.ends_with(" 4"), "{count}");
-        assert!(line(&ta, "apiserver_request_total{", "WATCH").is_some_and(|l| l.ends_with(" 1")), "{ta}");
-        assert!(line(&ta, "apiserver_request_duration_seconds", "WATCH").is_none(), "a watch has no latency: {ta}");
+        let (total, count) = ("apiserver_request_total{", "apiserver_request_duration_seconds_count{");
+        let (list, watch) = ("verb=\"LIST\"", "verb=\"WATCH\"");
+        assert_eq!(value(&ta, total, &[list, "code=\"200\""]), Some("3"), "{ta}");
+        assert_eq!(value(&ta, total, &[list, "code=\"404\""]), Some("1"), "{ta}");
+        assert_eq!(value(&tb, total, &[list, "code=\"200\""]), Some("1"), "{tb}");
+        assert_eq!(value(&ta, count, &[list]), Some("4"), "{ta}");
+        assert_eq!(value(&ta, total, &[watch]), Some("1"), "{ta}");
+        assert_eq!(value(&ta, "apiserver_request_duration_seconds", &[watch]), None, "a watch has no latency: {ta}");
     }
 }
