@@ -145,8 +145,9 @@ struct Envelope<R> {
 /// pass; a body that does not decode so is read again step by step (the envelope with its request as raw JSON,
 /// then the request with path tracking) to say exactly what is wrong with it.
 pub(crate) fn parse_review<'a, O: ReviewObject + Deserialize<'a>>(raw: &'a [u8]) -> ApiResult<AdmissionRequest<'a, O>> {
-    if starts_object(raw) {
-        if let Ok(review) = serde_json::from_slice::<Envelope<AdmissionRequest<'a, O>>>(raw) {
+    // Read as text once it is known to be UTF-8 (one check of the whole body, rather than one per string).
+    if let (true, Ok(text)) = (starts_object(raw), std::str::from_utf8(raw)) {
+        if let Ok(review) = serde_json::from_str::<Envelope<AdmissionRequest<'a, O>>>(text) {
             check_type(&review.api_version, &review.kind)?;
             return check_request(review.request.ok_or_else(|| malformed("request is missing"))?);
         }
@@ -384,6 +385,9 @@ mod tests {
     fn malformed_reviews_say_why() {
         let msg = |body: &str| parse_review::<&RawValue>(body.as_bytes()).unwrap_err().message;
         assert!(msg("{").contains("invalid JSON"));
+        // Not UTF-8: the text path is skipped, and the byte path says where.
+        let e = parse_review::<&RawValue>(b"{\"apiVersion\":\"\xff\"}").unwrap_err().message;
+        assert!(e.contains("invalid JSON") && e.contains("column"), "{e}");
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#).contains("apiVersion"));
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"Review"}"#).contains("kind must be"));
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).contains("request is missing"));
