@@ -81,7 +81,7 @@ struct Args {
 enum Group {
     /// GET, LIST, CREATE, watch fan-out, server memory and the 10^5 store step, on the embedded store.
     Core,
-    /// AdmissionReview throughput of /validate and /mutate.
+    /// AdmissionReview throughput of /validate and /mutate (on a server of their own with --server).
     Admission,
     /// ShootState create and get with a 100 KiB body, aesgcm against identity (starts its own servers).
     Encryption,
@@ -158,7 +158,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         created = n;
     }
     if on(Group::Admission) {
-        rows.extend(admission_rows(&target, pid, conns * 2, duration, &run).await);
+        // On a server of their own, as in the webhook deployment form (the kinds are CRDs, stored by
+        // kube-apiserver), not on the one the core rows filled with 10^5 objects (see BENCHMARKS.md).
+        match &args.server {
+            Some(bin) => match ServerProcess::start(bin, &["--disable-scheduler"]).await {
+                Ok((own, t)) => rows.extend(admission_rows(&t, Some(own.child.id()), conns * 2, duration, &run).await),
+                Err(e) => rows.push(Row::failed("AdmissionReview /validate and /mutate".into(), e)),
+            },
+            None => rows.extend(admission_rows(&target, pid, conns * 2, duration, &run).await),
+        }
     }
     if on(Group::Core) {
         rows.extend(store_rows(&target, server.as_mut(), conns * 2, bulk, idle_rss, created, &run).await);
