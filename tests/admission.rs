@@ -392,6 +392,57 @@ async fn validate_shoot_state_in_both_versions() {
 // ---------------------------------------------------------------------------------------------------------------
 // malformed reviews and authentication
 
+/// The server reads a review in one pass, its objects decoded into their kind's type on the way, when it finds the
+/// request's kind up front; otherwise (here: an escape in the kind's version) it reads the review step by step.
+/// Both give the same answers, patches, denials and warnings alike, and so does a review with its fields in
+/// another order (the objects before the kind, the request before the review's own fields).
+#[tokio::test]
+async fn reviews_answer_the_same_in_any_field_order() {
+    let s = Server::start(&[]);
+    let c = s.client().await;
+    // The request's fields in reverse order (objects first), the review's own fields after the request.
+    let reversed = |r: &Value, uid: &str| {
+        let req = r["request"].as_object().expect("request");
+        let fields: Vec<String> = req
+            .iter()
+            .rev()
+            .map(|(k, v)| format!("{}:{}", json!(k), if k == "uid" { json!(uid) } else { v.clone() }))
+            .collect();
+        format!(r#"{{"request":{{{}}},"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}}"#, fields.join(","))
+    };
+    // An escape in the kind object's version: no hint of the kind up front.
+    let escaped = |r: &Value, uid: &str| {
+        let mut r = r.clone();
+        r["request"]["uid"] = json!(uid);
+        let text = r.to_string();
+        let kind = format!("{}", r["request"]["kind"]);
+        assert!(text.contains(&kind));
+        let version = format!("{}", r["request"]["kind"]["version"]);
+        text.replacen(&kind, &kind.replacen(&version, &version.replacen('v', "\\u0076", 1), 1), 1)
+    };
+    let mut unknown = storage_state("deployments.apps", "deployments", "apps");
+    unknown["spec"]["bogus"] = json!(1);
+    let old = svm("svm-1", "deployments");
+    let cases = [
+        ("/mutate", review("o-1", "CREATE", Some(&storage_state("pods", "pods", "")), None, "")),
+        ("/validate", review("o-2", "CREATE", Some(&storage_state("pods", "deployments", "apps")), None, "")),
+        ("/validate", review("o-3", "CREATE", Some(&unknown), None, "")),
+        ("/validate", review("o-4", "UPDATE", Some(&svm("svm-1", "statefulsets")), Some(&old), "")),
+        ("/mutate", review("o-5", "UPDATE", Some(&unknown), Some(&unknown), "")),
+    ];
+    for (path, r) in &cases {
+        let uid = r["request"]["uid"].as_str().expect("uid");
+        let first = post(&c, path, r).await.review(uid);
+        for (how, text) in [("reversed", reversed(r, "u-r")), ("escaped", escaped(r, "u-e"))] {
+            assert!(text.contains("\"object\":{"), "{text}");
+            let uid = if how == "reversed" { "u-r" } else { "u-e" };
+            let again = post_raw(&c, path, text.into_bytes()).await.review(uid);
+            assert_eq!(again["uid"], uid);
+            same_answer(&again, &first);
+        }
+    }
+}
+
 #[tokio::test]
 async fn malformed_reviews_are_400() {
     let s = Server::start(&[]);

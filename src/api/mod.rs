@@ -2,6 +2,7 @@
 //! columns); this module bridges them to the object-safe [`Strategy`] the generic registry works with.
 //! Adding a kind = one file + one line in [`kinds`].
 
+pub mod admission_review;
 pub mod csi_translation;
 pub mod meta;
 pub mod printers;
@@ -10,8 +11,9 @@ pub mod storage_state;
 pub mod storage_version_migration;
 
 use crate::error::{ApiError, FieldError};
-use crate::registry::decode::{decode_with_type_meta, TypeMeta};
-use crate::registry::default_patch::{default_patch, Shape};
+use crate::registry::decode::{decode_with_type_meta, deserialize_with_type_meta, TypeMeta};
+use crate::registry::default_patch::{default_patch_with, Shape};
+use admission_review::{AdmissionObject, AdmissionRequest, AdmissionReview, ObjectText};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -120,12 +122,12 @@ pub struct Decoded {
 }
 
 /// The write validating admission checks in [`Strategy::admission_pass`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub enum PassWrite<'a> {
     Create,
-    /// An update from `old` (its JSON text as sent); `status`: of the `/status` subresource.
+    /// An update from `old`; `status`: of the `/status` subresource.
     Update {
-        old: &'a str,
+        old: AdmissionObject<'a>,
         status: bool,
     },
 }
@@ -163,7 +165,7 @@ pub trait Strategy: Send + Sync {
     /// `check_type` is the registry's check of each object's apiVersion and kind, read on the way.
     fn admission_pass(
         &self,
-        obj: &str,
+        obj: AdmissionObject<'_>,
         write: PassWrite<'_>,
         check_type: CheckType<'_>,
     ) -> Result<AdmissionPass, ApiError>;
@@ -174,10 +176,19 @@ pub trait Strategy: Send + Sync {
     /// fields the decoder did not know. apiVersion and kind are checked, never patched.
     fn admission_defaults(
         &self,
-        obj: &str,
+        obj: AdmissionObject<'_>,
         create: bool,
         check_type: CheckType<'_>,
     ) -> Result<(Option<Vec<u8>>, Vec<String>), ApiError>;
+    /// A review (its JSON text) of an object of this kind, read in one pass: its objects are decoded straight into
+    /// the kind's type, as [`admission_pass`](Self::admission_pass) would decode their text, and checked with
+    /// `check_type`. `None` when anything in it does not read or check so; the caller then reads the review step by
+    /// step, which says what is wrong.
+    fn read_review<'a>(
+        &self,
+        review: &'a str,
+        check_type: CheckType<'_>,
+    ) -> Option<AdmissionReview<AdmissionRequest<'a, AdmissionObject<'a>>>>;
     /// The response to a create of a create-only kind, computed in place.
     fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
@@ -246,13 +257,18 @@ impl<K: Kind> KindStrategy<K> {
         typed.prepare_for_create();
         typed.defaults();
     }
-    /// [`decode_typed`](Self::decode_typed) straight from JSON text, after `check_type` of its apiVersion and
-    /// kind (read in the same pass); text that does not decode so (a wrong type, a duplicate field) goes the
-    /// `Value` way, which says exactly what is wrong and where.
-    fn decode_text(text: &str, check_type: CheckType<'_>) -> Result<(K, Vec<String>), ApiError> {
-        Self::read_text(text, check_type).map(Self::with_defaults)
+    /// An object of a review, as [`read_text`](Self::read_text) reads its text; one decoded with the review is
+    /// taken as it is.
+    fn read_object(obj: AdmissionObject<'_>, check_type: CheckType<'_>) -> Result<(K, Vec<String>), ApiError> {
+        let lost = || ApiError::internal(format!("a review's {} is neither decoded nor found", K::info().kind));
+        match obj.typed {
+            Some(typed) => typed.downcast::<(K, Vec<String>)>().map(|t| *t).map_err(|_| lost()),
+            None => Self::read_text(obj.text.get().ok_or_else(lost)?, check_type),
+        }
     }
-    /// [`decode_text`](Self::decode_text) without the defaults.
+    /// [`read_typed`](Self::read_typed) straight from JSON text, after `check_type` of its apiVersion and kind
+    /// (read in the same pass); text that does not decode so (a wrong type, a duplicate field) goes the `Value`
+    /// way, which says exactly what is wrong and where.
     fn read_text(text: &str, check_type: CheckType<'_>) -> Result<(K, Vec<String>), ApiError> {
         let mut unknown = Vec::new();
         match decode_with_type_meta::<K, _>(text, STORING_SERVER_METADATA, |p| note_unknown(p, &mut unknown)) {
@@ -287,6 +303,24 @@ impl<K: Kind> KindStrategy<K> {
             }
         }
         Ok(())
+    }
+}
+
+/// An object of a review decoded straight into `K` while the review is read ([`Strategy::read_review`]), as
+/// [`KindStrategy::read_text`] decodes an object's text.
+struct TypedObject<'a, K> {
+    /// The object and the fields it did not know, boxed at once: the review's request is moved about as it is
+    /// decoded, and a kind's type is large.
+    decoded: Box<(K, Vec<String>)>,
+    type_meta: TypeMeta<'a>,
+}
+
+impl<'de, K: Kind> serde::Deserialize<'de> for TypedObject<'de, K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut unknown = Vec::new();
+        let (typed, type_meta) =
+            deserialize_with_type_meta(d, STORING_SERVER_METADATA, |p| note_unknown(p, &mut unknown))?;
+        Ok(TypedObject { decoded: Box::new(KindStrategy::decoded(typed, unknown)), type_meta })
     }
 }
 
@@ -345,11 +379,12 @@ impl<K: Kind> Strategy for KindStrategy<K> {
     }
     fn admission_defaults(
         &self,
-        obj: &str,
+        obj: AdmissionObject<'_>,
         create: bool,
         check_type: CheckType<'_>,
     ) -> Result<(Option<Vec<u8>>, Vec<String>), ApiError> {
-        let (mut typed, unknown_fields) = Self::read_text(obj, check_type)?;
+        let text = obj.text;
+        let (mut typed, unknown_fields) = Self::read_object(obj, check_type)?;
         let before = Shape::of(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
         typed.defaults();
         if create {
@@ -357,17 +392,32 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         }
         // The patch reads the text again only along the paths of operations below the top level (to find the
         // containers the decode made up); what it cannot read there is the client's text.
-        let patch = default_patch(obj, &before, &typed)
+        let patch = default_patch_with(|| text.get(), &before, &typed)
             .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
         Ok((patch, unknown_fields))
     }
+    fn read_review<'a>(
+        &self,
+        review: &'a str,
+        check_type: CheckType<'_>,
+    ) -> Option<AdmissionReview<AdmissionRequest<'a, AdmissionObject<'a>>>> {
+        let r: AdmissionReview<AdmissionRequest<'a, TypedObject<'a, K>>> = serde_json::from_str(review).ok()?;
+        let request = match r.request {
+            None => None,
+            Some(req) => Some(req.try_map_objects(|o, old| {
+                check_type(&o.type_meta).ok()?;
+                Some(AdmissionObject { typed: Some(o.decoded), text: ObjectText::InReview { review, old } })
+            })?),
+        };
+        Some(AdmissionReview { api_version: r.api_version, kind: r.kind, request })
+    }
     fn admission_pass(
         &self,
-        obj: &str,
+        obj: AdmissionObject<'_>,
         write: PassWrite<'_>,
         check_type: CheckType<'_>,
     ) -> Result<AdmissionPass, ApiError> {
-        let (mut typed, unknown_fields) = Self::decode_text(obj, check_type)?;
+        let (mut typed, unknown_fields) = Self::read_object(obj, check_type).map(Self::with_defaults)?;
         let mut old_namespace = None;
         let errors = match write {
             PassWrite::Create => {
@@ -378,7 +428,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
                 typed.validate()
             }
             PassWrite::Update { old, status } => {
-                let (old, _) = Self::decode_text(old, check_type)?;
+                let (old, _) = Self::read_object(old, check_type).map(Self::with_defaults)?;
                 old_namespace = old.metadata().namespace.clone();
                 if status {
                     typed.validate_status_update(&old)

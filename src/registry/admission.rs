@@ -8,23 +8,42 @@
 
 use super::decode::TypeMeta;
 use super::{Registry, Resource};
+use crate::api::admission_review::{AdmissionObject, AdmissionRequest, AdmissionReview};
 use crate::api::meta::validate_object_meta;
+
+/// A review of one of our kinds, its objects held for admission.
+pub type ReviewOf<'a> = AdmissionReview<AdmissionRequest<'a, AdmissionObject<'a>>>;
 use crate::api::{AdmissionPass, PassWrite};
 use crate::error::ApiResult;
 use std::sync::Arc;
 
-/// A write to admit, with the object(s) as kube-apiserver sent them (JSON text).
-#[derive(Clone, Copy, Debug)]
+/// A write to admit, with the object(s) as kube-apiserver sent them.
+#[derive(Debug)]
 pub enum AdmissionWrite<'a> {
     Create {
-        object: &'a str,
+        object: AdmissionObject<'a>,
     },
     /// `status`: the write is to the `/status` subresource.
     Update {
-        object: &'a str,
-        old_object: &'a str,
+        object: AdmissionObject<'a>,
+        old_object: AdmissionObject<'a>,
         status: bool,
     },
+}
+
+impl<'a> AdmissionWrite<'a> {
+    /// A create of the object whose JSON text is `object`.
+    pub fn create(object: &'a str) -> Self {
+        AdmissionWrite::Create { object: AdmissionObject::sent(object) }
+    }
+    /// An update from `old_object` to `object` (JSON texts).
+    pub fn update(object: &'a str, old_object: &'a str, status: bool) -> Self {
+        AdmissionWrite::Update {
+            object: AdmissionObject::sent(object),
+            old_object: AdmissionObject::sent(old_object),
+            status,
+        }
+    }
 }
 
 /// The outcome of defaulting: the JSON Patch that defaults the object as sent.
@@ -59,6 +78,13 @@ impl Resource {
         Ok(Defaulted { patch, warnings })
     }
 
+    /// A review of an object of this kind in `version` (its JSON text), read in one pass with its objects decoded
+    /// into the kind's type ([`Strategy::read_review`](crate::api::Strategy::read_review)); `None` when it does not
+    /// read so.
+    pub fn read_review<'a>(&self, version: &str, review: &'a str) -> Option<ReviewOf<'a>> {
+        self.strategy.read_review(review, &self.type_check(version))
+    }
+
     /// The check of an object's apiVersion and kind against this kind in `version`.
     fn type_check<'s>(&'s self, version: &'s str) -> impl Fn(&TypeMeta<'_>) -> ApiResult<()> + 's {
         move |t| self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)
@@ -79,10 +105,11 @@ impl Resource {
                 (object, PassWrite::Update { old: old_object, status })
             }
         };
+        let update = matches!(pass, PassWrite::Update { .. });
         let AdmissionPass { mut metadata, errors, unknown_fields, mut old_namespace } =
             self.strategy.admission_pass(object, pass, &self.type_check(version))?;
         self.check_namespace_of(&mut metadata.namespace, namespace)?;
-        if let PassWrite::Update { .. } = pass {
+        if update {
             self.check_namespace_of(&mut old_namespace, namespace)?;
         }
         let mut errs = validate_object_meta(&metadata, self.info().namespaced, self.info().name_rule);
@@ -129,17 +156,12 @@ mod tests {
         let good = json!({"resource": {"group": "apps", "version": "v1", "resource": "deployments"}, "extra": true});
         // Unknown fields are warnings (apiVersion and kind are not unknown); status is dropped on create, so the
         // contradictory conditions do not count.
-        let warnings = svm
-            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &object(good.clone()) })
-            .expect("allowed");
+        let warnings =
+            svm.admission_validate("v1alpha1", None, AdmissionWrite::create(&object(good.clone()))).expect("allowed");
         assert_eq!(warnings, vec!["unknown field \"metadata.bogus\"", "unknown field \"spec.extra\""]);
         // A value of the wrong type: 400 naming the field, as the REST decode says it.
         let e = svm
-            .admission_validate(
-                "v1alpha1",
-                None,
-                AdmissionWrite::Create { object: &object(json!({"resource": {"group": 5}})) },
-            )
+            .admission_validate("v1alpha1", None, AdmissionWrite::create(&object(json!({"resource": {"group": 5}}))))
             .unwrap_err();
         assert_eq!(e.code, 400);
         assert!(
@@ -149,7 +171,7 @@ mod tests {
         );
         // Missing fields: 422 listing each.
         let e = svm
-            .admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &object(json!({"resource": {}})) })
+            .admission_validate("v1alpha1", None, AdmissionWrite::create(&object(json!({"resource": {}}))))
             .unwrap_err();
         assert_eq!(e.code, 422);
         assert!(
@@ -160,14 +182,14 @@ mod tests {
         // Another kind's apiVersion: 400.
         let mut other = json_of(good.clone());
         other["apiVersion"] = json!("migration.k8s.io/v2");
-        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &raw(&other) }).unwrap_err();
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::create(&raw(&other))).unwrap_err();
         assert!(e.message.contains("does not match the expected API version"), "{}", e.message);
         // Updates validate against the old object: spec.resource is immutable; a /status update checks status.
         let mut changed = good.clone();
         changed["resource"]["version"] = json!("v2");
         let old = object(good.clone());
         let update = |new: &str, status: bool| {
-            svm.admission_validate("v1alpha1", None, AdmissionWrite::Update { object: new, old_object: &old, status })
+            svm.admission_validate("v1alpha1", None, AdmissionWrite::update(new, &old, status))
         };
         let e = update(&object(changed), false).unwrap_err();
         assert!(e.message.contains("spec.resource") && e.message.contains("immutable"), "{}", e.message);
@@ -182,18 +204,12 @@ mod tests {
             }
             raw(&o)
         };
-        assert!(ss
-            .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::Create { object: &shoot(None) })
-            .is_ok());
+        assert!(ss.admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::create(&shoot(None))).is_ok());
         let e = ss
-            .admission_validate(
-                "v1beta1",
-                Some("garden-a"),
-                AdmissionWrite::Create { object: &shoot(Some("garden-b")) },
-            )
+            .admission_validate("v1beta1", Some("garden-a"), AdmissionWrite::create(&shoot(Some("garden-b"))))
             .unwrap_err();
         assert!(e.message.contains("does not match the namespace sent on the request"), "{}", e.message);
-        let e = ss.admission_validate("v1beta1", None, AdmissionWrite::Create { object: &shoot(None) }).unwrap_err();
+        let e = ss.admission_validate("v1beta1", None, AdmissionWrite::create(&shoot(None))).unwrap_err();
         assert!(e.message.contains("metadata.namespace"), "{}", e.message);
         // JSON text the typed decode does not take directly is read as a `Value`, as the REST API reads it: a
         // duplicate field (the last one counts), an escaped apiVersion, and a type error found after the escape.
@@ -201,18 +217,18 @@ mod tests {
         let dup = r#"{"apiVersion":"migration.k8s.io\/v1alpha1","kind":"StorageVersionMigration","metadata":{"name":"m2"},
             "spec":{"resource":{}},"spec":{"resource":{"group":"","version":"v1","resource":"pods"}}}"#;
         assert_eq!(
-            svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: text(dup) }).unwrap(),
+            svm.admission_validate("v1alpha1", None, AdmissionWrite::create(text(dup))).unwrap(),
             Vec::<String>::new()
         );
         let bad = r#"{"apiVersion":"migration.k8s.io\/v1alpha1","metadata":{"name":"m3"},"spec":{"resource":{"version":["v1"]}}}"#;
-        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: text(bad) }).unwrap_err();
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::create(text(bad))).unwrap_err();
         assert!(
             e.message.starts_with("error decoding StorageVersionMigration at spec.resource.version"),
             "{}",
             e.message
         );
         let wrong = r#"{"apiVersion":"migration.k8s.io\/v2","metadata":{"name":"m4"}}"#;
-        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: text(wrong) }).unwrap_err();
+        let e = svm.admission_validate("v1alpha1", None, AdmissionWrite::create(text(wrong))).unwrap_err();
         assert!(e.message.contains("(migration.k8s.io/v2) does not match"), "{}", e.message);
     }
 
@@ -232,7 +248,7 @@ mod tests {
         };
         // Entries of any shape are neither warned about nor rejected.
         for mf in [managed.clone(), json!("not a list"), json!([{"bogus": 1}])] {
-            let warnings = svm.admission_validate("v1alpha1", None, AdmissionWrite::Create { object: &migration(mf) });
+            let warnings = svm.admission_validate("v1alpha1", None, AdmissionWrite::create(&migration(mf)));
             assert_eq!(warnings.expect("allowed"), Vec::<String>::new());
         }
         // The same patch with and without them, and the patched object keeps them as they were.
@@ -246,9 +262,8 @@ mod tests {
             o.to_string()
         };
         let sent = state(Some(&managed));
-        let with = ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &sent }).expect("defaulted");
-        let without =
-            ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &state(None) }).expect("defaulted");
+        let with = ss.admission_default("v1alpha1", AdmissionWrite::create(&sent)).expect("defaulted");
+        let without = ss.admission_default("v1alpha1", AdmissionWrite::create(&state(None))).expect("defaulted");
         assert!(with.patch.is_some());
         assert_eq!(with.patch, without.patch);
         let mut patched: Value = serde_json::from_str(&sent).expect("JSON");
@@ -260,12 +275,12 @@ mod tests {
         assert!(patched["apiVersion"] == "migration.k8s.io/v1alpha1" && patched["kind"] == "StorageState");
         let wrong = sent.replace("migration.k8s.io/v1alpha1\",\"kind", "migration.k8s.io/v9\",\"kind");
         assert_ne!(wrong, sent);
-        let e = ss.admission_default("v1alpha1", AdmissionWrite::Create { object: &wrong }).unwrap_err();
+        let e = ss.admission_default("v1alpha1", AdmissionWrite::create(&wrong)).unwrap_err();
         assert!(e.code == 400 && e.message.contains("does not match the expected API version"), "{}", e.message);
         // apiVersion and kind are the storing server's, checked but never patched: not when absent, not when
         // they are not strings (the type check ignores them then).
         let paths = |object: &str| {
-            let d = ss.admission_default("v1alpha1", AdmissionWrite::Create { object }).expect("defaulted");
+            let d = ss.admission_default("v1alpha1", AdmissionWrite::create(object)).expect("defaulted");
             let ops: Vec<Value> = serde_json::from_slice(&d.patch.unwrap_or_default()).unwrap_or_default();
             ops.iter().map(|op| format!("{} {}", op["op"], op["path"])).collect::<Vec<_>>()
         };
@@ -286,23 +301,23 @@ mod tests {
         let r = registry(dir.path());
         let ss = resource(&r, "StorageState");
         for object in ["[]", "[{}]", "\"x\""] {
-            let e = ss.admission_default("v1alpha1", AdmissionWrite::Create { object }).unwrap_err();
+            let e = ss.admission_default("v1alpha1", AdmissionWrite::create(object)).unwrap_err();
             assert_eq!(e.code, 400, "{object}: {e:?}");
         }
         let head = r#"{"apiVersion":"migration.k8s.io/v1alpha1","kind":"StorageState","#;
         let skipped = format!(
             r#"{head}"metadata":{{"name":"r.g","labels":{{"a":"b","a":"c"}},"managedFields":[1e999]}},"spec":{{"resource":{{"group":"g","resource":"r"}}}},"x":"\ud800"}}"#
         );
-        let write = AdmissionWrite::Create { object: &skipped };
-        assert_eq!(ss.admission_validate("v1alpha1", None, write).expect("allowed"), ["unknown field \"x\""]);
-        let defaulted = ss.admission_default("v1alpha1", write).expect("defaulted");
+        let write = || AdmissionWrite::create(&skipped);
+        assert_eq!(ss.admission_validate("v1alpha1", None, write()).expect("allowed"), ["unknown field \"x\""]);
+        let defaulted = ss.admission_default("v1alpha1", write()).expect("defaulted");
         let ops: Vec<Value> = serde_json::from_slice(&defaulted.patch.expect("a patch")).expect("JSON");
         assert_eq!(
             ops,
             [json!({"op": "add", "path": "/status", "value": {"persistedStorageVersionHashes": ["Unknown"]}})]
         );
         for object in ["[]", "[{}]", "5"] {
-            let e = ss.admission_validate("v1alpha1", None, AdmissionWrite::Create { object }).unwrap_err();
+            let e = ss.admission_validate("v1alpha1", None, AdmissionWrite::create(object)).unwrap_err();
             assert!(e.code == 400 && e.message.contains("must be a JSON object"), "{object}: {e:?}");
         }
     }

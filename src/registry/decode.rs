@@ -321,6 +321,23 @@ where
     T: Deserialize<'a>,
     F: FnMut(serde_ignored::Path<'_>),
 {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let decoded = deserialize_with_type_meta(&mut de, skip_metadata, ignored)?;
+    de.end()?;
+    Ok(decoded)
+}
+
+/// [`decode_with_type_meta`] of the JSON object `d` gives (a value inside a larger document, say).
+pub fn deserialize_with_type_meta<'de, T, D, F>(
+    d: D,
+    skip_metadata: &'static [&'static str],
+    ignored: F,
+) -> Result<(T, TypeMeta<'de>), D::Error>
+where
+    T: Deserialize<'de>,
+    D: Deserializer<'de>,
+    F: FnMut(serde_ignored::Path<'_>),
+{
     struct ObjectVisitor<'m, 'a, T, F> {
         meta: &'m mut TypeMeta<'a>,
         skip_metadata: &'static [&'static str],
@@ -338,10 +355,8 @@ where
         }
     }
     let mut meta = TypeMeta::default();
-    let mut de = serde_json::Deserializer::from_str(text);
     let visitor = ObjectVisitor { meta: &mut meta, skip_metadata, ignored, _t: PhantomData };
-    let typed = de.deserialize_map(visitor)?;
-    de.end()?;
+    let typed = d.deserialize_map(visitor)?;
     Ok((typed, meta))
 }
 

@@ -26,6 +26,16 @@ pub fn default_patch<T: Serialize + ?Sized>(
     before: &Shape,
     after: &T,
 ) -> serde_json::Result<Option<Vec<u8>>> {
+    default_patch_with(|| Some(sent), before, after)
+}
+
+/// [`default_patch`] with the text as sent found by `sent` only if an operation below the top level needs it
+/// (`None`: it cannot be found).
+pub fn default_patch_with<'s, T: Serialize + ?Sized>(
+    sent: impl FnOnce() -> Option<&'s str>,
+    before: &Shape,
+    after: &T,
+) -> serde_json::Result<Option<Vec<u8>>> {
     let mut ops = Ops::default();
     after.serialize(Fill { ops: &mut ops, before })?;
     let mut ops = ops.found;
@@ -34,6 +44,8 @@ pub fn default_patch<T: Serialize + ?Sized>(
     }
     // Operations at the top level add to the object itself, which is there; deeper ones need their containers.
     if ops.iter().any(|op| op.tokens.len() > 1) {
+        let sent =
+            sent().ok_or_else(|| <serde_json::Error as serde::de::Error>::custom("the object's text is gone"))?;
         let mut whole = None;
         for op in &mut ops {
             if op.tokens.len() < 2 {

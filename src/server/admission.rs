@@ -13,9 +13,11 @@
 
 use super::rest::read_body;
 use super::AppState;
+pub(crate) use crate::api::admission_review::AdmissionRequest;
+use crate::api::admission_review::{kind_hint, AdmissionObject, AdmissionReview, ReviewObject};
 use crate::error::{ApiError, ApiResult};
 use crate::registry::admission::AdmissionWrite;
-use crate::registry::decode::{starts_object, text, Text};
+use crate::registry::decode::starts_object;
 use crate::registry::{Registry, Resource};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -54,91 +56,8 @@ async fn validate(State(st): State<Arc<AppState>>, req: Request) -> Response {
     admit(&st, req, Mode::Validate).await
 }
 
-#[derive(Deserialize, Debug, Default)]
-pub(crate) struct GroupVersionKind<'a> {
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) group: Text<'a>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) version: Text<'a>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) kind: Text<'a>,
-}
-
-#[derive(Deserialize, Debug, Default)]
-pub(crate) struct GroupVersionResource<'a> {
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) group: Text<'a>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) version: Text<'a>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) resource: Text<'a>,
-}
-
-/// The fields of `AdmissionRequest` we act on, with strings borrowed from the body ([`Text`]; absent or null
-/// strings are empty). `O` is how its objects are held: as JSON text (`&RawValue`, our kinds' webhooks, which
-/// decode them straight into their types) or as a `Value` (the CSI webhooks).
-#[derive(Deserialize, Debug)]
-#[serde(rename_all = "camelCase")]
-#[serde(bound(deserialize = "'de: 'a, O: Deserialize<'de>"))]
-pub(crate) struct AdmissionRequest<'a, O = Value> {
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) uid: Text<'a>,
-    #[serde(default, borrow)]
-    pub(crate) kind: Option<GroupVersionKind<'a>>,
-    #[serde(default, borrow)]
-    pub(crate) resource: Option<GroupVersionResource<'a>>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) sub_resource: Text<'a>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) name: Text<'a>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) namespace: Text<'a>,
-    #[serde(default, borrow, deserialize_with = "text")]
-    pub(crate) operation: Text<'a>,
-    #[serde(default)]
-    pub(crate) object: Option<O>,
-    #[serde(default)]
-    pub(crate) old_object: Option<O>,
-    /// Read for the log only: without side effects a dry run is answered like any other review.
-    #[serde(default)]
-    pub(crate) dry_run: Option<bool>,
-}
-
-/// A review of our kinds: their objects are decoded straight from their JSON text into their types.
-type RawRequest<'a> = AdmissionRequest<'a, &'a RawValue>;
-
-/// An object of a review, however it is held.
-pub(crate) trait ReviewObject {
-    fn is_json_object(&self) -> bool;
-}
-
-impl ReviewObject for Value {
-    fn is_json_object(&self) -> bool {
-        self.is_object()
-    }
-}
-
-impl ReviewObject for &RawValue {
-    fn is_json_object(&self) -> bool {
-        starts_object(self.get().as_bytes())
-    }
-}
-
 fn malformed(detail: impl std::fmt::Display) -> ApiError {
     ApiError::bad_request(format!("malformed AdmissionReview: {detail}"))
-}
-
-/// An AdmissionReview: its type and its request, decoded as `R` (the whole request, or its raw JSON to decode it
-/// step by step).
-#[derive(Deserialize)]
-#[serde(bound(deserialize = "R: Deserialize<'de>"))]
-struct Envelope<R> {
-    #[serde(rename = "apiVersion", default)]
-    api_version: Option<Value>,
-    #[serde(default)]
-    kind: Option<Value>,
-    #[serde(default)]
-    request: Option<R>,
 }
 
 /// The review's request, or the 400 (413) that says why there is none. A well-formed review is decoded in one
@@ -147,12 +66,11 @@ struct Envelope<R> {
 pub(crate) fn parse_review<'a, O: ReviewObject + Deserialize<'a>>(raw: &'a [u8]) -> ApiResult<AdmissionRequest<'a, O>> {
     // Read as text once it is known to be UTF-8 (one check of the whole body, rather than one per string).
     if let (true, Ok(text)) = (starts_object(raw), std::str::from_utf8(raw)) {
-        if let Ok(review) = serde_json::from_str::<Envelope<AdmissionRequest<'a, O>>>(text) {
-            check_type(&review.api_version, &review.kind)?;
-            return check_request(review.request.ok_or_else(|| malformed("request is missing"))?);
+        if let Ok(review) = serde_json::from_str::<AdmissionReview<AdmissionRequest<'a, O>>>(text) {
+            return check_review(review);
         }
     }
-    let envelope: Envelope<&'a RawValue> = match serde_json::from_slice(raw) {
+    let envelope: AdmissionReview<&'a RawValue> = match serde_json::from_slice(raw) {
         Ok(e) if starts_object(raw) => e,
         Ok(_) => return Err(malformed("the body must be a JSON object")),
         Err(e) if e.is_data() && !starts_object(raw) => return Err(malformed("the body must be a JSON object")),
@@ -170,6 +88,33 @@ pub(crate) fn parse_review<'a, O: ReviewObject + Deserialize<'a>>(raw: &'a [u8])
         malformed(format!("request.{path}: {}", e.into_inner()))
     })?;
     check_request(req)
+}
+
+/// The request of a review that decoded, or the 400 that says why it is not one we answer.
+fn check_review<O: ReviewObject>(
+    review: AdmissionReview<AdmissionRequest<'_, O>>,
+) -> ApiResult<AdmissionRequest<'_, O>> {
+    check_type(&review.api_version, &review.kind)?;
+    check_request(review.request.ok_or_else(|| malformed("request is missing"))?)
+}
+
+/// A review of one of our kinds. When its text names the request's kind plainly ([`kind_hint`]; kube-apiserver's
+/// reviews do), it is read in one pass with its objects decoded into the kind's type on the way; otherwise, or when
+/// that pass fails, it is read step by step ([`parse_review`]), which also says what is wrong with it.
+fn read_review<'a>(registry: &Registry, raw: &'a [u8]) -> ApiResult<AdmissionRequest<'a, AdmissionObject<'a>>> {
+    if let (true, Ok(text)) = (starts_object(raw), std::str::from_utf8(raw)) {
+        let hint = kind_hint(text);
+        let resource = hint.as_ref().and_then(|k| registry.resource_for_kind(k.group, k.version, k.kind));
+        if let (Some(res), Some(hint)) = (resource, &hint) {
+            let review = res.read_review(hint.version, text);
+            if let Some(review) = review.filter(|r| r.request.as_ref().is_some_and(|req| hint.is_of(req))) {
+                return check_review(review);
+            }
+        }
+    }
+    let req = parse_review::<&RawValue>(raw)?;
+    req.try_map_objects(|o, _| Some(AdmissionObject::sent(o.get())))
+        .ok_or_else(|| ApiError::internal("a review's objects could not be kept as text"))
 }
 
 /// apiVersion and kind of a review must be the ones we answer.
@@ -229,43 +174,33 @@ impl Answer {
     pub(crate) fn deny(e: &ApiError) -> Self {
         Answer { allowed: false, status: Some(e.status()), ..Default::default() }
     }
-    /// The AdmissionReview answering the request `uid`, as JSON.
+    /// The AdmissionReview answering the request `uid`, as JSON. Written out field by field: only the uid, the
+    /// warnings and the status need JSON escaping (the patch is base64), and this is every review's answer.
     pub(crate) fn review(&self, uid: &str) -> Vec<u8> {
-        #[derive(serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Review<'a> {
-            api_version: &'static str,
-            kind: &'static str,
-            response: Response<'a>,
+        let mut out = Vec::with_capacity(128 + self.patch.as_ref().map_or(0, String::len));
+        for part in ["{\"apiVersion\":\"", ADMISSION_API_VERSION, "\",\"kind\":\"", ADMISSION_REVIEW] {
+            out.extend_from_slice(part.as_bytes());
         }
-        #[derive(serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Response<'a> {
-            uid: &'a str,
-            allowed: bool,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            patch_type: Option<&'static str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            patch: Option<&'a str>,
-            #[serde(skip_serializing_if = "<[String]>::is_empty")]
-            warnings: &'a [String],
-            #[serde(skip_serializing_if = "Option::is_none")]
-            status: Option<&'a Value>,
-        }
-        let review = Review {
-            api_version: ADMISSION_API_VERSION,
-            kind: ADMISSION_REVIEW,
-            response: Response {
-                uid,
-                allowed: self.allowed,
-                patch_type: self.patch.as_ref().map(|_| "JSONPatch"),
-                patch: self.patch.as_deref(),
-                warnings: &self.warnings,
-                status: self.status.as_ref(),
-            },
-        };
+        out.extend_from_slice(b"\",\"response\":{\"uid\":");
         // Plain data with string keys: serializing it cannot fail.
-        serde_json::to_vec(&review).unwrap_or_default()
+        let _ = serde_json::to_writer(&mut out, uid);
+        out.extend_from_slice(if self.allowed { b",\"allowed\":true" } else { b",\"allowed\":false" });
+        if let Some(patch) = &self.patch {
+            debug_assert!(patch.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b)), "not base64");
+            out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
+            out.extend_from_slice(patch.as_bytes());
+            out.push(b'"');
+        }
+        if !self.warnings.is_empty() {
+            out.extend_from_slice(b",\"warnings\":");
+            let _ = serde_json::to_writer(&mut out, &self.warnings);
+        }
+        if let Some(status) = &self.status {
+            out.extend_from_slice(b",\"status\":");
+            let _ = serde_json::to_writer(&mut out, status);
+        }
+        out.extend_from_slice(b"}}");
+        out
     }
 
     /// The HTTP answer carrying [`Answer::review`].
@@ -278,7 +213,10 @@ impl Answer {
 
 /// The served resource the review is about (by `request.kind`, else `request.resource`), with the version its
 /// objects are in; Err(warning) when it is not ours.
-fn target<'a>(registry: &'a Registry, req: &'a RawRequest<'_>) -> Result<(&'a Arc<Resource>, &'a str), String> {
+fn target<'a, O>(
+    registry: &'a Registry,
+    req: &'a AdmissionRequest<'_, O>,
+) -> Result<(&'a Arc<Resource>, &'a str), String> {
     let unserved = |what: String| {
         format!("migration-apiserver does not serve {what}: admitted unchecked (check the rules of the webhook configuration)")
     };
@@ -298,11 +236,11 @@ fn target<'a>(registry: &'a Registry, req: &'a RawRequest<'_>) -> Result<(&'a Ar
 }
 
 /// The answer to `req`, whose objects it takes.
-fn decide(registry: &Registry, req: &RawRequest<'_>, mode: Mode) -> Answer {
+fn decide(registry: &Registry, req: &mut AdmissionRequest<'_, AdmissionObject<'_>>, mode: Mode) -> Answer {
     // Deletes and connects carry nothing to default or validate.
-    let (object, old_object) = match (&*req.operation, req.object, req.old_object) {
-        ("CREATE", Some(o), _) => (o.get(), None),
-        ("UPDATE", Some(o), Some(old)) => (o.get(), Some(old.get())),
+    let (object, old_object) = match (&*req.operation, req.object.take(), req.old_object.take()) {
+        ("CREATE", Some(o), _) => (o, None),
+        ("UPDATE", Some(o), Some(old)) => (o, Some(old)),
         _ => return Answer::allow(Vec::new()),
     };
     let (res, version) = match target(registry, req) {
@@ -357,11 +295,11 @@ async fn admit(st: &AppState, req: Request, mode: Mode) -> Response {
         Ok(raw) => raw,
         Err(r) => return r,
     };
-    let req = match parse_review::<&RawValue>(&raw) {
+    let mut req = match read_review(&st.registry, &raw) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let answer = decide(&st.registry, &req, mode);
+    let answer = decide(&st.registry, &mut req, mode);
     tracing::debug!(
         uid = %req.uid,
         operation = %req.operation,
@@ -410,5 +348,18 @@ mod tests {
         let v = review(Answer { allowed: true, patch: Some("W10=".into()), ..Default::default() }, "u2");
         assert_eq!(v["response"]["patchType"], "JSONPatch");
         assert_eq!(v["response"]["patch"], "W10=");
+        // A uid that needs escaping, warnings and a status.
+        let a = Answer {
+            allowed: false,
+            warnings: vec!["w \"1\"".into()],
+            status: Some(json!({"code": 422})),
+            patch: None,
+        };
+        let v = review(a, "u\"3\\");
+        assert_eq!(
+            v,
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+                "uid": "u\"3\\", "allowed": false, "warnings": ["w \"1\""], "status": {"code": 422}}})
+        );
     }
 }
