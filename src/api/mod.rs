@@ -13,6 +13,7 @@ pub mod storage_version_migration;
 use crate::error::{ApiError, FieldError};
 use crate::registry::decode::{decode_with_type_meta, deserialize_with_type_meta, TypeMeta};
 use crate::registry::default_patch::{default_patch_with, Shape};
+use crate::registry::unknown::Path;
 use admission_review::{AdmissionObject, AdmissionRequest, AdmissionReview, ObjectText};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
@@ -227,19 +228,19 @@ impl<K: Kind> KindStrategy<K> {
     fn read_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
         let mut unknown = Vec::new();
         // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
-        let typed: K = match serde_ignored::deserialize(obj, |p: serde_ignored::Path<'_>| note_unknown(p, &mut unknown))
-        {
-            Ok(typed) => typed,
-            Err(_) => {
-                let e = serde_path_to_error::deserialize::<_, K>(obj).err();
-                let (path, inner) = match e {
-                    Some(e) => (path_string(e.path()), e.into_inner().to_string()),
-                    None => (String::new(), "the object does not decode".to_string()),
-                };
-                let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
-                return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
-            }
-        };
+        let typed: K =
+            match crate::registry::unknown::deserialize(obj, |p: &Path<'_, '_>| note_unknown(p, &mut unknown)) {
+                Ok(typed) => typed,
+                Err(_) => {
+                    let e = serde_path_to_error::deserialize::<_, K>(obj).err();
+                    let (path, inner) = match e {
+                        Some(e) => (path_string(e.path()), e.into_inner().to_string()),
+                        None => (String::new(), "the object does not decode".to_string()),
+                    };
+                    let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
+                    return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
+                }
+            };
         Ok(Self::decoded(typed, unknown))
     }
     /// A decoded object, and its unknown fields sorted and without repeats.
@@ -343,14 +344,10 @@ pub fn drop_storing_server_metadata(obj: &mut Value) {
 
 /// Notes a field the typed decode did not know, by its path (apiVersion and kind, which the registry checks and
 /// the typed structs do not carry, excepted).
-fn note_unknown(path: serde_ignored::Path<'_>, unknown: &mut Vec<String>) {
-    if let serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key } = &path {
-        if key == "apiVersion" || key == "kind" {
-            return;
-        }
+fn note_unknown(path: &Path<'_, '_>, unknown: &mut Vec<String>) {
+    if !matches!(path.top_level_key(), Some("apiVersion" | "kind")) {
+        unknown.push(path.field_path());
     }
-    // serde_ignored writes "?" for every Option on the way; a field path has none.
-    unknown.push(path.to_string().split('.').filter(|s| *s != "?").collect::<Vec<_>>().join("."));
 }
 
 /// Go-style field path from serde's path ("spec.resource" rather than ".spec.resource").

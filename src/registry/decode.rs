@@ -1,5 +1,6 @@
 //! Request body decoding: JSON into a `Value`, noting duplicate fields (reported under fieldValidation=Strict|Warn).
 
+use super::unknown::Path;
 use crate::error::ApiError;
 use serde::de::value::{BorrowedStrDeserializer, MapAccessDeserializer, StringDeserializer};
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
@@ -311,7 +312,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Skipping<A> {
 /// Decodes the JSON object in `text` as `T` in one pass, reading its apiVersion and kind into the returned
 /// [`TypeMeta`] rather than giving them to `T` (for types that do not carry them), and skipping the fields
 /// `skip_metadata` of its `metadata`; `ignored` is told the path of every field `T` does not know, as with
-/// `serde_ignored`. Trailing characters are an error.
+/// [`super::unknown`]. Trailing characters are an error.
 pub fn decode_with_type_meta<'a, T, F>(
     text: &'a str,
     skip_metadata: &'static [&'static str],
@@ -319,7 +320,7 @@ pub fn decode_with_type_meta<'a, T, F>(
 ) -> Result<(T, TypeMeta<'a>), serde_json::Error>
 where
     T: Deserialize<'a>,
-    F: FnMut(serde_ignored::Path<'_>),
+    F: FnMut(&Path<'_, 'a>),
 {
     let mut de = serde_json::Deserializer::from_str(text);
     let decoded = deserialize_with_type_meta(&mut de, skip_metadata, ignored)?;
@@ -336,7 +337,7 @@ pub fn deserialize_with_type_meta<'de, T, D, F>(
 where
     T: Deserialize<'de>,
     D: Deserializer<'de>,
-    F: FnMut(serde_ignored::Path<'_>),
+    F: FnMut(&Path<'_, 'de>),
 {
     struct ObjectVisitor<'m, 'a, T, F> {
         meta: &'m mut TypeMeta<'a>,
@@ -344,14 +345,14 @@ where
         ignored: F,
         _t: PhantomData<fn() -> T>,
     }
-    impl<'de, T: Deserialize<'de>, F: FnMut(serde_ignored::Path<'_>)> Visitor<'de> for ObjectVisitor<'_, 'de, T, F> {
+    impl<'de, T: Deserialize<'de>, F: FnMut(&Path<'_, 'de>)> Visitor<'de> for ObjectVisitor<'_, 'de, T, F> {
         type Value = T;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a JSON object")
         }
         fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
             let top = TopLevel { map, meta: self.meta, skip_metadata: self.skip_metadata, in_metadata: false };
-            serde_ignored::deserialize(MapAccessDeserializer::new(top), self.ignored)
+            super::unknown::deserialize(MapAccessDeserializer::new(top), self.ignored)
         }
     }
     let mut meta = TypeMeta::default();
@@ -398,7 +399,7 @@ mod tests {
 
     fn decode(text: &str) -> Result<(Obj, TypeMeta<'_>, Vec<String>), serde_json::Error> {
         let mut ignored = Vec::new();
-        let (o, t) = decode_with_type_meta(text, &["managedFields"], |p| ignored.push(p.to_string()))?;
+        let (o, t) = decode_with_type_meta(text, &["managedFields"], |p| ignored.push(p.field_path()))?;
         Ok((o, t, ignored))
     }
 
@@ -413,10 +414,10 @@ mod tests {
         assert_eq!((t.api_version.as_deref(), t.kind.as_deref()), (Some("g/v1"), Some("K2")));
         assert!(matches!(t.kind, Some(Cow::Borrowed(_))));
         // metadata.managedFields is skipped (whatever it holds) without being reported; elsewhere the name is
-        // an ordinary field; unknown fields are reported by path (serde_ignored's, with "?" for an Option).
+        // an ordinary field; unknown fields are reported by path.
         assert_eq!(o.metadata, Some(Meta { name: Some("a".into()), labels: None }));
         assert_eq!(o.spec, Some(serde_json::json!({"managedFields": 1})));
-        assert_eq!(ignored, vec!["metadata.?.x", "extra"]);
+        assert_eq!(ignored, vec!["metadata.x", "extra"]);
         // Non-strings read as absent.
         let (_, t, _) = decode(r#"{"apiVersion":5,"kind":{"a":[1]}}"#).unwrap();
         assert_eq!((t.api_version, t.kind), (None, None));

@@ -8,6 +8,7 @@ pub mod continue_token;
 pub mod decode;
 pub mod default_patch;
 pub mod selectors;
+pub mod unknown;
 
 use crate::api::meta::validate_object_meta;
 use crate::api::Strategy;
