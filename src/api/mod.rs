@@ -11,7 +11,7 @@ pub mod storage_state;
 pub mod storage_version_migration;
 
 use crate::error::{ApiError, FieldError};
-use crate::registry::decode::{decode_with_type_meta, deserialize_with_type_meta, TypeMeta};
+use crate::registry::decode::{deserialize_with_type_meta, TypeMeta};
 use crate::registry::default_patch::{default_patch_with, Shape};
 use crate::registry::unknown::Path;
 use admission_review::{AdmissionObject, AdmissionRequest, AdmissionReview, ObjectText};
@@ -271,11 +271,10 @@ impl<K: Kind> KindStrategy<K> {
     /// (read in the same pass); text that does not decode so (a wrong type, a duplicate field) goes the `Value`
     /// way, which says exactly what is wrong and where.
     fn read_text(text: &str, check_type: CheckType<'_>) -> Result<(K, Vec<String>), ApiError> {
-        let mut unknown = Vec::new();
-        match decode_with_type_meta::<K, _>(text, STORING_SERVER_METADATA, |p| note_unknown(p, &mut unknown)) {
-            Ok((typed, type_meta)) => {
-                check_type(&type_meta)?;
-                Ok(Self::decoded(typed, unknown))
+        match serde_json::from_str::<TypedObject<'_, K>>(text) {
+            Ok(o) => {
+                check_type(&o.type_meta)?;
+                Ok(*o.decoded)
             }
             Err(_) => {
                 let mut value: Value = serde_json::from_str(text)
@@ -307,8 +306,8 @@ impl<K: Kind> KindStrategy<K> {
     }
 }
 
-/// An object of a review decoded straight into `K` while the review is read ([`Strategy::read_review`]), as
-/// [`KindStrategy::read_text`] decodes an object's text.
+/// An object decoded straight into `K` from its JSON text ([`KindStrategy::read_text`]), on its own or while the
+/// review it is in is read ([`Strategy::read_review`]).
 struct TypedObject<'a, K> {
     /// The object and the fields it did not know, boxed at once: the review's request is moved about as it is
     /// decoded, and a kind's type is large.

@@ -166,7 +166,7 @@ impl<'de> DeserializeSeed<'de> for TextOrNone {
     }
 }
 
-/// An object's apiVersion and kind as [`decode_with_type_meta`] finds them: strings, or `None` when absent or not
+/// An object's apiVersion and kind as [`deserialize_with_type_meta`] finds them: strings, or `None` when absent or not
 /// a string.
 #[derive(Debug, Default)]
 pub struct TypeMeta<'a> {
@@ -309,26 +309,10 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Skipping<A> {
     }
 }
 
-/// Decodes the JSON object in `text` as `T` in one pass, reading its apiVersion and kind into the returned
-/// [`TypeMeta`] rather than giving them to `T` (for types that do not carry them), and skipping the fields
-/// `skip_metadata` of its `metadata`; `ignored` is told the path of every field `T` does not know, as with
-/// [`super::unknown`]. Trailing characters are an error.
-pub fn decode_with_type_meta<'a, T, F>(
-    text: &'a str,
-    skip_metadata: &'static [&'static str],
-    ignored: F,
-) -> Result<(T, TypeMeta<'a>), serde_json::Error>
-where
-    T: Deserialize<'a>,
-    F: FnMut(&Path<'_, 'a>),
-{
-    let mut de = serde_json::Deserializer::from_str(text);
-    let decoded = deserialize_with_type_meta(&mut de, skip_metadata, ignored)?;
-    de.end()?;
-    Ok(decoded)
-}
-
-/// [`decode_with_type_meta`] of the JSON object `d` gives (a value inside a larger document, say).
+/// Decodes the JSON object `d` gives (a whole document, or a value inside a larger one) as `T` in one pass,
+/// reading its apiVersion and kind into the returned [`TypeMeta`] rather than giving them to `T` (for types that do
+/// not carry them), and skipping the fields `skip_metadata` of its `metadata`; `ignored` is told the path of every
+/// field `T` does not know ([`super::unknown`]).
 pub fn deserialize_with_type_meta<'de, T, D, F>(
     d: D,
     skip_metadata: &'static [&'static str],
@@ -399,7 +383,9 @@ mod tests {
 
     fn decode(text: &str) -> Result<(Obj, TypeMeta<'_>, Vec<String>), serde_json::Error> {
         let mut ignored = Vec::new();
-        let (o, t) = decode_with_type_meta(text, &["managedFields"], |p| ignored.push(p.field_path()))?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let (o, t) = deserialize_with_type_meta(&mut de, &["managedFields"], |p| ignored.push(p.field_path()))?;
+        de.end()?;
         Ok((o, t, ignored))
     }
 
