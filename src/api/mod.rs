@@ -12,7 +12,7 @@ pub mod storage_version_migration;
 
 use crate::error::{ApiError, FieldError};
 use crate::registry::decode::{deserialize_with_type_meta, TypeMeta};
-use crate::registry::default_patch::{default_patch_with, Shape};
+use crate::registry::default_patch::{default_patch, Shape};
 use crate::registry::unknown::Path;
 use admission_review::{AdmissionObject, AdmissionRequest, AdmissionReview, ObjectText};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -388,7 +388,7 @@ impl<K: Kind> Strategy for KindStrategy<K> {
         }
         // The patch reads the text again only along the paths of operations below the top level (to find the
         // containers the decode made up); what it cannot read there is the client's text.
-        let patch = default_patch_with(|| text.get(), &before, &typed)
+        let patch = default_patch(|| text.get(), &before, &typed)
             .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
         Ok((patch, unknown_fields))
     }

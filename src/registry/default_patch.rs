@@ -19,19 +19,10 @@ use serde::ser::{self, Impossible, Serialize, Serializer};
 use serde_json::Value;
 use std::borrow::Cow;
 
-/// The JSON Patch (as JSON text) that adds to `sent` (the object's JSON text as sent) what defaulting added to
-/// `before` (the shape of the object as decoded from it) to make `after`; `None` when nothing is added.
-pub fn default_patch<T: Serialize + ?Sized>(
-    sent: &str,
-    before: &Shape,
-    after: &T,
-) -> serde_json::Result<Option<Vec<u8>>> {
-    default_patch_with(|| Some(sent), before, after)
-}
-
-/// [`default_patch`] with the text as sent found by `sent` only if an operation below the top level needs it
-/// (`None`: it cannot be found).
-pub fn default_patch_with<'s, T: Serialize + ?Sized>(
+/// The JSON Patch (as JSON text) that adds to the object as sent what defaulting added to `before` (the shape of
+/// the object as decoded from it) to make `after`; `None` when nothing is added. `sent` gives the object's JSON
+/// text as sent (`None`: it cannot be found), and is called only when an operation below the top level needs it.
+pub fn default_patch<'s, T: Serialize + ?Sized>(
     sent: impl FnOnce() -> Option<&'s str>,
     before: &Shape,
     after: &T,
@@ -684,7 +675,7 @@ mod tests {
 
     /// The operations that default `sent` (JSON text, decoded as `before`, or as itself) to `after`, as values.
     fn ops_from(sent: &str, before: &Value, after: &Value) -> Vec<Value> {
-        let patch = default_patch(sent, &Shape::of(before).expect("a shape"), after).expect("a patch");
+        let patch = default_patch(|| Some(sent), &Shape::of(before).expect("a shape"), after).expect("a patch");
         patch.map(|p| serde_json::from_slice(&p).expect("a JSON array")).unwrap_or_default()
     }
     fn ops(sent: &str, after: &str) -> Vec<Value> {
@@ -820,7 +811,7 @@ mod tests {
             items: vec![Item { mode: Some("m".into()) }, Item { mode: Some("y".into()) }],
             status: Some(Status { hashes: vec!["Unknown".into()] }),
         };
-        let mut ops: Vec<String> = default_patch(sent, &before, &after)
+        let mut ops: Vec<String> = default_patch(|| Some(sent), &before, &after)
             .expect("a patch")
             .map(|p| serde_json::from_slice::<Vec<Value>>(&p).expect("JSON"))
             .unwrap_or_default()
