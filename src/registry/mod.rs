@@ -320,11 +320,7 @@ impl Resource {
     ) -> ApiResult<()> {
         let i = self.info();
         if let Some(av) = api_version.filter(|s| !s.is_empty()) {
-            let expected = match av.split_once('/') {
-                Some((g, v)) => !i.group.is_empty() && g == i.group && v == version,
-                None => i.group.is_empty() && av == version,
-            };
-            if !expected {
+            if !i.is_api_version(av, version) {
                 let want_av = i.api_version(version);
                 return Err(ApiError::bad_request(format!(
                     "the API version in the data ({av}) does not match the expected API version ({want_av})"
