@@ -79,7 +79,7 @@ struct Tracked<'a, 'b, 'de, D, F> {
 
 /// A visitor of the value at `path`, whose containers it tracks.
 struct Wrap<'a, 'b, 'de, X, F> {
-    delegate: X,
+    inner: X,
     path: &'a Path<'a, 'de>,
     callback: &'b mut F,
 }
@@ -105,7 +105,7 @@ macro_rules! tracked_methods {
     ($($method:ident($($arg:ident: $ty:ty),*))*) => {
         $(
             fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, D::Error> {
-                let visitor = Wrap { delegate: visitor, path: &self.path, callback: self.callback };
+                let visitor = Wrap { inner: visitor, path: &self.path, callback: self.callback };
                 self.de.$method($($arg,)* visitor)
             }
         )*
@@ -127,72 +127,62 @@ impl<'de, D: Deserializer<'de>, F: FnMut(&Path<'_, 'de>)> Deserializer<'de> for 
     }
 }
 
+/// Visitor methods that hand what they are given to `self.inner` unchanged: values, nothing, or the access to a
+/// container.
+macro_rules! forward_visits {
+    (values: $($method:ident($ty:ty))*) => {$(
+        fn $method<E: de::Error>(self, v: $ty) -> Result<Self::Value, E> {
+            self.inner.$method(v)
+        }
+    )*};
+    (empty: $($method:ident)*) => {$(
+        fn $method<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.inner.$method()
+        }
+    )*};
+    (access: $($method:ident($bound:ident))*) => {$(
+        fn $method<A: $bound<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+            self.inner.$method(a)
+        }
+    )*};
+}
+
+/// [`CaptureKey`]'s visitor methods for keys that are not borrowed strings: the key is kept as its text, then
+/// handed on.
+macro_rules! capture_visits {
+    ($($method:ident($ty:ty))*) => {$(
+        fn $method<E: de::Error>(mut self, v: $ty) -> Result<Self::Value, E> {
+            self.keep(|| Cow::Owned(v.to_string()));
+            self.inner.$method(v)
+        }
+    )*};
+}
+
 impl<'de, X: Visitor<'de>, F: FnMut(&Path<'_, 'de>)> Visitor<'de> for Wrap<'_, '_, 'de, X, F> {
     type Value = X::Value;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        self.delegate.expecting(f)
+        self.inner.expecting(f)
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<X::Value, E> {
-        self.delegate.visit_bool(v)
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<X::Value, E> {
-        self.delegate.visit_i64(v)
-    }
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<X::Value, E> {
-        self.delegate.visit_i128(v)
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<X::Value, E> {
-        self.delegate.visit_u64(v)
-    }
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<X::Value, E> {
-        self.delegate.visit_u128(v)
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<X::Value, E> {
-        self.delegate.visit_f64(v)
-    }
-    fn visit_char<E: de::Error>(self, v: char) -> Result<X::Value, E> {
-        self.delegate.visit_char(v)
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<X::Value, E> {
-        self.delegate.visit_str(v)
-    }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<X::Value, E> {
-        self.delegate.visit_borrowed_str(v)
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<X::Value, E> {
-        self.delegate.visit_string(v)
-    }
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<X::Value, E> {
-        self.delegate.visit_bytes(v)
-    }
-    fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<X::Value, E> {
-        self.delegate.visit_borrowed_bytes(v)
-    }
-    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<X::Value, E> {
-        self.delegate.visit_byte_buf(v)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<X::Value, E> {
-        self.delegate.visit_none()
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<X::Value, E> {
-        self.delegate.visit_unit()
-    }
+    forward_visits!(values: visit_bool(bool) visit_i64(i64) visit_i128(i128) visit_u64(u64) visit_u128(u128)
+        visit_f64(f64) visit_char(char) visit_str(&str) visit_borrowed_str(&'de str) visit_string(String)
+        visit_bytes(&[u8]) visit_borrowed_bytes(&'de [u8]) visit_byte_buf(Vec<u8>));
+    forward_visits!(empty: visit_none visit_unit);
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<X::Value, D::Error> {
-        self.delegate.visit_some(Tracked { de: d, path: Path::Inner { parent: self.path }, callback: self.callback })
+        self.inner.visit_some(Tracked { de: d, path: Path::Inner { parent: self.path }, callback: self.callback })
     }
     fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<X::Value, D::Error> {
         let inner = Tracked { de: d, path: Path::Inner { parent: self.path }, callback: self.callback };
-        self.delegate.visit_newtype_struct(inner)
+        self.inner.visit_newtype_struct(inner)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<X::Value, A::Error> {
-        self.delegate.visit_seq(Items { seq, path: self.path, index: 0, callback: self.callback })
+        self.inner.visit_seq(Items { seq, path: self.path, index: 0, callback: self.callback })
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<X::Value, A::Error> {
-        self.delegate.visit_map(Entries { map, path: self.path, key: None, callback: self.callback })
+        self.inner.visit_map(Entries { map, path: self.path, key: None, callback: self.callback })
     }
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<X::Value, A::Error> {
-        self.delegate.visit_enum(Variant { inner: data, path: self.path, callback: self.callback })
+        self.inner.visit_enum(Variant { inner: data, path: self.path, callback: self.callback })
     }
 }
 
@@ -304,67 +294,17 @@ impl<'de, X: Visitor<'de>> Visitor<'de> for CaptureKey<'_, 'de, X> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         self.inner.expecting(f)
     }
-    fn visit_bool<E: de::Error>(mut self, v: bool) -> Result<X::Value, E> {
-        self.keep(|| Cow::Owned(v.to_string()));
-        self.inner.visit_bool(v)
-    }
-    fn visit_i64<E: de::Error>(mut self, v: i64) -> Result<X::Value, E> {
-        self.keep(|| Cow::Owned(v.to_string()));
-        self.inner.visit_i64(v)
-    }
-    fn visit_u64<E: de::Error>(mut self, v: u64) -> Result<X::Value, E> {
-        self.keep(|| Cow::Owned(v.to_string()));
-        self.inner.visit_u64(v)
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<X::Value, E> {
-        self.inner.visit_f64(v)
-    }
-    fn visit_char<E: de::Error>(mut self, v: char) -> Result<X::Value, E> {
-        self.keep(|| Cow::Owned(v.to_string()));
-        self.inner.visit_char(v)
-    }
-    fn visit_str<E: de::Error>(mut self, v: &str) -> Result<X::Value, E> {
-        self.keep(|| Cow::Owned(v.to_string()));
-        self.inner.visit_str(v)
-    }
+    capture_visits!(visit_bool(bool) visit_i64(i64) visit_u64(u64) visit_char(char) visit_str(&str)
+        visit_string(String));
     fn visit_borrowed_str<E: de::Error>(mut self, v: &'de str) -> Result<X::Value, E> {
         self.keep(|| Cow::Borrowed(v));
         self.inner.visit_borrowed_str(v)
     }
-    fn visit_string<E: de::Error>(mut self, v: String) -> Result<X::Value, E> {
-        self.keep(|| Cow::Owned(v.clone()));
-        self.inner.visit_string(v)
-    }
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<X::Value, E> {
-        self.inner.visit_bytes(v)
-    }
-    fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<X::Value, E> {
-        self.inner.visit_borrowed_bytes(v)
-    }
-    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<X::Value, E> {
-        self.inner.visit_byte_buf(v)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<X::Value, E> {
-        self.inner.visit_none()
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<X::Value, E> {
-        self.inner.visit_unit()
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<X::Value, D::Error> {
-        self.inner.visit_some(d)
-    }
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<X::Value, D::Error> {
-        self.inner.visit_newtype_struct(d)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<X::Value, A::Error> {
-        self.inner.visit_seq(seq)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<X::Value, A::Error> {
-        self.inner.visit_map(map)
-    }
-    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<X::Value, A::Error> {
-        self.inner.visit_enum(data)
-    }
+    forward_visits!(values: visit_i128(i128) visit_u128(u128) visit_f64(f64) visit_bytes(&[u8])
+        visit_borrowed_bytes(&'de [u8]) visit_byte_buf(Vec<u8>));
+    forward_visits!(empty: visit_none visit_unit);
+    forward_visits!(access: visit_some(Deserializer) visit_newtype_struct(Deserializer) visit_seq(SeqAccess)
+        visit_map(MapAccess) visit_enum(EnumAccess));
 }
 
 /// An enum's variant, whose content is tracked as the inner value of its parent's path.
@@ -393,14 +333,14 @@ impl<'de, A: VariantAccess<'de>, F: FnMut(&Path<'_, 'de>)> VariantAccess<'de> fo
         self.inner.newtype_variant_seed(Seed { seed, path, callback: self.callback })
     }
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
-        self.inner.tuple_variant(len, Wrap { delegate: visitor, path: self.path, callback: self.callback })
+        self.inner.tuple_variant(len, Wrap { inner: visitor, path: self.path, callback: self.callback })
     }
     fn struct_variant<V: Visitor<'de>>(
         self,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, A::Error> {
-        self.inner.struct_variant(fields, Wrap { delegate: visitor, path: self.path, callback: self.callback })
+        self.inner.struct_variant(fields, Wrap { inner: visitor, path: self.path, callback: self.callback })
     }
 }
 
