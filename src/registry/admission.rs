@@ -10,12 +10,12 @@ use super::decode::TypeMeta;
 use super::{Registry, Resource};
 use crate::api::admission_review::{AdmissionObject, AdmissionRequest, AdmissionReview};
 use crate::api::meta::validate_object_meta;
-
-/// A review of one of our kinds, its objects held for admission.
-pub type ReviewOf<'a> = AdmissionReview<AdmissionRequest<'a, AdmissionObject<'a>>>;
 use crate::api::{AdmissionPass, PassWrite};
 use crate::error::ApiResult;
 use std::sync::Arc;
+
+/// A review of one of our kinds, its objects held for admission.
+pub type ReviewOf<'a> = AdmissionReview<AdmissionRequest<'a, AdmissionObject<'a>>>;
 
 /// A write to admit, with the object(s) as kube-apiserver sent them.
 #[derive(Debug)]
