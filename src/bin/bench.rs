@@ -5,7 +5,8 @@
 //! loops speak HTTP/1.1 themselves on the tokio-rustls stream ([`LeanConn`]: one write per request,
 //! reused buffers, no connection task), so that the client costs little CPU next to the server on
 //! the same machine; setup calls and watch streams go through hyper's client `conn`. Latencies of
-//! successful requests are recorded one by one and percentiles are read from the sorted samples.
+//! successful requests are recorded one by one and percentiles are read from the sorted samples. The admission
+//! rows that carry targets give the server and the bench separate CPUs (`admission_group`).
 //! Results are printed as a markdown table next to their targets; missing a target never fails the
 //! run (see BENCHMARKS.md).
 
@@ -158,14 +159,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         created = n;
     }
     if on(Group::Admission) {
-        // On a server of their own, as in the webhook deployment form (the kinds are CRDs, stored by
+        // On servers of their own, as in the webhook deployment form (the kinds are CRDs, stored by
         // kube-apiserver), not on the one the core rows filled with 10^5 objects (see BENCHMARKS.md).
         match &args.server {
-            Some(bin) => match ServerProcess::start(bin, &["--disable-scheduler"]).await {
-                Ok((own, t)) => rows.extend(admission_rows(&t, Some(own.child.id()), conns * 2, duration, &run).await),
-                Err(e) => rows.push(Row::failed("AdmissionReview /validate and /mutate".into(), e)),
-            },
-            None => rows.extend(admission_rows(&target, pid, conns * 2, duration, &run).await),
+            Some(bin) => rows.extend(admission_group(bin, conns * 2, duration, &run).await),
+            None => rows.extend(admission_rows(target.clone(), pid, conns * 2, duration, run.clone(), true).await),
         }
     }
     if on(Group::Core) {
@@ -192,7 +190,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Some(bin) => match find_program(&args.etcd) {
                 Some(etcd) => {
                     let etcd_rows = etcd_rows(bin, &etcd, conns, duration, &run).await;
-                    merge_pairs(&mut rows, etcd_rows);
+                    merge_pairs(&mut rows, etcd_rows, "the embedded store's");
                 }
                 None => eprintln!("bench: etcd skipped: no etcd binary {}", args.etcd.display()),
             },
@@ -454,10 +452,68 @@ async fn watch_fanout(target: &Target, run: &str, streams: usize, updates: usize
 
 const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
+/// The admission rows on servers of their own. With 2 CPUs or more, first with the server on one half of them and
+/// the bench on the other, as when kube-apiserver calls the webhook from another machine: these rows carry the
+/// targets. Then again with both free to run on every CPU, each row after its pair with the ratio: on 2 cores the
+/// server's and the bench's busy threads preempt each other, and an answer waits while its thread does (a 4 ms
+/// tick; see BENCHMARKS.md).
+async fn admission_group(bin: &Path, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
+    let Some((server_cpus, bench_cpus)) = split_cpus(allowed_cpus()) else {
+        return admission_on(bin, None, conns, duration, run, true).await;
+    };
+    let mut rows = admission_on(bin, Some((&server_cpus, &bench_cpus)), conns, duration, run, true).await;
+    let mut shared = admission_on(bin, None, conns, duration, run, false).await;
+    for row in &mut shared {
+        row.pair = Some(row.scenario.clone());
+        row.scenario += ", server and bench sharing the CPUs";
+        row.target.clear();
+    }
+    merge_pairs(&mut rows, shared, "the separate CPUs'");
+    rows
+}
+
+/// The admission rows against a new server. With `cpus` (the server's, the bench's), the server may only run on
+/// the first and the load runs on a runtime of its own, on the second.
+async fn admission_on(
+    bin: &Path,
+    cpus: Option<(&[usize], &[usize])>,
+    conns: usize,
+    duration: Duration,
+    run: &str,
+    floor: bool,
+) -> Vec<Row> {
+    let (server, target) = match ServerProcess::start_on(bin, &["--disable-scheduler"], cpus.map(|c| c.0)).await {
+        Ok(started) => started,
+        Err(e) => return vec![Row::failed("AdmissionReview /validate and /mutate".into(), e)],
+    };
+    let load = admission_rows(target, Some(server.child.id()), conns, duration, run.to_string(), floor);
+    let Some((server_cpus, bench_cpus)) = cpus else {
+        return load.await;
+    };
+    let mut rows = match on_cpus(bench_cpus, load).await {
+        Ok(rows) => rows,
+        Err(e) => return vec![Row::failed("AdmissionReview /validate and /mutate".into(), e)],
+    };
+    let placement = format!("server on {}, bench on {}", cpu_list(server_cpus), cpu_list(bench_cpus));
+    for row in &mut rows {
+        row.notes += &format!("; {placement}");
+    }
+    rows
+}
+
 /// /validate with a StorageVersionMigration CREATE and /mutate with a StorageState CREATE (the kind that has a
 /// default, so that the answer carries a patch), as kube-apiserver sends them for the CRD form. Every answer is
 /// checked: its uid echoed, allowed, and no patch (/validate) or exactly the expected patch (/mutate).
-async fn admission_rows(target: &Target, pid: Option<u32>, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
+/// Then, with `floor`, the floor under them.
+async fn admission_rows(
+    target: Target,
+    pid: Option<u32>,
+    conns: usize,
+    duration: Duration,
+    run: String,
+    floor: bool,
+) -> Vec<Row> {
+    let (target, run) = (&target, run.as_str());
     let mut rows = Vec::new();
     for mutate in [false, true] {
         let scenario = if mutate {
@@ -470,6 +526,9 @@ async fn admission_rows(target: &Target, pid: Option<u32>, conns: usize, duratio
             Ok(row) => rows.push(row),
             Err(e) => rows.push(Row::failed(scenario.into(), e)),
         }
+    }
+    if !floor {
+        return rows;
     }
     // The floor under any review: the same requests to a path that rejects the method without reading anything.
     let scenario = "floor: the same POST to /healthz (405, nothing decoded)";
@@ -1079,12 +1138,13 @@ async fn etcd_rows_inner(
     Ok(rows)
 }
 
-/// Puts each row with a `pair` right after the row it pairs with, with the ratio of their figures in its notes.
-fn merge_pairs(rows: &mut Vec<Row>, paired: Vec<Row>) {
+/// Puts each row with a `pair` right after the row it pairs with, with the ratio of their figures (to `whose`) in
+/// its notes.
+fn merge_pairs(rows: &mut Vec<Row>, paired: Vec<Row>, whose: &str) {
     for mut row in paired {
         match row.pair.as_ref().and_then(|p| rows.iter().rposition(|r| &r.scenario == p)) {
             Some(i) => {
-                let ratio = ratio_note(&row, &rows[i], "the embedded store's");
+                let ratio = ratio_note(&row, &rows[i], whose);
                 if !ratio.is_empty() {
                     row.notes = format!("{ratio}; {}", row.notes);
                 }
@@ -1975,6 +2035,8 @@ struct ServerProcess {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
+    /// The CPUs it may run on, when not all.
+    cpus: Option<Vec<usize>>,
     /// How the server ended, when it ended by itself.
     died: Option<String>,
     /// Stopped by us (`stop`), not died.
@@ -1984,19 +2046,30 @@ struct ServerProcess {
 impl ServerProcess {
     /// Starts `bin serve` in a new temporary directory on a free port and waits for /readyz.
     async fn start(bin: &Path, extra_args: &[&str]) -> anyhow::Result<(ServerProcess, Target)> {
+        Self::start_on(bin, extra_args, None).await
+    }
+
+    /// [`ServerProcess::start`], with the server (and its restarts) on `cpus` only when given.
+    async fn start_on(
+        bin: &Path,
+        extra_args: &[&str],
+        cpus: Option<&[usize]>,
+    ) -> anyhow::Result<(ServerProcess, Target)> {
         let port = free_port()?;
         let dir = std::env::temp_dir().join(format!("migration-apiserver-bench-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let child = Self::spawn(bin, &dir, port, extra_args)?;
-        let mut server = ServerProcess { child, bin: bin.to_path_buf(), dir, port, died: None, stopped: false };
+        let child = Self::spawn(bin, &dir, port, extra_args, cpus)?;
+        let cpus = cpus.map(<[usize]>::to_vec);
+        let mut server = ServerProcess { child, bin: bin.to_path_buf(), dir, port, cpus, died: None, stopped: false };
         let target = server.wait_ready().await?;
         Ok((server, target))
     }
 
-    fn spawn(bin: &Path, dir: &Path, port: u16, extra_args: &[&str]) -> anyhow::Result<Child> {
+    fn spawn(bin: &Path, dir: &Path, port: u16, extra_args: &[&str], cpus: Option<&[usize]>) -> anyhow::Result<Child> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("server.log"))?;
         let (data, certs) = (dir.join("data"), dir.join("certs"));
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .args(["serve", "--secure-port", &port.to_string(), "--bind-address", "127.0.0.1", "--data-dir"])
             .args([data.as_os_str(), "--cert-dir".as_ref(), certs.as_os_str()])
             .args(extra_args)
@@ -2004,10 +2077,19 @@ impl ServerProcess {
             .env("RUST_BACKTRACE", std::env::var_os("RUST_BACKTRACE").unwrap_or("1".into()))
             .stdout(log.try_clone()?)
             .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        eprintln!("bench: started {} {} (pid {}) on port {port}", bin.display(), extra_args.join(" "), child.id());
+            .stdin(Stdio::null());
+        let child = match cpus {
+            None => command.spawn(),
+            // A child starts with the CPU affinity of the thread that starts it: a thread of its own, pinned.
+            Some(cpus) => std::thread::scope(|s| {
+                s.spawn(|| pin_current_thread(cpus).and_then(|()| command.spawn()))
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the thread starting the server panicked")))
+            }),
+        }
+        .with_context(|| format!("starting {}", bin.display()))?;
+        let on = cpus.map_or(String::new(), |c| format!(" on {}", cpu_list(c)));
+        eprintln!("bench: started {} {} (pid {}) on port {port}{on}", bin.display(), extra_args.join(" "), child.id());
         Ok(child)
     }
 
@@ -2067,7 +2149,7 @@ impl ServerProcess {
     /// Stops the server and starts it again on the same directory and port with `extra_args`.
     async fn restart(&mut self, extra_args: &[&str]) -> anyhow::Result<Target> {
         self.stop().await?;
-        self.child = Self::spawn(&self.bin, &self.dir, self.port, extra_args)?;
+        self.child = Self::spawn(&self.bin, &self.dir, self.port, extra_args, self.cpus.as_deref())?;
         self.stopped = false;
         self.wait_ready().await
     }
@@ -2178,6 +2260,75 @@ impl CpuTicks {
     }
 }
 
+// CPU affinity, to give the server and the bench separate CPUs (admission rows).
+
+/// The CPUs the calling thread may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a cpu_set_t is a plain bit array, valid all zero; the kernel writes at most the size it is given.
+    let mut set = unsafe { std::mem::zeroed::<libc::cpu_set_t>() };
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: every index is below CPU_SETSIZE, the number of bits in the set.
+    (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
+}
+
+/// Restricts the calling thread, and the threads and processes it starts from now on, to `cpus`.
+fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: as in `allowed_cpus`; indexes at or above CPU_SETSIZE are refused before CPU_SET.
+    let mut set = unsafe { std::mem::zeroed::<libc::cpu_set_t>() };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::other(format!("CPU {cpu} is beyond the affinity mask")));
+        }
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `cpus` in two: the first half (rounded up) for the server, the rest for the bench; `None` below 2 CPUs.
+fn split_cpus(mut cpus: Vec<usize>) -> Option<(Vec<usize>, Vec<usize>)> {
+    if cpus.len() < 2 {
+        return None;
+    }
+    let bench = cpus.split_off(cpus.len().div_ceil(2));
+    Some((cpus, bench))
+}
+
+fn cpu_list(cpus: &[usize]) -> String {
+    let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+    format!("CPU{} {}", if cpus.len() == 1 { "" } else { "s" }, list.join(","))
+}
+
+/// Runs `load` to the end on a runtime of its own, with one worker thread per CPU of `cpus` and every thread
+/// restricted to them.
+async fn on_cpus<F>(cpus: &[usize], load: F) -> anyhow::Result<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let failed = Arc::new(std::sync::Mutex::new(None));
+    let (pinned, failure) = (cpus.to_vec(), failed.clone());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cpus.len())
+        .enable_all()
+        .on_thread_start(move || {
+            if let Err(e) = pin_current_thread(&pinned) {
+                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+            }
+        })
+        .build()?;
+    let output = runtime.spawn(load).await;
+    runtime.shutdown_background();
+    if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        bail!("restricting the bench to {}: {e}", cpu_list(cpus));
+    }
+    Ok(output?)
+}
+
 fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model =
@@ -2200,6 +2351,35 @@ mod tests {
 
     fn answer(response: Value) -> Vec<u8> {
         json!({"apiVersion": ADMISSION_V1, "kind": "AdmissionReview", "response": response}).to_string().into_bytes()
+    }
+
+    #[test]
+    fn cpus_split_with_the_larger_half_for_the_server() {
+        assert_eq!(split_cpus(vec![]), None);
+        assert_eq!(split_cpus(vec![3]), None);
+        assert_eq!(split_cpus(vec![0, 1]), Some((vec![0], vec![1])));
+        assert_eq!(split_cpus(vec![0, 2, 5]), Some((vec![0, 2], vec![5])));
+        assert_eq!(split_cpus(vec![0, 1, 2, 3]), Some((vec![0, 1], vec![2, 3])));
+        assert_eq!(cpu_list(&[1]), "CPU 1");
+        assert_eq!(cpu_list(&[0, 1]), "CPUs 0,1");
+    }
+
+    #[test]
+    fn a_pinned_thread_and_what_it_starts_stay_on_its_cpus() {
+        let allowed = allowed_cpus();
+        assert!(!allowed.is_empty(), "no CPU in this thread's affinity mask");
+        let last = *allowed.last().unwrap();
+        std::thread::spawn(move || {
+            pin_current_thread(&[last]).expect("pinning to an allowed CPU");
+            assert_eq!(allowed_cpus(), vec![last]);
+            // A thread started from here inherits the mask.
+            assert_eq!(std::thread::spawn(allowed_cpus).join().unwrap(), vec![last]);
+        })
+        .join()
+        .unwrap();
+        // Other threads keep theirs.
+        assert_eq!(allowed_cpus(), allowed);
+        assert!(pin_current_thread(&[libc::CPU_SETSIZE as usize]).is_err());
     }
 
     #[test]
@@ -2242,6 +2422,7 @@ mod tests {
         merge_pairs(
             &mut rows,
             vec![row("GET, on etcd", 250.0, Some("GET")), row("CREATE, on etcd", 1000.0, Some("CREATE"))],
+            "the embedded store's",
         );
         let names: Vec<&str> = rows.iter().map(|r| r.scenario.as_str()).collect();
         assert_eq!(names, ["GET", "GET, on etcd", "LIST", "CREATE", "CREATE, on etcd"]);
