@@ -2372,8 +2372,12 @@ mod tests {
         std::thread::spawn(move || {
             pin_current_thread(&[last]).expect("pinning to an allowed CPU");
             assert_eq!(allowed_cpus(), vec![last]);
-            // A thread started from here inherits the mask.
+            // A thread started from here inherits the mask, and so does a process (the server, in the bench).
             assert_eq!(std::thread::spawn(allowed_cpus).join().unwrap(), vec![last]);
+            let status = Command::new("cat").arg("/proc/self/status").output().expect("cat /proc/self/status");
+            let status = String::from_utf8_lossy(&status.stdout).into_owned();
+            let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+            assert_eq!(line.split_whitespace().nth(1), Some(last.to_string().as_str()), "{line}");
         })
         .join()
         .unwrap();
