@@ -163,7 +163,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // kube-apiserver), not on the one the core rows filled with 10^5 objects (see BENCHMARKS.md).
         match &args.server {
             Some(bin) => rows.extend(admission_group(bin, conns * 2, duration, &run).await),
-            None => rows.extend(admission_rows(target.clone(), pid, conns * 2, duration, run.clone(), true).await),
+            None => rows.extend(admission_rows(target.clone(), pid, conns * 2, duration, run.clone()).await),
         }
     }
     if on(Group::Core) {
@@ -452,49 +452,72 @@ async fn watch_fanout(target: &Target, run: &str, streams: usize, updates: usize
 
 const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
-/// The admission rows on servers of their own. With 2 CPUs or more, first with the server on one half of them and
-/// the bench on the other, as when kube-apiserver calls the webhook from another machine: these rows carry the
-/// targets. Then again with both free to run on every CPU, each row after its pair with the ratio: on 2 cores the
-/// server's and the bench's busy threads preempt each other, and an answer waits while its thread does (a 4 ms
-/// tick; see BENCHMARKS.md).
+/// The admission rows on servers of their own, placed two ways, both judged by the targets. First (with 2 CPUs or
+/// more) the server on one half of the CPUs and the bench on the other, as for a webhook pod with cores of its own on
+/// kube-apiserver's node: the server's latency without the bench's threads preempting it. Then both free to run on
+/// every CPU, each row after its pair with the ratio: on 2 cores the server's and the bench's busy threads preempt
+/// each other, and an answer waits while its thread does (a 4 ms tick; see BENCHMARKS.md).
 async fn admission_group(bin: &Path, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
-    let Some((server_cpus, bench_cpus)) = split_cpus(allowed_cpus()) else {
-        return admission_on(bin, None, conns, duration, run, true).await;
+    let cpus = allowed_cpus();
+    let Some((server_cpus, bench_cpus)) = split_cpus(cpus.clone()) else {
+        let why = if cpus.is_empty() { "the CPU affinity mask could not be read" } else { "a single CPU" };
+        eprintln!("bench: the admission rows run with the server and the bench sharing the CPUs only: {why}");
+        return admission_on(bin, None, conns, duration, run).await;
     };
-    let mut rows = admission_on(bin, Some((&server_cpus, &bench_cpus)), conns, duration, run, true).await;
-    let mut shared = admission_on(bin, None, conns, duration, run, false).await;
+    let mut rows = admission_on(bin, Some((&server_cpus, &bench_cpus)), conns, duration, run).await;
+    let mut shared = admission_on(bin, None, conns, duration, run).await;
     for row in &mut shared {
-        row.pair = Some(row.scenario.clone());
+        // A row whose pair failed stays on its own, at the end.
+        if rows.iter().any(|r| r.scenario == row.scenario) {
+            row.pair = Some(row.scenario.clone());
+        }
         row.scenario += ", server and bench sharing the CPUs";
-        row.target.clear();
     }
     merge_pairs(&mut rows, shared, "the separate CPUs'");
     rows
 }
 
 /// The admission rows against a new server. With `cpus` (the server's, the bench's), the server may only run on
-/// the first and the load runs on a runtime of its own, on the second.
+/// the first (checked in its `/proc` status) and the load runs on a runtime of its own, on the second.
 async fn admission_on(
     bin: &Path,
     cpus: Option<(&[usize], &[usize])>,
     conns: usize,
     duration: Duration,
     run: &str,
-    floor: bool,
 ) -> Vec<Row> {
+    let failed = |e: anyhow::Error| vec![Row::failed("AdmissionReview /validate and /mutate".into(), e)];
     let (server, target) = match ServerProcess::start_on(bin, &["--disable-scheduler"], cpus.map(|c| c.0)).await {
         Ok(started) => started,
-        Err(e) => return vec![Row::failed("AdmissionReview /validate and /mutate".into(), e)],
+        Err(e) => return failed(e),
     };
-    let load = admission_rows(target, Some(server.child.id()), conns, duration, run.to_string(), floor);
-    let Some((server_cpus, bench_cpus)) = cpus else {
-        return load.await;
+    let pid = server.child.id();
+    let load = admission_rows(target, Some(pid), conns, duration, run.to_string());
+    let (mut rows, placement) = match cpus {
+        None => {
+            let all = allowed_cpus();
+            let placement = format!("server and bench sharing {}, {} each", cpu_list(&all), workers(all.len()));
+            (load.await, placement)
+        }
+        Some((server_cpus, bench_cpus)) => {
+            let allowed = cpus_allowed(pid);
+            if allowed.as_deref() != Some(server_cpus) {
+                return failed(anyhow!("the server may run on {allowed:?}, not only on {}", cpu_list(server_cpus)));
+            }
+            let rows = match on_cpus(bench_cpus, load).await {
+                Ok(rows) => rows,
+                Err(e) => return failed(e),
+            };
+            let placement = format!(
+                "server on {} ({}), bench on {} ({})",
+                cpu_list(server_cpus),
+                workers(server_cpus.len()),
+                cpu_list(bench_cpus),
+                workers(bench_cpus.len())
+            );
+            (rows, placement)
+        }
     };
-    let mut rows = match on_cpus(bench_cpus, load).await {
-        Ok(rows) => rows,
-        Err(e) => return vec![Row::failed("AdmissionReview /validate and /mutate".into(), e)],
-    };
-    let placement = format!("server on {}, bench on {}", cpu_list(server_cpus), cpu_list(bench_cpus));
     for row in &mut rows {
         row.notes += &format!("; {placement}");
     }
@@ -503,16 +526,9 @@ async fn admission_on(
 
 /// /validate with a StorageVersionMigration CREATE and /mutate with a StorageState CREATE (the kind that has a
 /// default, so that the answer carries a patch), as kube-apiserver sends them for the CRD form. Every answer is
-/// checked: its uid echoed, allowed, and no patch (/validate) or exactly the expected patch (/mutate).
-/// Then, with `floor`, the floor under them.
-async fn admission_rows(
-    target: Target,
-    pid: Option<u32>,
-    conns: usize,
-    duration: Duration,
-    run: String,
-    floor: bool,
-) -> Vec<Row> {
+/// checked: its uid echoed, allowed, and no patch (/validate) or exactly the expected patch (/mutate). Then the
+/// floor under them.
+async fn admission_rows(target: Target, pid: Option<u32>, conns: usize, duration: Duration, run: String) -> Vec<Row> {
     let (target, run) = (&target, run.as_str());
     let mut rows = Vec::new();
     for mutate in [false, true] {
@@ -527,9 +543,6 @@ async fn admission_rows(
             Err(e) => rows.push(Row::failed(scenario.into(), e)),
         }
     }
-    if !floor {
-        return rows;
-    }
     // The floor under any review: the same requests to a path that rejects the method without reading anything.
     let scenario = "floor: the same POST to /healthz (405, nothing decoded)";
     eprintln!("bench: {scenario} ({conns} connections, {duration:?})");
@@ -538,7 +551,7 @@ async fn admission_rows(
     let make: MakeReq =
         Arc::new(move |i| Req::post("/healthz".into(), template.render(&format!("{r}-{i:07}"))).expect(405));
     let load = run_load_checked(target, pid, conns, Some(duration), u64::MAX, make, None).await;
-    let note = "TLS, HTTP and the bench client alone, per request: the ceiling for any webhook on these 2 cores";
+    let note = "TLS, HTTP and the bench client alone, per request: the ceiling for any webhook placed the same way";
     rows.push(load.row(scenario, conns, Goal::None, note));
     rows
 }
@@ -2073,6 +2086,8 @@ impl ServerProcess {
             .args(["serve", "--secure-port", &port.to_string(), "--bind-address", "127.0.0.1", "--data-dir"])
             .args([data.as_os_str(), "--cert-dir".as_ref(), certs.as_os_str()])
             .args(extra_args)
+            // Its runtime sizes itself by the CPUs it may use, one worker thread each, as the admission rows' notes say.
+            .env_remove("TOKIO_WORKER_THREADS")
             // A panic's backtrace lands in the log (kept when the server dies; see `Drop`).
             .env("RUST_BACKTRACE", std::env::var_os("RUST_BACKTRACE").unwrap_or("1".into()))
             .stdout(log.try_clone()?)
@@ -2298,6 +2313,11 @@ fn split_cpus(mut cpus: Vec<usize>) -> Option<(Vec<usize>, Vec<usize>)> {
     Some((cpus, bench))
 }
 
+/// What a tokio runtime sized by default has on `cpus` CPUs.
+fn workers(cpus: usize) -> String {
+    format!("{cpus} worker thread{}", if cpus == 1 { "" } else { "s" })
+}
+
 fn cpu_list(cpus: &[usize]) -> String {
     let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
     format!("CPU{} {}", if cpus.len() == 1 { "" } else { "s" }, list.join(","))
@@ -2321,12 +2341,46 @@ where
             }
         })
         .build()?;
-    let output = runtime.spawn(load).await;
-    runtime.shutdown_background();
+    let handle = runtime.handle().clone();
+    let runtime = ShutDownOnDrop(Some(runtime));
+    let output = handle.spawn(load).await;
+    drop(runtime);
     if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
         bail!("restricting the bench to {}: {e}", cpu_list(cpus));
     }
     Ok(output?)
+}
+
+/// Shuts its runtime down without waiting when dropped: dropping a runtime inside another one panics, and Ctrl-C
+/// drops the bench's future with the runtime of [`on_cpus`] in it.
+struct ShutDownOnDrop(Option<tokio::runtime::Runtime>);
+
+impl Drop for ShutDownOnDrop {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The CPUs process `pid` may run on, from `Cpus_allowed_list` in its `/proc` status.
+fn cpus_allowed(pid: u32) -> Option<Vec<usize>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_cpu_list(status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?)
+}
+
+/// A kernel CPU list: `0-2,5` is CPUs 0, 1, 2 and 5.
+fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let (first, last): (usize, usize) = (first.parse().ok()?, last.parse().ok()?);
+        if last < first || last >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
+        cpus.extend(first..=last);
+    }
+    Some(cpus)
 }
 
 fn machine() -> String {
@@ -2362,6 +2416,12 @@ mod tests {
         assert_eq!(split_cpus(vec![0, 1, 2, 3]), Some((vec![0, 1], vec![2, 3])));
         assert_eq!(cpu_list(&[1]), "CPU 1");
         assert_eq!(cpu_list(&[0, 1]), "CPUs 0,1");
+        assert_eq!((workers(1).as_str(), workers(2).as_str()), ("1 worker thread", "2 worker threads"));
+        assert_eq!(parse_cpu_list("0-2,5\n"), Some(vec![0, 1, 2, 5]));
+        assert_eq!(parse_cpu_list("3"), Some(vec![3]));
+        for bad in ["", "1-", "2-1", "a", "0,,1", "99999"] {
+            assert_eq!(parse_cpu_list(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
@@ -2376,12 +2436,13 @@ mod tests {
             assert_eq!(std::thread::spawn(allowed_cpus).join().unwrap(), vec![last]);
             let status = Command::new("cat").arg("/proc/self/status").output().expect("cat /proc/self/status");
             let status = String::from_utf8_lossy(&status.stdout).into_owned();
-            let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).expect("Cpus_allowed_list");
-            assert_eq!(line.split_whitespace().nth(1), Some(last.to_string().as_str()), "{line}");
+            let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+            assert_eq!(parse_cpu_list(line), Some(vec![last]), "{line}");
         })
         .join()
         .unwrap();
-        // Other threads keep theirs.
+        // Other threads keep theirs, as `/proc` says of the process (its main thread's mask).
+        assert_eq!(cpus_allowed(std::process::id()), Some(allowed.clone()));
         assert_eq!(allowed_cpus(), allowed);
         assert!(pin_current_thread(&[libc::CPU_SETSIZE as usize]).is_err());
     }
