@@ -452,11 +452,12 @@ async fn watch_fanout(target: &Target, run: &str, streams: usize, updates: usize
 
 const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
-/// The admission rows on servers of their own, placed two ways, both judged by the targets. First (with 2 CPUs or
-/// more) the server on one half of the CPUs and the bench on the other, as for a webhook pod with cores of its own on
-/// kube-apiserver's node: the server's latency without the bench's threads preempting it. Then both free to run on
-/// every CPU, each row after its pair with the ratio: on 2 cores the server's and the bench's busy threads preempt
-/// each other, and an answer waits while its thread does (a 4 ms tick; see BENCHMARKS.md).
+/// The admission rows on servers of their own, placed two ways. First (with 2 CPUs or more) the server on one half
+/// of the CPUs and the bench on the other, as for a webhook pod with cores of its own on kube-apiserver's node: the
+/// server's own latency, without the bench's threads preempting it. These rows are judged by the targets. Then both
+/// free to run on every CPU, each row after its pair with the ratio and the targets' verdict marked as not judged:
+/// on 2 cores the server's and the bench's busy threads preempt each other, and an answer waits while its thread
+/// does (a 4 ms tick; see BENCHMARKS.md).
 async fn admission_group(bin: &Path, conns: usize, duration: Duration, run: &str) -> Vec<Row> {
     let cpus = allowed_cpus();
     let Some((server_cpus, bench_cpus)) = split_cpus(cpus.clone()) else {
@@ -467,9 +468,12 @@ async fn admission_group(bin: &Path, conns: usize, duration: Duration, run: &str
     let mut rows = admission_on(bin, Some((&server_cpus, &bench_cpus)), conns, duration, run).await;
     let mut shared = admission_on(bin, None, conns, duration, run).await;
     for row in &mut shared {
-        // A row whose pair failed stays on its own, at the end.
+        // A row whose pair failed stays on its own, at the end, and is judged.
         if rows.iter().any(|r| r.scenario == row.scenario) {
             row.pair = Some(row.scenario.clone());
+            if !row.target.is_empty() {
+                row.target = format!("not judged: {}", row.target);
+            }
         }
         row.scenario += ", server and bench sharing the CPUs";
     }
