@@ -2230,8 +2230,17 @@ fn hwm_kib(pid: u32) -> Option<u64> {
 }
 
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix(field))?.trim().trim_end_matches("kB").trim().parse().ok()
+    proc_status(pid, field)?.trim_end_matches("kB").trim().parse().ok()
+}
+
+/// The value of `field` (with its colon) in `/proc/<pid>/status`, trimmed.
+fn proc_status(pid: u32, field: &str) -> Option<String> {
+    status_value(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?, field).map(str::to_owned)
+}
+
+/// The value of `field` (with its colon) in the text of a `/proc/<pid>/status`, trimmed.
+fn status_value<'s>(status: &'s str, field: &str) -> Option<&'s str> {
+    status.lines().find_map(|l| l.strip_prefix(field)).map(str::trim)
 }
 
 /// Cores used between two `cpu_ticks` readings `elapsed` apart.
@@ -2369,8 +2378,7 @@ impl Drop for ShutDownOnDrop {
 
 /// The CPUs process `pid` may run on, from `Cpus_allowed_list` in its `/proc` status.
 fn cpus_allowed(pid: u32) -> Option<Vec<usize>> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    parse_cpu_list(status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?)
+    parse_cpu_list(&proc_status(pid, "Cpus_allowed_list:")?)
 }
 
 /// A kernel CPU list: `0-2,5` is CPUs 0, 1, 2 and 5.
@@ -2440,7 +2448,7 @@ mod tests {
             assert_eq!(std::thread::spawn(allowed_cpus).join().unwrap(), vec![last]);
             let status = Command::new("cat").arg("/proc/self/status").output().expect("cat /proc/self/status");
             let status = String::from_utf8_lossy(&status.stdout).into_owned();
-            let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+            let line = status_value(&status, "Cpus_allowed_list:").expect("Cpus_allowed_list");
             assert_eq!(parse_cpu_list(line), Some(vec![last]), "{line}");
         })
         .join()
