@@ -4,6 +4,7 @@
 
 pub mod etcd;
 pub mod proxy;
+pub mod requests;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
