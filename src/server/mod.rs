@@ -91,8 +91,36 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v3/{*gv}", get(openapi_v3))
         .merge(admission::routes())
         .fallback(rest::handle)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate_and_measure))
+        .layer(axum::middleware::from_fn(answer_panics))
         .with_state(state)
+}
+
+/// A method a fixed path does not serve (a GET-only endpoint asked with POST, the webhooks asked with GET): a
+/// `Status`, as every error this server answers.
+async fn method_not_allowed() -> Response {
+    ApiError::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        .into_response()
+}
+
+/// A request whose handler panics still gets its answer, a 500 `Status`, and the panic is logged with the request
+/// it happened on; the worker thread and the connection's other requests carry on.
+async fn answer_panics(req: Request, next: Next) -> Response {
+    use futures::FutureExt;
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    match std::panic::AssertUnwindSafe(next.run(req)).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            tracing::error!(%method, %uri, panic = %what, "request handler panicked");
+            ApiError::internal("the server could not complete the request").into_response()
+        }
+    }
 }
 
 /// Paths served to anyone, like kube-apiserver's system:public-info-viewer.
