@@ -133,24 +133,31 @@ pub struct InspectArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = InspectOutput::Table)]
     pub output: InspectOutput,
+    /// List only the objects the server cannot read (they do not decrypt, or do not decode as objects), with why:
+    /// the ones to remove with `ignoreStoreReadErrorWithClusterBreakingPotential` (see the README).
+    #[arg(long)]
+    pub unreadable: bool,
 }
 
 /// `storage inspect`.
 pub async fn storage(command: StorageCommand) -> anyhow::Result<()> {
     match command {
         StorageCommand::Inspect(a) => {
+            use crate::storage::inspect;
             let config = a.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
-            let entries = match a.etcd.enabled() {
-                true => crate::storage::inspect::inspect_etcd(&a.etcd, config.as_ref(), &a.prefix).await?,
-                false => crate::storage::inspect::inspect(&a.data_dir, config.as_ref(), &a.prefix)?,
+            let etcd = a.etcd.enabled().then_some(&a.etcd);
+            // Each value is read as the server reads it, so what it cannot read is marked with why.
+            let check = |value: &[u8]| crate::registry::decode::read_stored(value).map(|_| ());
+            let mut entries = inspect::inspect_checked(&a.data_dir, etcd, config.as_ref(), &a.prefix, &check).await?;
+            if a.unreadable {
+                entries.retain(|e| e.error.is_some());
+            }
+            let text = match (a.output, a.unreadable) {
+                (InspectOutput::Table, false) => inspect::table(&entries),
+                (InspectOutput::Table, true) => inspect::unreadable_table(&entries),
+                (InspectOutput::Json, _) => inspect::json(&entries),
             };
-            print!(
-                "{}",
-                match a.output {
-                    InspectOutput::Table => crate::storage::inspect::table(&entries),
-                    InspectOutput::Json => crate::storage::inspect::json(&entries),
-                }
-            );
+            print!("{text}");
             Ok(())
         }
     }

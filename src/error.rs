@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::storage::StorageError;
+use crate::storage::{CorruptValue, StorageError};
 
 /// A field-level problem, as kube-apiserver reports it in `details.causes`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -103,6 +103,9 @@ pub struct ApiError {
     pub details: Option<Box<Details>>,
     /// For a 410 on an expired continue token: the inconsistent continuation (`metadata.continue`).
     pub continue_token: Option<Box<str>>,
+    /// The stored values that could not be read, when that is what failed: a list gathers them from its items
+    /// into one [`store_read_error`](Self::store_read_error).
+    pub unreadable: Vec<CorruptValue>,
 }
 
 /// `<resource>.<group>` (just `<resource>` for the core group), as in kube-apiserver's messages.
@@ -116,7 +119,7 @@ pub fn qualified(resource: &str, group: &str) -> String {
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None, continue_token: None }
+        ApiError { code, reason, message: message.into(), details: None, continue_token: None, unreadable: Vec::new() }
     }
     fn with(mut self, group: &str, resource: &str, name: &str) -> Self {
         self.details = Some(Box::new(Details {
@@ -200,6 +203,40 @@ impl ApiError {
         }));
         e
     }
+    /// A list or watch that met stored objects it cannot read (KEP-3926, as kube-apiserver 1.32+ answers): a 500
+    /// `StorageReadError` whose causes name each object's storage key, so that it can be found and removed with
+    /// `ignoreStoreReadErrorWithClusterBreakingPotential`. `prefix` is where they were read.
+    pub fn store_read_error(resource: &str, prefix: &str, values: &[CorruptValue]) -> Self {
+        let causes = values
+            .iter()
+            .map(|v| FieldError {
+                reason: "UnexpectedServerResponse",
+                field: v.key.clone(),
+                message: v.message.clone(),
+            })
+            .collect();
+        let mut e =
+            Self::new(500, "StorageReadError", format!("failed to read one or more {resource} from the storage"));
+        e.details = Some(Box::new(Details {
+            name: prefix.to_string(),
+            kind: resource.to_string(),
+            causes,
+            ..Default::default()
+        }));
+        e.unreadable = values.to_vec();
+        e
+    }
+
+    /// One stored object that cannot be read, as kube-apiserver answers a GET of it: a 500 naming its key.
+    pub fn corrupt_object(value: CorruptValue) -> Self {
+        let mut e = Self::internal(format!(
+            "StorageError: corrupt object, Code: 6, Key: {}, ResourceVersion: 0, AdditionalErrorMsg: {}",
+            value.key, value.message
+        ));
+        e.unreadable = vec![value];
+        e
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
     }
@@ -264,6 +301,8 @@ impl From<StorageError> for ApiError {
                 ApiError::too_large(format!("object is too large: {size} bytes exceeds the limit of {limit} bytes"))
             }
             StorageError::Unavailable(m) => ApiError::service_unavailable(m),
+            StorageError::Corrupt(mut values) if values.len() == 1 => ApiError::corrupt_object(values.remove(0)),
+            StorageError::Corrupt(values) => ApiError::store_read_error("objects", "", &values),
             other => ApiError::internal(other.to_string()),
         }
     }

@@ -345,6 +345,96 @@ where
     Ok((typed, meta))
 }
 
+/// A stored object as every read of it decodes it: a JSON object whose metadata, when present, is an object.
+/// What is not is unreadable (corrupt, or written by something other than this server), and why.
+pub fn read_stored(value: &[u8]) -> Result<Map<String, Value>, String> {
+    let obj = match serde_json::from_slice(value) {
+        Ok(Value::Object(o)) => o,
+        Ok(_) => return Err("the stored object is not a JSON object".into()),
+        Err(e) => return Err(format!("the stored object does not decode as JSON: {e}")),
+    };
+    match obj.get("metadata") {
+        None | Some(Value::Object(_)) => Ok(obj),
+        Some(_) => Err("the stored object's metadata is not a JSON object".into()),
+    }
+}
+
+/// How deeply serde_json's reader, which [`read_stored`] and every kube-rs client use, lets text nest.
+const READER_DEPTH: usize = 127;
+
+/// Whether JSON text nests no deeper than [`read_stored`] reads, by a scan of its brackets: for the paths that
+/// copy stored text to clients without reading it whole, so that they serve exactly what a read would.
+pub fn reads_within_depth(text: &[u8]) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > READER_DEPTH {
+                    return false;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
+/// How deeply objects and lists may nest in a stored object. Every reader of stored objects, ours and kube-rs
+/// clients alike, is serde_json's, which refuses text nested 128 levels deep; a list, a watch event, a Table row
+/// or an AdmissionReview wraps an object in up to three more. So writes refuse what reads could not take back.
+pub const MAX_NESTING_DEPTH: usize = 100;
+
+/// The path of the first value in `v` that nests deeper than [`MAX_NESTING_DEPTH`] (counting `v` itself as the
+/// first level when it is an object or a list), as a field path (`spec.a[0].b`); `None` when `v` is within it.
+/// Looks no deeper than one level past the limit, so it is cheap and never recurses far.
+pub fn too_deep(v: &Value) -> Option<String> {
+    too_deep_at(v, 1)
+}
+
+/// [`too_deep`] of a value found at nesting level `depth` of the object it is in; the path is relative to `v`.
+pub fn too_deep_at(v: &Value, depth: usize) -> Option<String> {
+    /// Whether `v`, at nesting level `depth`, is or holds a value too deep; `path` ends at that value when so.
+    fn walk(v: &Value, depth: usize, path: &mut String) -> bool {
+        if !(v.is_object() || v.is_array()) {
+            return false;
+        }
+        if depth > MAX_NESTING_DEPTH {
+            return true;
+        }
+        let child = |path: &mut String, segment: std::fmt::Arguments, value: &Value| {
+            let len = path.len();
+            let _ = fmt::Write::write_fmt(path, segment);
+            let found = walk(value, depth + 1, path);
+            if !found {
+                path.truncate(len);
+            }
+            found
+        };
+        match v {
+            Value::Object(m) => m.iter().any(|(k, value)| {
+                let dot = if path.is_empty() { "" } else { "." };
+                child(path, format_args!("{dot}{k}"), value)
+            }),
+            Value::Array(a) => a.iter().enumerate().any(|(i, value)| child(path, format_args!("[{i}]"), value)),
+            _ => false,
+        }
+    }
+    let mut path = String::new();
+    walk(v, depth, &mut path).then_some(path)
+}
+
 /// Parses a JSON request body; returns the value (last duplicate wins, as Go's decoder) and duplicate field paths.
 pub fn parse_json(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
     let dups = RefCell::new(Vec::new());
@@ -367,6 +457,33 @@ mod tests {
         assert_eq!(d, vec!["spec.x[0].k", "spec.y", "a"]);
         assert_eq!(parse_json(b"{").unwrap_err().code, 400);
         assert_eq!(parse_json(b"{} x").unwrap_err().code, 400);
+    }
+
+    /// `levels` objects nested in one another: `{"a":{"a":...{}}}`.
+    fn nested(levels: usize) -> String {
+        format!("{}{}", "{\"a\":".repeat(levels - 1) + "{", "}".repeat(levels))
+    }
+
+    #[test]
+    fn what_may_be_written_can_be_read_back_in_any_envelope() {
+        let at_limit: Value = serde_json::from_str(&nested(MAX_NESTING_DEPTH)).unwrap();
+        assert_eq!(too_deep(&at_limit), None);
+        // The deepest envelope a reader meets an object in: a Table row's object in a list of rows.
+        let wrapped = format!(r#"{{"rows":[{{"object":{}}}]}}"#, nested(MAX_NESTING_DEPTH));
+        assert!(serde_json::from_str::<Value>(&wrapped).is_ok());
+        let over: Value = serde_json::from_str(&nested(MAX_NESTING_DEPTH + 1)).unwrap();
+        assert_eq!(too_deep(&over).as_deref(), Some(&*vec!["a"; MAX_NESTING_DEPTH].join(".")));
+        let in_list: Value = serde_json::json!({"spec": {"x": [1, {"y": over}]}});
+        assert!(too_deep(&in_list).unwrap().starts_with("spec.x[1].y.a.a"));
+        assert_eq!(too_deep(&serde_json::json!({"spec": [[[]]], "n": 1})), None);
+        // The reader's own limit is above ours, which is why the write check exists; the text scan agrees with it.
+        assert!(serde_json::from_str::<Value>(&nested(READER_DEPTH)).is_ok());
+        assert!(reads_within_depth(nested(READER_DEPTH).as_bytes()));
+        assert!(serde_json::from_str::<Value>(&nested(READER_DEPTH + 1)).is_err());
+        assert!(!reads_within_depth(nested(READER_DEPTH + 1).as_bytes()));
+        // Brackets in strings, escaped quotes included, are text.
+        let text = format!(r#"{{"a":"{}\"{}","b":[]}}"#, "[".repeat(200), "{".repeat(200));
+        assert!(serde_json::from_str::<Value>(&text).is_ok() && reads_within_depth(text.as_bytes()));
     }
 
     #[derive(Deserialize, Debug, PartialEq)]

@@ -87,6 +87,9 @@ pub struct DeleteOptions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
     pub propagation_policy: Option<String>,
+    /// `ignoreStoreReadErrorWithClusterBreakingPotential`: remove an object that cannot be read, without reading
+    /// it (the caller has authorized `unsafe-delete-ignore-read-errors`).
+    pub ignore_store_read_error: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +212,85 @@ fn spec_equal(a: &Value, b: &Value) -> bool {
     strip(a) == strip(b)
 }
 
+/// How Go's encoding/json names a JSON value's type in its unmarshal errors.
+fn go_json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The 422 cause for an object nested deeper than it may be stored (see [`decode::MAX_NESTING_DEPTH`]).
+fn too_deep_error(path: String) -> FieldError {
+    let detail = format!("objects and lists may nest at most {} levels deep", decode::MAX_NESTING_DEPTH);
+    FieldError::forbidden(path, &detail)
+}
+
+enum JsonPatchError {
+    /// The operation would nest the object too deeply: the path of the value that is too deep.
+    TooDeep(String),
+    /// An operation failed (as json_patch words it, with the operation's index in the whole patch).
+    Failed(String),
+}
+
+/// Applies a JSON patch one operation at a time, refusing an operation that would nest the object deeper than it
+/// may be stored before it is applied: each operation can add a value at the depth its path names, so checking
+/// only the result would let a long patch build an object deep enough to exhaust the stack of whatever walks it.
+fn apply_json_patch(doc: &mut Value, patch: &json_patch::Patch) -> Result<(), JsonPatchError> {
+    use json_patch::PatchOperation as Op;
+    for (index, op) in patch.0.iter().enumerate() {
+        let added = match op {
+            Op::Add(o) => Some(&o.value),
+            Op::Replace(o) => Some(&o.value),
+            Op::Copy(o) => doc.pointer(o.from.as_str()),
+            Op::Move(o) => doc.pointer(o.from.as_str()),
+            Op::Remove(_) | Op::Test(_) => None,
+        };
+        if let Some(value) = added {
+            let depth = op.path().as_str().matches('/').count();
+            if let Some(inner) = decode::too_deep_at(value, depth + 1) {
+                let path = field_path(doc, op.path());
+                let sep = if path.is_empty() || inner.is_empty() || inner.starts_with('[') { "" } else { "." };
+                return Err(JsonPatchError::TooDeep(format!("{path}{sep}{inner}")));
+            }
+        }
+        json_patch::patch(doc, std::slice::from_ref(op)).map_err(|e| {
+            JsonPatchError::Failed(format!("operation '/{index}' failed at path '{}': {}", e.path, e.kind))
+        })?;
+    }
+    Ok(())
+}
+
+/// A JSON pointer into `doc` as a field path (`/spec/list/0/a` -> `spec.list[0].a`): a segment is an index where
+/// `doc` has a list there (or the pointer goes past what `doc` has and the segment is a number or `-`).
+fn field_path(doc: &Value, pointer: &json_patch::jsonptr::Pointer) -> String {
+    let mut path = String::new();
+    let mut at = Some(doc);
+    for token in pointer.tokens() {
+        let segment = token.decoded();
+        let index = match at {
+            Some(Value::Array(_)) => true,
+            Some(_) => false,
+            None => segment == "-" || segment.parse::<usize>().is_ok(),
+        };
+        match (index, path.is_empty()) {
+            (true, _) => path.push_str(&format!("[{segment}]")),
+            (false, true) => path.push_str(&segment),
+            (false, false) => path.push_str(&format!(".{segment}")),
+        }
+        at = at.and_then(|v| match v {
+            Value::Array(a) => segment.parse::<usize>().ok().and_then(|i| a.get(i)),
+            Value::Object(m) => m.get(segment.as_ref()),
+            _ => None,
+        });
+    }
+    path
+}
+
 /// The 410 for a continue token whose revision was compacted, with the inconsistent continuation to go on.
 fn expired_continue(prefix: &str, start_after: &Option<String>) -> ApiError {
     let start = start_after.as_deref().map(|s| s.strip_prefix(prefix).unwrap_or(s).to_string()).unwrap_or_default();
@@ -264,23 +346,26 @@ impl Resource {
 
     /// A stored value as the client sees it in `version`: apiVersion/kind of that version, resourceVersion set.
     pub fn decode_stored(&self, kv: &KeyValue, version: &str) -> ApiResult<Value> {
-        self.decode_stored_at(&kv.value, kv.mod_revision, version)
+        self.decode_stored_at(&kv.key, &kv.value, kv.mod_revision, version)
     }
 
-    fn decode_stored_at(&self, value: &[u8], revision: u64, version: &str) -> ApiResult<Value> {
-        let mut obj: Value = serde_json::from_slice(value)
-            .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
+    /// A stored value that is not a JSON object with object metadata cannot be served: a store read error naming
+    /// its key (corruption, or data written by something other than this server).
+    fn decode_stored_at(&self, key: &str, value: &[u8], revision: u64, version: &str) -> ApiResult<Value> {
+        let mut o = decode::read_stored(value).map_err(|why| ApiError::from(StorageError::corrupt(key, why)))?;
         let i = self.info();
-        if let Some(o) = obj.as_object_mut() {
-            o.insert("apiVersion".into(), Value::String(i.api_version(version)));
-            o.insert("kind".into(), Value::String(i.kind.into()));
-        }
+        o.insert("apiVersion".into(), Value::String(i.api_version(version)));
+        o.insert("kind".into(), Value::String(i.kind.into()));
+        let mut obj = Value::Object(o);
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(revision.to_string()));
         Ok(obj)
     }
 
     /// The stored encoding: the storage version, without resourceVersion (the revision is the resourceVersion).
     fn encode(&self, obj: &Value) -> ApiResult<Bytes> {
+        if let Some(path) = decode::too_deep(obj) {
+            return Err(self.invalid(meta_str(obj, "name"), vec![too_deep_error(path)]));
+        }
         let mut o = obj.clone();
         let i = self.info();
         if let Some(m) = o.as_object_mut() {
@@ -306,6 +391,16 @@ impl Resource {
         let i = self.info();
         if !body.is_object() {
             return Err(crate::api::not_an_object(i.kind));
+        }
+        // apiVersion and kind are strings (or null, Go's zero value), as in kube-apiserver's decoder.
+        for (field, value) in ["apiVersion", "kind"].into_iter().filter_map(|f| Some((f, body.get(f)?))) {
+            if !(value.is_string() || value.is_null()) {
+                return Err(ApiError::bad_request(format!(
+                    "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go struct field \
+                     .{field} of type string",
+                    go_json_type(value)
+                )));
+            }
         }
         let t = decode::TypeMeta::of(body);
         self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)
@@ -763,12 +858,13 @@ impl Resource {
             let mut doc = cur.clone();
             match &json_patch {
                 // kube-apiserver: a patch that cannot be applied (failed test, missing path) is 422.
-                Some(p) => json_patch::patch(&mut doc, p).map_err(|e| {
-                    ApiError::new(
+                Some(p) => apply_json_patch(&mut doc, p).map_err(|e| match e {
+                    JsonPatchError::TooDeep(path) => self.invalid(name, vec![too_deep_error(path)]),
+                    JsonPatchError::Failed(e) => ApiError::new(
                         422,
                         "Invalid",
                         format!("the server rejected our request due to an error in our request: {e}"),
-                    )
+                    ),
                 })?,
                 None => json_patch::merge(&mut doc, &patch),
             }
@@ -787,6 +883,9 @@ impl Resource {
     ) -> ApiResult<Value> {
         self.stored("delete")?;
         let key = self.key(namespace, name);
+        if opts.ignore_store_read_error {
+            return self.delete_unreadable(&key, name, version).await;
+        }
         loop {
             let kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
             let mut obj = self.decode_stored(&kv, version)?;
@@ -865,6 +964,35 @@ impl Resource {
                 Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// The unsafe delete of an object that cannot be read (KEP-3926): its key is removed without reading the
+    /// value, with no finalizers or preconditions to honour (they cannot be read either). An object that reads
+    /// fine is not touched: the option is for unreadable objects only.
+    async fn delete_unreadable(&self, key: &str, name: &str, version: &str) -> ApiResult<Value> {
+        match self.storage.get(key).await {
+            Ok(None) => return Err(self.not_found(name)),
+            Err(StorageError::Corrupt(_)) => {}
+            Ok(Some(kv)) => {
+                if self.decode_stored(&kv, version).is_ok() {
+                    return Err(ApiError::bad_request(format!(
+                        "{} {name:?} can be read: ignoreStoreReadErrorWithClusterBreakingPotential deletes only \
+                         objects that cannot be read; delete it without the option",
+                        self.info().qualified_resource()
+                    )));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match self.storage.delete(key, None).await {
+            Ok(_) => {
+                tracing::warn!(key, "an unreadable object was deleted without being read");
+                Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                    "details": {"name": name, "group": self.info().group, "kind": self.info().plural}}))
+            }
+            Err(StorageError::NotFound { .. }) => Err(self.not_found(name)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -1019,6 +1147,7 @@ impl Resource {
         let mut read_at = revision;
         let (mut more, mut remaining, mut last_key);
         last_key = None::<String>;
+        let mut unreadable = Vec::new();
         loop {
             let res = self
                 .storage
@@ -1031,6 +1160,7 @@ impl Resource {
                     StorageError::Expired { requested, oldest } => {
                         ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
                     }
+                    StorageError::Corrupt(values) => ApiError::store_read_error(self.info().plural, &prefix, &values),
                     other => other.into(),
                 })?;
             read_at = Some(res.revision);
@@ -1039,7 +1169,15 @@ impl Resource {
             let n = res.items.len();
             for (idx, kv) in res.items.iter().enumerate() {
                 last_key = Some(kv.key.clone());
-                if let Some(obj) = item(kv)? {
+                let read = match item(kv) {
+                    // Every unreadable object of the list is named, not just the first.
+                    Err(e) if !e.unreadable.is_empty() => {
+                        unreadable.extend(e.unreadable);
+                        continue;
+                    }
+                    other => other?,
+                };
+                if let Some(obj) = read {
                     items.push(obj);
                     if p.limit > 0 && items.len() >= p.limit {
                         // Stopped inside this page: what is left of it is still to come.
@@ -1054,6 +1192,9 @@ impl Resource {
                 break;
             }
             start_after = last_key.clone();
+        }
+        if !unreadable.is_empty() {
+            return Err(ApiError::store_read_error(self.info().plural, &prefix, &unreadable));
         }
         let revision = read_at.unwrap_or_else(|| self.storage.current_revision());
         let continue_token = match (&last_key, more) {
@@ -1171,6 +1312,15 @@ impl Resource {
 
     /// A storage event as the watcher sees it, after selectors: a DELETED when an object leaves the selection.
     fn translate(&self, item: WatchItem, version: &str, p: &WatchParams) -> ApiResult<Option<(WatchOut, u64)>> {
+        // An event whose object cannot be read ends the watch with a store read error naming its key, as
+        // kube-apiserver's watch does (a client relists, and its list names the object too).
+        self.translate_event(item, version, p).map_err(|e| match e.unreadable.is_empty() {
+            true => e,
+            false => ApiError::store_read_error(self.info().plural, &self.prefix(None), &e.unreadable),
+        })
+    }
+
+    fn translate_event(&self, item: WatchItem, version: &str, p: &WatchParams) -> ApiResult<Option<(WatchOut, u64)>> {
         let ev = match item {
             WatchItem::Event(ev) => ev,
             WatchItem::Error(StorageError::Expired { requested, oldest }) => {
@@ -1178,7 +1328,7 @@ impl Resource {
             }
             WatchItem::Error(e) => return Err(e.into()),
         };
-        let cur = self.decode_stored_at(&ev.value, ev.revision, version)?;
+        let cur = self.decode_stored_at(&ev.key, &ev.value, ev.revision, version)?;
         let cur_m = self.matches(&cur, &p.label_selector, &p.field_selector);
         let out = match ev.kind {
             EventKind::Created => cur_m.then_some(("ADDED", cur)),
@@ -1186,7 +1336,7 @@ impl Resource {
             EventKind::Updated => {
                 let prev_m = match &ev.prev {
                     Some(prev) => {
-                        let p_obj = self.decode_stored_at(&prev.value, prev.mod_revision, version)?;
+                        let p_obj = self.decode_stored(prev, version)?;
                         self.matches(&p_obj, &p.label_selector, &p.field_selector)
                     }
                     None => false,
@@ -1210,6 +1360,10 @@ impl Resource {
 pub fn splice_stored(stored: &[u8], revision: u64, api_version: &str, kind: &str) -> Option<Vec<u8>> {
     use serde_json::value::RawValue;
     use std::collections::BTreeMap;
+    // Skipped values are not depth-checked by serde_json: what a read would refuse takes the reading path.
+    if !decode::reads_within_depth(stored) {
+        return None;
+    }
     let top: BTreeMap<&str, &RawValue> = serde_json::from_slice(stored).ok()?;
     let mut out = Vec::with_capacity(stored.len() + 64);
     out.extend_from_slice(b"{\"apiVersion\":");

@@ -4,6 +4,8 @@
 use super::negotiate::{negotiate, Output};
 use super::table::{self, object, partial_metadata, table, IncludeObject};
 use super::AppState;
+use crate::auth::authn::UserInfo;
+use crate::auth::authz::{forbidden, Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
 use crate::registry::selectors::{FieldSelector, LabelSelector};
 use crate::registry::{
@@ -180,22 +182,31 @@ fn content_type_for(out: Output) -> &'static str {
 pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let mut labels = RequestLabels::default();
-    let result =
-        dispatch(&st, &parts.method, parts.uri.path(), parts.uri.query(), &parts.headers, body, &mut labels).await;
+    let user = parts.extensions.get::<UserInfo>();
+    let request = Incoming { method: &parts.method, path: parts.uri.path(), query: parts.uri.query(), user };
+    let result = dispatch(&st, &request, &parts.headers, body, &mut labels).await;
     let mut resp = result.unwrap_or_else(IntoResponse::into_response);
     resp.extensions_mut().insert(labels);
     resp
 }
 
+/// What the REST handlers read of a request besides its headers and body.
+struct Incoming<'a> {
+    method: &'a Method,
+    path: &'a str,
+    query: Option<&'a str>,
+    /// Who sent it (set by authentication; absent only for public paths, which never reach here).
+    user: Option<&'a UserInfo>,
+}
+
 async fn dispatch(
     st: &Arc<AppState>,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
+    request: &Incoming<'_>,
     headers: &HeaderMap,
     body: Body,
     labels: &mut RequestLabels,
 ) -> ApiResult<Response> {
+    let (method, path, query) = (request.method, request.path, request.query);
     let Some(t) = parse_target(path) else {
         return super::discovery_response(st, method, path, headers);
     };
@@ -307,6 +318,9 @@ async fn dispatch(
                 return Err(method_not_allowed("delete"));
             }
             let opts = delete_options(body, headers, &q).await?;
+            if opts.ignore_store_read_error {
+                authorize_unsafe_delete(st, request).await?;
+            }
             let obj = res.delete(ns, name, v, &opts).await?;
             Ok(json_response(StatusCode::OK, &obj, JSON, &[]))
         }
@@ -320,6 +334,21 @@ async fn dispatch(
             labels.verb = "UNKNOWN";
             Err(method_not_allowed(&m.to_string().to_lowercase()))
         }
+    }
+}
+
+/// The verb a user must also be allowed for a delete with `ignoreStoreReadErrorWithClusterBreakingPotential`, as
+/// kube-apiserver asks it: the same resource, name and namespace.
+const UNSAFE_DELETE_VERB: &str = "unsafe-delete-ignore-read-errors";
+
+async fn authorize_unsafe_delete(st: &AppState, request: &Incoming<'_>) -> ApiResult<()> {
+    let Some(user) = request.user else { return Err(ApiError::unauthorized()) };
+    let mut attrs = RequestAttributes::from_request(request.method, request.path, request.query);
+    attrs.verb = UNSAFE_DELETE_VERB.into();
+    match st.authz.authorize(user, &attrs).await {
+        Ok(Decision::Allow) => Ok(()),
+        Ok(Decision::Deny { reason }) => Err(forbidden(user, &attrs, &reason)),
+        Err(e) => Err(ApiError::internal(e)),
     }
 }
 
@@ -361,6 +390,7 @@ async fn delete_options(body: Body, headers: &HeaderMap, q: &HashMap<String, Str
     let raw = read_body(body, headers).await?;
     let mut opts = DeleteOptions { dry_run: dry_run(q)?, ..Default::default() };
     opts.propagation_policy = q.get("propagationPolicy").cloned();
+    opts.ignore_store_read_error = flag(q, IGNORE_READ_ERROR);
     if !raw.iter().all(u8::is_ascii_whitespace) {
         let (v, _) = parse_json(&raw)?;
         if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
@@ -378,6 +408,9 @@ async fn delete_options(body: Body, headers: &HeaderMap, q: &HashMap<String, Str
         }
         if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
             opts.propagation_policy = Some(p.to_string());
+        }
+        if let Some(unsafe_delete) = v.get(IGNORE_READ_ERROR).and_then(Value::as_bool) {
+            opts.ignore_store_read_error = unsafe_delete;
         }
         opts.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         opts.resource_version = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
@@ -398,6 +431,9 @@ async fn delete_options(body: Body, headers: &HeaderMap, q: &HashMap<String, Str
     }
     Ok(opts)
 }
+
+/// The DeleteOptions field (and query parameter) of the unsafe delete of an unreadable object.
+const IGNORE_READ_ERROR: &str = "ignoreStoreReadErrorWithClusterBreakingPotential";
 
 fn list_params(q: &HashMap<String, String>) -> ApiResult<ListParams> {
     Ok(ListParams {
@@ -571,7 +607,8 @@ async fn watch(
     let res = res.clone();
     let info = res.strategy.info();
     let api_version = info.api_version(version);
-    let deadline = tokio::time::Instant::now() + timeout;
+    // A client may ask for any lifetime; one past what the clock can represent is a watch without end.
+    let deadline = tokio::time::Instant::now().checked_add(timeout);
     struct S {
         rx: tokio::sync::mpsc::Receiver<WatchOut>,
         first: bool,
@@ -584,7 +621,10 @@ async fn watch(
             if s.done {
                 return None;
             }
-            let item = tokio::time::timeout_at(deadline, s.rx.recv()).await.ok().flatten()?;
+            let item = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, s.rx.recv()).await.ok().flatten()?,
+                None => s.rx.recv().await?,
+            };
             let ev = match item {
                 WatchOut::Event { kind, object } => {
                     let object = match out {
@@ -634,6 +674,18 @@ async fn watch(
             Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), s))
         }
     });
+    // A panic while an event is encoded ends the watch with an ERROR event, as any failed watch ends, instead of
+    // taking the connection down unannounced.
+    let stream =
+        futures::StreamExt::map(futures::StreamExt::catch_unwind(std::panic::AssertUnwindSafe(stream)), |item| {
+            item.unwrap_or_else(|_| {
+                tracing::error!("a watch stream panicked while encoding an event");
+                let status = ApiError::internal("the server could not encode a watch event").status();
+                let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
+                line.push(b'\n');
+                Ok(Bytes::from(line))
+            })
+        });
     let mut r = Response::new(Body::from_stream(stream));
     r.headers_mut().insert("content-type", HeaderValue::from_static(content_type_for(out)));
     r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));

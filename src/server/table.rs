@@ -126,6 +126,9 @@ pub fn raw_row(
         #[serde(rename = "creationTimestamp", borrow)]
         creation_timestamp: Option<Cow<'a, str>>,
     }
+    if !crate::registry::decode::reads_within_depth(stored) {
+        return None;
+    }
     let head: Head = serde_json::from_slice(stored).ok()?;
     let meta_raw = head.metadata.map_or("{}", RawValue::get);
     // Where the metadata is within `stored` (it is borrowed from it).

@@ -12,7 +12,7 @@
 //! write; every key of every provider listed for the resource reads. A value not written by the current writer is
 //! marked [`KeyValue::stale`], so that a no-op rewrite re-encrypts it (key rotation, enabling encryption).
 
-use super::{KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
+use super::{CorruptValue, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use aes_gcm::aead::rand_core::RngCore;
 use aes_gcm::aead::{Aead, KeyInit, OsRng, Payload};
 use aes_gcm::{Aes128Gcm, Aes256Gcm, AesGcm};
@@ -584,8 +584,15 @@ impl EncryptionConfig {
         }
     }
 
-    fn decrypt_kv(&self, mut kv: KeyValue) -> Result<KeyValue> {
-        let d = self.decrypt(&kv.key, &kv.value)?;
+    /// The plaintext of a stored key-value; a value that does not decrypt is [`StorageError::Corrupt`].
+    fn decrypt_kv(&self, kv: KeyValue) -> Result<KeyValue> {
+        self.try_decrypt_kv(kv).map_err(|v| StorageError::Corrupt(vec![v]))
+    }
+
+    fn try_decrypt_kv(&self, mut kv: KeyValue) -> std::result::Result<KeyValue, CorruptValue> {
+        let d = self
+            .decrypt(&kv.key, &kv.value)
+            .map_err(|e| CorruptValue { key: kv.key.clone(), message: e.to_string() })?;
         kv.value = d.value;
         kv.stale = kv.stale || d.stale;
         Ok(kv)
@@ -617,11 +624,16 @@ impl Storage for EncryptedStorage {
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
         let mut result = self.inner.list(prefix, opts).await?;
+        // Every value of the page that does not decrypt is named, not just the first.
+        let mut corrupt = Vec::new();
         result.items = std::mem::take(&mut result.items)
             .into_iter()
-            .map(|kv| self.config.decrypt_kv(kv))
-            .collect::<Result<_>>()?;
-        Ok(result)
+            .filter_map(|kv| self.config.try_decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
+            .collect();
+        match corrupt.is_empty() {
+            true => Ok(result),
+            false => Err(StorageError::Corrupt(corrupt)),
+        }
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
@@ -636,9 +648,11 @@ impl Storage for EncryptedStorage {
         Ok(KeyValue { value, stale: false, ..kv })
     }
 
+    /// The deleted value, decrypted; one that does not decrypt (the forced delete of an unreadable object) is
+    /// returned as it was stored, since the delete itself has happened.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
         let kv = self.inner.delete(key, expected).await?;
-        self.config.decrypt_kv(kv)
+        Ok(self.config.decrypt_kv(kv.clone()).unwrap_or(kv))
     }
 
     async fn sync_revision(&self) -> Revision {
@@ -690,11 +704,12 @@ impl Storage for EncryptedStorage {
 }
 
 fn decrypt_event(config: &EncryptionConfig, ev: &super::Event) -> Result<super::Event> {
+    let corrupt = |e: StorageError| StorageError::corrupt(&ev.key, e.to_string());
     Ok(super::Event {
         kind: ev.kind,
         revision: ev.revision,
         key: ev.key.clone(),
-        value: config.decrypt(&ev.key, &ev.value)?.value,
+        value: config.decrypt(&ev.key, &ev.value).map_err(corrupt)?.value,
         prev: ev.prev.clone().map(|p| config.decrypt_kv(p)).transpose()?,
     })
 }
@@ -1033,13 +1048,13 @@ resources:
         let raw = inner.get(KEY).await.expect("get").expect("present");
         assert!(raw.value.starts_with(b"k8s:enc:aesgcm:v1:key2:"));
 
-        // A reader without key2: an Internal error for the get, the list and the watch.
+        // A reader without key2: a Corrupt error naming the key for the get, the list and the watch.
         let s1 = EncryptedStorage::new(inner.clone(), config(&keys("aesgcm", &[("key1", KEY1)])));
         let e = s1.get(KEY).await.expect_err("undecryptable");
         assert!(e.to_string().contains("aesgcm:v1:key2"), "{e}");
         assert!(s1.list("/registry/", ListOptions { start_after: None, limit: 0, revision: None }).await.is_err());
         let mut w1 = s1.watch("/registry/", 2).await.expect("watch");
-        assert!(matches!(next(&mut w1).await, WatchItem::Error(StorageError::Internal(_))));
+        assert!(matches!(next(&mut w1).await, WatchItem::Error(StorageError::Corrupt(_))));
 
         let deleted = s2.delete(KEY, None).await.expect("delete");
         assert_eq!(deleted.value.as_ref(), b"{\"v\":2}");

@@ -31,7 +31,25 @@ pub struct InspectEntry {
 /// The keys under `prefix` in the store in `data_dir` (the server must be stopped). With `config`, values are
 /// decrypted in memory to read their apiVersion.
 pub fn inspect(data_dir: &Path, config: Option<&EncryptionConfig>, prefix: &str) -> anyhow::Result<Vec<InspectEntry>> {
-    Ok(describe(EmbeddedStorage::scan(data_dir, prefix)?, config))
+    Ok(describe(EmbeddedStorage::scan(data_dir, prefix)?, config, &|_| Ok(())))
+}
+
+/// How the layer above reads a plaintext value: `Err` with why it cannot (set as the entry's `error`).
+pub type ReadCheck<'a> = &'a dyn Fn(&[u8]) -> Result<(), String>;
+
+/// [`inspect`] (or [`inspect_etcd`] with `etcd`) with every plaintext value also given to `check`.
+pub async fn inspect_checked(
+    data_dir: &Path,
+    etcd: Option<&super::etcd::EtcdArgs>,
+    config: Option<&EncryptionConfig>,
+    prefix: &str,
+    check: ReadCheck<'_>,
+) -> anyhow::Result<Vec<InspectEntry>> {
+    let stored = match etcd {
+        Some(etcd) => scan_etcd(etcd, prefix).await?,
+        None => EmbeddedStorage::scan(data_dir, prefix)?,
+    };
+    Ok(describe(stored, config, check))
 }
 
 /// The same for keys read from etcd (`storage inspect --etcd-servers`).
@@ -40,6 +58,10 @@ pub async fn inspect_etcd(
     config: Option<&EncryptionConfig>,
     prefix: &str,
 ) -> anyhow::Result<Vec<InspectEntry>> {
+    Ok(describe(scan_etcd(etcd, prefix).await?, config, &|_| Ok(())))
+}
+
+async fn scan_etcd(etcd: &super::etcd::EtcdArgs, prefix: &str) -> anyhow::Result<Vec<super::KeyValue>> {
     let client = etcd.connect().await?;
     let opts = super::etcd::EtcdOptions {
         history: 1,
@@ -47,10 +69,10 @@ pub async fn inspect_etcd(
         compaction_interval: std::time::Duration::ZERO,
     };
     let store = super::etcd::EtcdStorage::open(client, &etcd.prefix, opts).await?;
-    Ok(describe(store.scan(prefix).await?, config))
+    Ok(store.scan(prefix).await?)
 }
 
-fn describe(stored: Vec<super::KeyValue>, config: Option<&EncryptionConfig>) -> Vec<InspectEntry> {
+fn describe(stored: Vec<super::KeyValue>, config: Option<&EncryptionConfig>, check: ReadCheck) -> Vec<InspectEntry> {
     stored
         .into_iter()
         .map(|kv| {
@@ -65,12 +87,16 @@ fn describe(stored: Vec<super::KeyValue>, config: Option<&EncryptionConfig>) -> 
                 error: None,
             };
             match (config, encoding) {
-                (None, Encoding::Identity) => entry.api_version = api_version(&kv.value),
+                (None, Encoding::Identity) => {
+                    entry.api_version = api_version(&kv.value);
+                    entry.error = check(&kv.value).err();
+                }
                 (None, _) => entry.api_version = "<encrypted>".into(),
                 (Some(c), _) => match c.decrypt(&kv.key, &kv.value) {
                     Ok(d) => {
                         entry.api_version = api_version(&d.value);
                         entry.stale = Some(d.stale);
+                        entry.error = check(&d.value).err();
                     }
                     Err(e) => {
                         entry.api_version = "<error>".into();
@@ -127,6 +153,18 @@ pub fn table(entries: &[InspectEntry]) -> String {
     line(&header.map(String::from));
     for r in &rows {
         line(r);
+    }
+    out
+}
+
+/// The entries whose values cannot be read as a table: KEY, REVISION, ERROR (what `storage inspect --unreadable`
+/// prints, and what to delete with `ignoreStoreReadErrorWithClusterBreakingPotential`).
+pub fn unreadable_table(entries: &[InspectEntry]) -> String {
+    let width = entries.iter().map(|e| e.key.chars().count()).max().unwrap_or(0).max(3);
+    let mut out = format!("{:<width$}   REVISION   ERROR\n", "KEY");
+    for e in entries.iter().filter(|e| e.error.is_some()) {
+        let error = e.error.as_deref().unwrap_or_default();
+        out.push_str(&format!("{:<width$}   {:<8}   {error}\n", e.key, e.revision));
     }
     out
 }

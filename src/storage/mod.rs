@@ -93,8 +93,31 @@ pub enum StorageError {
     TooLarge { size: usize, limit: usize },
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// Stored values that cannot be read back: they do not decrypt with the configured keys, or the layer above
+    /// cannot decode them. Each names its key, so that it can be found and removed.
+    #[error("{}", corrupt_message(.0))]
+    Corrupt(Vec<CorruptValue>),
     #[error("storage error: {0}")]
     Internal(String),
+}
+
+/// One stored value that cannot be read back, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CorruptValue {
+    pub key: String,
+    pub message: String,
+}
+
+impl StorageError {
+    /// One corrupt value.
+    pub fn corrupt(key: &str, message: impl Into<String>) -> Self {
+        StorageError::Corrupt(vec![CorruptValue { key: key.to_string(), message: message.into() }])
+    }
+}
+
+fn corrupt_message(values: &[CorruptValue]) -> String {
+    let each: Vec<String> = values.iter().map(|v| format!("{}: {}", v.key, v.message)).collect();
+    format!("stored values cannot be read: {}", each.join("; "))
 }
 
 pub type Result<T> = std::result::Result<T, StorageError>;
