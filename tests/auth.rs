@@ -227,7 +227,10 @@ fn policy(spec: &Value) -> bool {
         let (verb, resource) = (r["verb"].as_str().unwrap_or_default(), r["resource"].as_str().unwrap_or_default());
         return matches!(
             (user, resource, verb),
-            ("alice", "storagestates", "get" | "list" | "watch") | ("bob", "storagestates", "list")
+            ("alice", "storagestates", "get" | "list" | "watch")
+                | ("bob", "storagestates", "list")
+                | ("dave" | "erin", "shootstates", "delete")
+                | ("erin", "shootstates", "unsafe-delete-ignore-read-errors")
         );
     }
     let a = &spec["nonResourceAttributes"];
@@ -1136,4 +1139,60 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
     find(&docs, "ClusterRoleBinding", "migration-apiserver:webhook-caller");
     let d = find(&docs, "Deployment", "migration-apiserver");
     assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "migration-apiserver:dev");
+}
+
+/// The unsafe delete of an unreadable object (`ignoreStoreReadErrorWithClusterBreakingPotential`) is asked of the
+/// authorizer as its own verb on the same object, as kube-apiserver asks it: a user allowed to delete is not
+/// allowed to remove what cannot be read unless allowed that too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsafe_delete_of_an_unreadable_object_needs_its_own_permission() {
+    if etcd_backend_selected() {
+        return; // the unreadable object is written straight into the embedded store
+    }
+    let pki = Pki::new("-unsafe");
+    let cluster = Cluster::start(&pki).await;
+    let mut s = start_server(vec![
+        "--authentication-kubeconfig".into(),
+        cluster.kubeconfig_arg(),
+        "--authorization-kubeconfig".into(),
+        cluster.kubeconfig_arg(),
+    ])
+    .await;
+    const KEY: &str = "/registry/core.gardener.cloud/shootstates/garden-a/bad";
+    let mut s = tokio::task::spawn_blocking(move || {
+        s.stop();
+        s.write_raw(KEY, b"not json");
+        s.restart();
+        s
+    })
+    .await
+    .expect("restart");
+    let proxy = Caller::new(&s).with_cert(pki.front_proxy());
+    let path = "/apis/core.gardener.cloud/v1beta1/namespaces/garden-a/shootstates/bad";
+    let unsafe_delete = json!({"kind": "DeleteOptions", "apiVersion": "v1",
+        "ignoreStoreReadErrorWithClusterBreakingPotential": true});
+
+    // dave may delete, but not unsafely: 403, and the object is still there (a plain delete cannot read it).
+    let dave = [("X-Remote-User", "dave")];
+    let r = proxy.call("DELETE", path, &dave, Some(&unsafe_delete)).await.status(403, "Forbidden");
+    assert!(
+        r["message"].as_str().unwrap_or_default().contains("cannot unsafe-delete-ignore-read-errors resource"),
+        "{r}"
+    );
+    let unsafe_review = |user: &str| {
+        cluster.reviews().iter().any(|spec| {
+            spec["user"] == user
+                && spec["resourceAttributes"]
+                    == json!({"verb": "unsafe-delete-ignore-read-errors", "group": "core.gardener.cloud",
+                              "version": "v1beta1", "resource": "shootstates", "namespace": "garden-a", "name": "bad"})
+        })
+    };
+    assert!(unsafe_review("dave"), "{:?}", cluster.reviews());
+    proxy.call("DELETE", path, &dave, None).await.status(500, "InternalError");
+    // erin may: the object is removed.
+    let erin = [("X-Remote-User", "erin")];
+    let r = proxy.call("DELETE", path, &erin, Some(&unsafe_delete)).await;
+    assert_eq!((r.status, r.json()["status"].as_str()), (200, Some("Success")), "{}", r.text());
+    assert!(unsafe_review("erin"));
+    s.stop();
 }

@@ -8,9 +8,6 @@ use common::requests::*;
 use common::*;
 
 use axum::http::Method;
-use bytes::Bytes;
-use migration_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
-use migration_apiserver::storage::Storage;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -97,15 +94,6 @@ async fn deep_objects_are_refused_by_every_write_path_and_nothing_is_stored() {
     assert!(watch.text().contains("\"ADDED\""), "{}", watch.text());
 }
 
-/// Writes `value` under `key` straight into the stopped server's embedded store.
-fn write_raw(s: &Server, key: &str, value: &[u8]) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
-        let store = EmbeddedStorage::open(&s.data_dir(), EmbeddedOptions::default()).expect("open the store");
-        store.create(key, Bytes::copy_from_slice(value)).await.expect("write");
-    });
-}
-
 fn causes(status: &Value) -> Vec<String> {
     let causes = status["details"]["causes"].as_array().cloned().unwrap_or_default();
     for c in &causes {
@@ -130,8 +118,8 @@ async fn an_unreadable_object_takes_only_itself_down_and_can_be_removed() {
     let deep_text = serde_json::to_vec(&shoot_state("deep", nested(130))).expect("json");
     let mut s = tokio::task::spawn_blocking(move || {
         s.stop();
-        write_raw(&s, &bad, b"\x00\x01 not json");
-        write_raw(&s, &deep, &deep_text);
+        s.write_raw(&bad, b"\x00\x01 not json");
+        s.write_raw(&deep, &deep_text);
         s
     })
     .await
@@ -249,4 +237,93 @@ async fn client_numbers_never_panic_a_request() {
     }
     assert!(!s.log().contains("panicked"), "{}", s.log());
     assert!(s.kubectl(&["get", "--raw", "/readyz"]).status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_where_kube_apiserver_is_strict() {
+    let s = Server::start(&[]);
+    let c = s.client().await;
+    // apiVersion and kind are strings.
+    let mut numbered = shoot_state("n", json!({}));
+    numbered["apiVersion"] = json!(5);
+    let st = post(&c, NS, &numbered).await.status_err(400, "BadRequest");
+    assert_eq!(
+        st["message"],
+        "couldn't get version/kind; json parse error: json: cannot unmarshal number into Go struct field .apiVersion of type string"
+    );
+    let mut kind = shoot_state("n", json!({}));
+    kind["kind"] = json!(true);
+    post(&c, NS, &kind).await.status_err(400, "BadRequest");
+    // metadata of the wrong type is refused too.
+    let mut meta = shoot_state("n", json!({}));
+    meta["metadata"] = json!({"name": 5});
+    post(&c, NS, &meta).await.status_err(400, "BadRequest");
+    get(&c, &format!("{NS}/n")).await.status_err(404, "NotFound");
+
+    // Every dryRun value is checked, for every write: nothing is written.
+    let st = call(
+        &c,
+        Method::POST,
+        &format!("{NS}?dryRun=All&dryRun=bogus"),
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&shoot_state("d", json!({}))).expect("json"),
+    )
+    .await
+    .status_err(422, "Invalid");
+    assert_eq!(
+        st["message"],
+        r#"CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["All","bogus"]: supported values: "All""#
+    );
+    get(&c, &format!("{NS}/d")).await.status_err(404, "NotFound");
+    post(&c, NS, &shoot_state("d", json!({}))).await.ok(201);
+    let patch = serde_json::to_vec(&json!({"metadata": {"labels": {"a": "b"}}})).expect("json");
+    let st = call(
+        &c,
+        Method::PATCH,
+        &format!("{NS}/d?dryRun=x"),
+        &[("content-type", "application/merge-patch+json")],
+        patch,
+    )
+    .await
+    .status_err(422, "Invalid");
+    assert!(st["message"].as_str().unwrap_or_default().starts_with("PatchOptions.meta.k8s.io"), "{st}");
+    let body = json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All", "Nope"]});
+    let st = delete(&c, &format!("{NS}/d"), Some(&body)).await.status_err(422, "Invalid");
+    assert!(st["message"].as_str().unwrap_or_default().starts_with("DeleteOptions.meta.k8s.io"), "{st}");
+    assert_eq!(get(&c, &format!("{NS}/d")).await.ok(200)["metadata"]["labels"], Value::Null);
+
+    // includeObject takes None, Object and Metadata only.
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    get_accept(&c, &format!("{NS}?includeObject=bogus"), table).await.status_err(400, "BadRequest");
+    get_accept(&c, &format!("{NS}?includeObject=Metadata"), table).await.ok(200);
+
+    // Namespace and name path segments name one key: `.`, `..` and `%` are refused, an empty segment is no path.
+    for (path, message) in [
+        (format!("{ALL}/../x"), None),
+        (
+            "/apis/core.gardener.cloud/v1beta1/namespaces/../shootstates".to_string(),
+            Some("Namespace parameter invalid: \"..\": may not be '..'"),
+        ),
+        (
+            "/apis/core.gardener.cloud/v1beta1/namespaces/./shootstates".to_string(),
+            Some("Namespace parameter invalid: \".\": may not be '.'"),
+        ),
+        (format!("{NS}/.."), Some("Name parameter invalid: \"..\": may not be '..'")),
+        (format!("{NS}/a%2Fb"), Some("Name parameter invalid: \"a%2Fb\": may not contain '%'")),
+    ] {
+        let r = get(&c, &path).await;
+        match message {
+            Some(m) => assert_eq!(r.status_err(400, "BadRequest")["message"], m, "{path}"),
+            None => assert!(r.status == 400 || r.status == 404, "{path}: {}", r.text()),
+        }
+    }
+    get(&c, "/apis/core.gardener.cloud/v1beta1/namespaces//shootstates").await.status_err(404, "NotFound");
+
+    // Every error is a Status, 405 included: the webhooks asked with GET, a fixed path asked with POST.
+    for (method, path) in [(Method::GET, "/validate"), (Method::GET, "/mutate"), (Method::POST, "/version")] {
+        call(&c, method, path, &[], vec![]).await.status_err(405, "MethodNotAllowed");
+    }
+    let head = call(&c, Method::HEAD, NS, &[], vec![]).await;
+    assert_eq!(head.status, 405);
+    assert_eq!(head.header("content-type").as_deref(), Some("application/json"));
 }

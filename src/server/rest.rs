@@ -47,6 +47,20 @@ struct Target {
     subresource: Option<String>,
 }
 
+/// A namespace or name from the path must be a valid path segment (kube-apiserver's IsValidPathSegmentName), so
+/// that it names one storage key: `.` and `..` would name another place, `/` and `%` another segment.
+fn check_path_segment(what: &str, segment: Option<&str>) -> ApiResult<()> {
+    let Some(segment) = segment else { return Ok(()) };
+    let mut problems: Vec<String> =
+        [".", ".."].iter().filter(|bad| segment == **bad).map(|bad| format!("may not be '{bad}'")).collect();
+    problems
+        .extend(["/", "%"].iter().filter(|bad| segment.contains(**bad)).map(|bad| format!("may not contain '{bad}'")));
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(ApiError::bad_request(format!("{what} parameter invalid: {segment:?}: {}", problems.join(";")))),
+    }
+}
+
 fn parse_target(path: &str) -> Option<Target> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     if segs.len() < 4 || segs[0] != "apis" || segs.iter().any(|s| s.is_empty()) {
@@ -71,26 +85,50 @@ fn parse_target(path: &str) -> Option<Target> {
     })
 }
 
-fn query_map(query: Option<&str>) -> HashMap<String, String> {
-    let mut m = HashMap::new();
-    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        m.entry(k.into_owned()).or_insert_with(|| v.into_owned());
+/// A request's query parameters: the first value of each, as Go's `url.Values.Get` reads them, and every value of
+/// `dryRun`, which is a list.
+struct Query {
+    first: HashMap<String, String>,
+    dry_run: Vec<String>,
+}
+
+impl Query {
+    fn parse(query: Option<&str>) -> Query {
+        let mut q = Query { first: HashMap::new(), dry_run: Vec::new() };
+        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            if k == "dryRun" {
+                q.dry_run.push(v.to_string());
+            }
+            q.first.entry(k.into_owned()).or_insert_with(|| v.into_owned());
+        }
+        q
     }
-    m
+}
+
+impl std::ops::Deref for Query {
+    type Target = HashMap<String, String>;
+    fn deref(&self) -> &HashMap<String, String> {
+        &self.first
+    }
 }
 
 fn flag(q: &HashMap<String, String>, k: &str) -> bool {
     matches!(q.get(k).map(String::as_str), Some("true") | Some("1") | Some("True"))
 }
 
-fn dry_run(q: &HashMap<String, String>) -> ApiResult<bool> {
-    match q.get("dryRun").map(String::as_str) {
-        None | Some("") => Ok(false),
-        Some("All") => Ok(true),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "Invalid dryRun value: dryRun: Unsupported value: {other:?}: supported values: \"All\""
-        ))),
+/// `dryRun` of a write: every value must be `All` (kube-apiserver's ValidateDryRun), else a 422 naming the
+/// options kind (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`).
+fn dry_run(values: &[String], options_kind: &str) -> ApiResult<bool> {
+    if values.iter().any(|v| v != "All") {
+        let list = serde_json::to_string(values).unwrap_or_default();
+        let cause = crate::error::FieldError {
+            reason: "FieldValueNotSupported",
+            field: "dryRun".into(),
+            message: format!("dryRun: Unsupported value: {list}: supported values: \"All\""),
+        };
+        return Err(ApiError::invalid(options_kind, "meta.k8s.io", "", vec![cause]));
     }
+    Ok(!values.is_empty())
 }
 
 fn parse_num<T: std::str::FromStr>(q: &HashMap<String, String>, k: &str) -> ApiResult<Option<T>> {
@@ -211,6 +249,8 @@ async fn dispatch(
         return super::discovery_response(st, method, path, headers);
     };
     let res = st.registry.resource(&t.group, &t.version, &t.resource).ok_or_else(ApiError::path_not_found)?.clone();
+    check_path_segment("Namespace", t.namespace.as_deref())?;
+    check_path_segment("Name", t.name.as_deref())?;
     let info = res.strategy.info();
     // A namespaced kind is reachable by name only inside a namespace; a cluster-scoped one never inside one.
     if (info.namespaced && t.name.is_some() && t.namespace.is_none()) || (!info.namespaced && t.namespace.is_some()) {
@@ -221,7 +261,7 @@ async fn dispatch(
         Some("status") if info.has_status => true,
         Some(_) => return Err(ApiError::path_not_found()),
     };
-    let q = query_map(query);
+    let q = Query::parse(query);
     let ns = t.namespace.as_deref();
     let accept = headers.get("accept").and_then(|v| v.to_str().ok());
     labels.group = t.group.clone();
@@ -279,7 +319,7 @@ async fn dispatch(
             labels.verb = "POST";
             let out = negotiate(accept, false)?;
             let (obj, dups) = json_body(body, headers).await?;
-            let opts = write_options(&q)?;
+            let opts = write_options(&q, "CreateOptions")?;
             let w = res.create(ns, v, obj, &dups, &opts).await?;
             let _ = out;
             Ok(json_response(StatusCode::CREATED, &w.object, JSON, &w.warnings))
@@ -288,7 +328,7 @@ async fn dispatch(
             labels.verb = "PUT";
             negotiate(accept, false)?;
             let (obj, dups) = json_body(body, headers).await?;
-            let w = res.update(ns, name, v, obj, dups, status, &write_options(&q)?).await?;
+            let w = res.update(ns, name, v, obj, dups, status, &write_options(&q, "UpdateOptions")?).await?;
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
             Ok(json_response(code, &w.object, JSON, &w.warnings))
         }
@@ -309,7 +349,7 @@ async fn dispatch(
             };
             let raw = read_body(body, headers).await?;
             let (patch, _) = parse_json(&raw)?;
-            let w = res.patch(ns, name, v, pt, patch, status, &write_options(&q)?).await?;
+            let w = res.patch(ns, name, v, pt, patch, status, &write_options(&q, "PatchOptions")?).await?;
             Ok(json_response(StatusCode::OK, &w.object, JSON, &w.warnings))
         }
         (Method::DELETE, Some(name)) => {
@@ -379,32 +419,23 @@ async fn json_body(body: Body, headers: &HeaderMap) -> ApiResult<(Value, Vec<Str
     parse_json(&raw)
 }
 
-fn write_options(q: &HashMap<String, String>) -> ApiResult<WriteOptions> {
+fn write_options(q: &Query, options_kind: &str) -> ApiResult<WriteOptions> {
     Ok(WriteOptions {
-        dry_run: dry_run(q)?,
+        dry_run: dry_run(&q.dry_run, options_kind)?,
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
     })
 }
 
-async fn delete_options(body: Body, headers: &HeaderMap, q: &HashMap<String, String>) -> ApiResult<DeleteOptions> {
+async fn delete_options(body: Body, headers: &HeaderMap, q: &Query) -> ApiResult<DeleteOptions> {
     let raw = read_body(body, headers).await?;
-    let mut opts = DeleteOptions { dry_run: dry_run(q)?, ..Default::default() };
+    let mut opts = DeleteOptions { dry_run: dry_run(&q.dry_run, "DeleteOptions")?, ..Default::default() };
     opts.propagation_policy = q.get("propagationPolicy").cloned();
     opts.ignore_store_read_error = flag(q, IGNORE_READ_ERROR);
     if !raw.iter().all(u8::is_ascii_whitespace) {
         let (v, _) = parse_json(&raw)?;
         if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
-            for x in d {
-                match x.as_str() {
-                    Some("All") => opts.dry_run = true,
-                    other => {
-                        return Err(ApiError::bad_request(format!(
-                            "Invalid dryRun value: dryRun: Unsupported value: {:?}: supported values: \"All\"",
-                            other.unwrap_or_default()
-                        )))
-                    }
-                }
-            }
+            let values: Vec<String> = d.iter().map(|x| x.as_str().unwrap_or_default().to_string()).collect();
+            opts.dry_run |= dry_run(&values, "DeleteOptions")?;
         }
         if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
             opts.propagation_policy = Some(p.to_string());

@@ -173,6 +173,18 @@ impl Server {
         }
     }
 
+    /// Writes `value` under `key` straight into the embedded store of this (stopped) server, as corruption or an
+    /// older writer would leave it.
+    pub fn write_raw(&self, key: &str, value: &[u8]) {
+        use migration_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+        use migration_apiserver::storage::Storage;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let store = EmbeddedStorage::open(&self.data_dir(), EmbeddedOptions::default()).expect("open the store");
+            store.create(key, bytes::Bytes::copy_from_slice(value)).await.expect("write");
+        });
+    }
+
     /// Starts the server again on the same directories and port.
     pub fn restart(&mut self) {
         self.stop();
