@@ -263,3 +263,94 @@ async fn server_answers_bad_input_with_4xx() {
     let out = s.kubectl(&["get", "--raw", "/readyz"]);
     assert!(out.status.success());
 }
+
+/// The seeds of one fuzz target: the files of `tests/fuzz/corpus/<target>/` (committed, so that every run starts
+/// from the same inputs and a new finding is kept by adding its input there).
+fn corpus(target: &str) -> Vec<Vec<u8>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus").join(target);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let seeds: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).expect("seed")).collect();
+    assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
+    seeds
+}
+
+/// The request decoders (query parameters, path, patch and body) of the running server, each fed mutations of its
+/// corpus, for a bounded number of requests and time: every answer is a Status below 500 (or a stream), never a
+/// panic, a hang or a poisoned resource; afterwards the resource still reads whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_decoders_on_their_corpora() {
+    const NS: &str = "/apis/core.gardener.cloud/v1beta1/namespaces/garden-a/shootstates";
+    let s = Server::start(&[]);
+    let client = s.client_without_retries().await;
+    let seed_object = String::from_utf8(corpus("body")[1].clone())
+        .expect("utf-8")
+        .replace("\"generateName\":\"s-\"", "\"name\":\"a\"");
+    let req =
+        http::Request::post(NS).header("content-type", "application/json").body(seed_object.into_bytes()).expect("req");
+    client.request_text(req).await.expect("create a");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut rng = Rng(0xA0761D6478BD642F);
+    let mut sent = 0;
+    for target in ["query", "path", "patch", "body"] {
+        let seeds = corpus(target);
+        for i in 0..250 {
+            if std::time::Instant::now() > deadline {
+                break;
+            }
+            let seed = &seeds[i % seeds.len()];
+            let input = if i % 7 == 0 { seed.clone() } else { mutate(&mut rng, seed) };
+            // Paths and queries travel as URI text: bytes a URI cannot carry are percent-encoded.
+            let uri_text: String = input
+                .iter()
+                .map(|b| match b {
+                    b'!'..=b'~' if *b != b'#' => (*b as char).to_string(),
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            let (method, uri, content_type, body) = match target {
+                "query" => ("GET", format!("{NS}?{uri_text}"), "", Vec::new()),
+                "path" => ("GET", format!("/apis/{uri_text}"), "", Vec::new()),
+                "patch" => {
+                    let ct = if input.first() == Some(&b'[') {
+                        "application/json-patch+json"
+                    } else {
+                        "application/merge-patch+json"
+                    };
+                    ("PATCH", format!("{NS}/a"), ct, input)
+                }
+                _ => ("POST", NS.to_string(), "application/json", input),
+            };
+            let Ok(req) =
+                http::Request::builder().method(method).uri(&uri).header("content-type", content_type).body(body)
+            else {
+                continue; // not a URI at all: no request can carry it
+            };
+            sent += 1;
+            let resp = tokio::time::timeout(Duration::from_secs(10), client.send(req.map(kube::client::Body::from)))
+                .await
+                .unwrap_or_else(|_| panic!("{target} #{i} hung: {method} {uri}"))
+                .expect("transport");
+            let code = resp.status().as_u16();
+            assert!(code < 500 || code == 504, "{target} #{i} {method} {uri}: {code}");
+            if code >= 400 {
+                let body = http_body_util::BodyExt::collect(resp.into_body()).await.expect("body").to_bytes();
+                let status: Value =
+                    serde_json::from_slice(&body).unwrap_or_else(|_| panic!("{target} #{i}: not a Status: {body:?}"));
+                assert_eq!(
+                    (status["kind"].as_str(), status["code"].as_u64()),
+                    (Some("Status"), Some(code as u64)),
+                    "{target} #{i}"
+                );
+            }
+        }
+    }
+    assert!(sent > 500, "{sent} requests sent");
+    // Nothing that was accepted poisoned the resource.
+    let list = s.kubectl_ok(&["get", "shootstates", "-A", "-o", "json"]);
+    assert!(list.contains("\"items\""));
+    assert!(!s.log().contains("panicked"), "{}", s.log());
+}
