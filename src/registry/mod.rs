@@ -1142,6 +1142,11 @@ impl Resource {
                 self.wait_for_revision(n).await?;
             }
         }
+        // A revision the store has not reached (an exact resourceVersion, or one in a continue token) is waited
+        // for briefly, then a 504 as kube-apiserver answers it: never a list "at" a revision that does not exist.
+        if let Some(n) = revision {
+            self.wait_for_revision(n).await?;
+        }
         let filtered = !p.label_selector.is_empty() || !p.field_selector.is_empty();
         let mut items = Vec::new();
         let mut read_at = revision;
