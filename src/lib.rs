@@ -5,6 +5,7 @@ pub mod cli;
 pub mod csi;
 pub mod error;
 pub mod registry;
+pub mod request_info;
 pub mod scheduler;
 pub mod server;
 pub mod storage;

@@ -869,8 +869,8 @@ async fn dry_run_changes_nothing() {
     assert_eq!(list_rv(&c, SVM_PATH).await, rev);
     assert_eq!(names(&get(&c, SVM_PATH).await.ok(200)["items"]), vec!["dry"]);
 
-    // An unsupported dryRun value is a 400.
-    post(&c, &format!("{SVM_PATH}?dryRun=Yes"), &svm("dry-x")).await.status_err(400, "BadRequest");
+    // An unsupported dryRun value is kube-apiserver's 422 on the CreateOptions (ValidateCreateOptions).
+    post(&c, &format!("{SVM_PATH}?dryRun=Yes"), &svm("dry-x")).await.status_err(422, "Invalid");
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use super::authn::{UserInfo, GROUP_MASTERS};
 use super::cache::TtlCache;
 use crate::error::{ApiError, Details};
+use crate::request_info::RequestInfo;
 
 /// What a request asks to do, in kube-apiserver's terms (its `RequestInfo`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,104 +45,23 @@ pub struct ResourceAttributes {
 }
 
 impl RequestAttributes {
-    /// kube-apiserver's `RequestInfoFactory.NewRequestInfo` for the `/api` and `/apis` prefixes: a resource request is
-    /// `/apis/<group>/<version>/[namespaces/<ns>/]<resource>[/<name>[/<subresource>]]` (or `/api/<version>/...`);
-    /// anything shorter or elsewhere is a non-resource request with the lower-case HTTP method as verb.
+    /// The attributes kube-apiserver authorizes a request by, from its [`RequestInfo`].
+    pub fn from_info(info: &RequestInfo) -> Self {
+        let resource = info.is_resource_request.then(|| ResourceAttributes {
+            namespace: info.namespace.clone(),
+            group: info.api_group.clone(),
+            version: info.api_version.clone(),
+            resource: info.resource.clone(),
+            subresource: info.subresource.clone(),
+            name: info.name.clone(),
+        });
+        RequestAttributes { verb: info.verb.clone(), path: info.path.clone(), resource }
+    }
+
+    /// [`from_info`](Self::from_info) of a request parsed here.
     pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
-        let non_resource =
-            RequestAttributes { verb: method.as_str().to_ascii_lowercase(), path: path.into(), resource: None };
-        let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
-        if parts.len() < 3 {
-            return non_resource;
-        }
-        let (group, rest) = match parts[0] {
-            "api" => ("", &parts[1..]),
-            "apis" if parts.len() >= 4 => (parts[1], &parts[2..]),
-            _ => return non_resource,
-        };
-        let version = rest[0];
-        let mut parts = &rest[1..];
-        let mut verb = match *method {
-            Method::POST => "create",
-            Method::GET | Method::HEAD => "get",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "",
-        }
-        .to_string();
-        // The deprecated /watch/ and /proxy/ path forms name their verb.
-        if matches!(parts.first(), Some(&"watch") | Some(&"proxy")) {
-            if parts.len() < 2 {
-                return non_resource;
-            }
-            verb = parts[0].to_string();
-            parts = &parts[1..];
-        }
-        let mut namespace = "";
-        if parts.first() == Some(&"namespaces") && parts.len() > 1 {
-            namespace = parts[1];
-            // /namespaces/<ns>/<resource>...: the resource is namespaced; /namespaces/<ns>[/status|/finalize] is
-            // the namespace itself.
-            if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
-                parts = &parts[2..];
-            }
-        }
-        let mut attrs = ResourceAttributes {
-            namespace: namespace.into(),
-            group: group.into(),
-            version: version.into(),
-            ..Default::default()
-        };
-        if parts.len() >= 3 && verb != "proxy" {
-            attrs.subresource = parts[2].into();
-        }
-        if parts.len() >= 2 {
-            attrs.name = parts[1].into();
-        }
-        if let Some(resource) = parts.first() {
-            attrs.resource = (*resource).into();
-        }
-        if attrs.name.is_empty() && verb == "get" {
-            let mut watch = false;
-            for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-                match key.as_ref() {
-                    "watch" if !watch => watch = parse_watch(&value),
-                    "fieldSelector" => {
-                        if let Some(name) = exact_name(&value) {
-                            attrs.name = name;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            verb = if watch { "watch" } else { "list" }.into();
-        }
-        if attrs.name.is_empty() && verb == "delete" {
-            verb = "deletecollection".into();
-        }
-        RequestAttributes { verb, path: path.into(), resource: Some(attrs) }
+        Self::from_info(&RequestInfo::parse(method, path, query))
     }
-}
-
-/// Go's `strconv.ParseBool`, and kube-apiserver's fallback for anything else: a watch unless "false" or "0".
-fn parse_watch(value: &str) -> bool {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
-        other => !matches!(other.to_ascii_lowercase().as_str(), "false" | "0"),
-    }
-}
-
-/// The name a field selector pins (`metadata.name=<n>` or `==`), if it is a valid path segment: a list or watch of
-/// one object is authorized as that object, as in kube-apiserver.
-fn exact_name(selector: &str) -> Option<String> {
-    selector.split(',').find_map(|term| {
-        let term = term.trim();
-        let value = term.strip_prefix("metadata.name==").or_else(|| term.strip_prefix("metadata.name="))?;
-        let valid = !value.is_empty() && value != "." && value != ".." && !value.contains(['/', '%']);
-        valid.then(|| value.to_string())
-    })
 }
 
 /// The authorizer's answer.

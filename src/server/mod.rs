@@ -15,6 +15,7 @@ use crate::auth::authn::{Authenticator, PeerCertificates, UserInfo};
 use crate::auth::authz::{forbidden, AuthorizationMode, Authorizer, Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult};
 use crate::registry::Registry;
+use crate::request_info::RequestInfo;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -131,9 +132,12 @@ fn is_public(path: &str) -> bool {
         || path.starts_with("/readyz/")
 }
 
-async fn authenticate_and_measure(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = req.method().clone();
+    // Parsed once: authorization, the REST handlers and their metrics labels all read this.
+    let info = RequestInfo::parse(req.method(), req.uri().path(), req.uri().query());
+    req.extensions_mut().insert(info);
     let mut resp = authenticate_and_authorize(&st, req, next).await;
     let labels = resp.extensions_mut().remove::<rest::RequestLabels>().unwrap_or_default();
     let verb: Label = match labels.verb {
@@ -187,7 +191,10 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
         return if public { next.run(req).await } else { ApiError::unauthorized().into_response() };
     };
     if !public && internal.is_none() {
-        let attrs = RequestAttributes::from_request(req.method(), req.uri().path(), req.uri().query());
+        let attrs = match req.extensions().get::<RequestInfo>() {
+            Some(info) => RequestAttributes::from_info(info),
+            None => RequestAttributes::from_request(req.method(), req.uri().path(), req.uri().query()),
+        };
         match st.authz.authorize(&user, &attrs).await {
             Ok(Decision::Allow) => {}
             Ok(Decision::Deny { reason }) => {

@@ -12,6 +12,7 @@ use crate::registry::{
     decode::parse_json, DeleteOptions, FieldValidation, ListOut, ListParams, PatchType, RawObject, Resource, WatchOut,
     WatchParams, WriteOptions,
 };
+use crate::request_info::RequestInfo;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
@@ -61,28 +62,30 @@ fn check_path_segment(what: &str, segment: Option<&str>) -> ApiResult<()> {
     }
 }
 
-fn parse_target(path: &str) -> Option<Target> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    if segs.len() < 4 || segs[0] != "apis" || segs.iter().any(|s| s.is_empty()) {
+/// The resource a request names, from its [`RequestInfo`]; `None` when the path is not a served resource path
+/// (discovery, or a form the REST handlers do not serve).
+fn target(info: &RequestInfo) -> Option<Target> {
+    if !info.is_served_form() {
         return None;
     }
-    let (group, version) = (segs[1].to_string(), segs[2].to_string());
-    let (namespace, rest) = if segs[3] == "namespaces" && segs.len() >= 6 {
-        (Some(segs[4].to_string()), &segs[5..])
-    } else {
-        (None, &segs[3..])
-    };
-    if rest.len() > 3 {
-        return None;
-    }
+    // /<prefix>/[<group>/]<version>/namespaces/<ns>/<parts>: the parts start two segments after the version.
+    let before_parts = if info.api_group.is_empty() { 2 } else { 3 };
+    let segments = info.path.trim_matches('/').split('/').count();
+    let namespaced = segments == before_parts + 2 + info.parts.len();
+    let part = |i: usize| info.parts.get(i).cloned();
     Some(Target {
-        group,
-        version,
-        namespace,
-        resource: rest[0].to_string(),
-        name: rest.get(1).map(|s| s.to_string()),
-        subresource: rest.get(2).map(|s| s.to_string()),
+        group: info.api_group.clone(),
+        version: info.api_version.clone(),
+        namespace: namespaced.then(|| info.namespace.clone()),
+        resource: info.resource.clone(),
+        name: part(1),
+        subresource: part(2),
     })
+}
+
+#[cfg(test)]
+fn parse_target(path: &str) -> Option<Target> {
+    target(&RequestInfo::parse(&Method::GET, path, None))
 }
 
 /// A request's query parameters: the first value of each, as Go's `url.Values.Get` reads them, and every value of
@@ -221,7 +224,15 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let mut labels = RequestLabels::default();
     let user = parts.extensions.get::<UserInfo>();
-    let request = Incoming { method: &parts.method, path: parts.uri.path(), query: parts.uri.query(), user };
+    let parsed;
+    let info = match parts.extensions.get::<RequestInfo>() {
+        Some(info) => info,
+        None => {
+            parsed = RequestInfo::parse(&parts.method, parts.uri.path(), parts.uri.query());
+            &parsed
+        }
+    };
+    let request = Incoming { method: &parts.method, path: parts.uri.path(), query: parts.uri.query(), user, info };
     let result = dispatch(&st, &request, &parts.headers, body, &mut labels).await;
     let mut resp = result.unwrap_or_else(IntoResponse::into_response);
     resp.extensions_mut().insert(labels);
@@ -235,6 +246,8 @@ struct Incoming<'a> {
     query: Option<&'a str>,
     /// Who sent it (set by authentication; absent only for public paths, which never reach here).
     user: Option<&'a UserInfo>,
+    /// What it is about, as parsed once for the whole request.
+    info: &'a RequestInfo,
 }
 
 async fn dispatch(
@@ -245,7 +258,7 @@ async fn dispatch(
     labels: &mut RequestLabels,
 ) -> ApiResult<Response> {
     let (method, path, query) = (request.method, request.path, request.query);
-    let Some(t) = parse_target(path) else {
+    let Some(t) = target(request.info) else {
         return super::discovery_response(st, method, path, headers);
     };
     let res = st.registry.resource(&t.group, &t.version, &t.resource).ok_or_else(ApiError::path_not_found)?.clone();
@@ -383,7 +396,7 @@ const UNSAFE_DELETE_VERB: &str = "unsafe-delete-ignore-read-errors";
 
 async fn authorize_unsafe_delete(st: &AppState, request: &Incoming<'_>) -> ApiResult<()> {
     let Some(user) = request.user else { return Err(ApiError::unauthorized()) };
-    let mut attrs = RequestAttributes::from_request(request.method, request.path, request.query);
+    let mut attrs = RequestAttributes::from_info(request.info);
     attrs.verb = UNSAFE_DELETE_VERB.into();
     match st.authz.authorize(user, &attrs).await {
         Ok(Decision::Allow) => Ok(()),
