@@ -3,7 +3,6 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::json;
 
 use crate::storage::{CorruptValue, StorageError};
 
@@ -94,11 +93,88 @@ pub struct Details {
     pub retry_after_seconds: Option<u64>,
 }
 
+/// Why a request failed, as kube-apiserver's `metav1.StatusReason`: each reason has its HTTP code. Callers compare
+/// reasons, not codes (409 is both `Conflict` and `AlreadyExists`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StatusReason {
+    BadRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    NotAcceptable,
+    AlreadyExists,
+    Conflict,
+    Expired,
+    RequestEntityTooLarge,
+    UnsupportedMediaType,
+    Invalid,
+    TooManyRequests,
+    InternalError,
+    /// Stored objects that cannot be read (KEP-3926); on the wire `StorageReadError`.
+    StoreReadError,
+    ServiceUnavailable,
+    Timeout,
+}
+
+impl StatusReason {
+    /// The reason as the `Status` carries it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusReason::BadRequest => "BadRequest",
+            StatusReason::Unauthorized => "Unauthorized",
+            StatusReason::Forbidden => "Forbidden",
+            StatusReason::NotFound => "NotFound",
+            StatusReason::MethodNotAllowed => "MethodNotAllowed",
+            StatusReason::NotAcceptable => "NotAcceptable",
+            StatusReason::AlreadyExists => "AlreadyExists",
+            StatusReason::Conflict => "Conflict",
+            StatusReason::Expired => "Expired",
+            StatusReason::RequestEntityTooLarge => "RequestEntityTooLarge",
+            StatusReason::UnsupportedMediaType => "UnsupportedMediaType",
+            StatusReason::Invalid => "Invalid",
+            StatusReason::TooManyRequests => "TooManyRequests",
+            StatusReason::InternalError => "InternalError",
+            StatusReason::StoreReadError => "StorageReadError",
+            StatusReason::ServiceUnavailable => "ServiceUnavailable",
+            StatusReason::Timeout => "Timeout",
+        }
+    }
+
+    /// The HTTP code kube-apiserver answers this reason with.
+    pub fn code(self) -> u16 {
+        match self {
+            StatusReason::BadRequest => 400,
+            StatusReason::Unauthorized => 401,
+            StatusReason::Forbidden => 403,
+            StatusReason::NotFound => 404,
+            StatusReason::MethodNotAllowed => 405,
+            StatusReason::NotAcceptable => 406,
+            StatusReason::AlreadyExists | StatusReason::Conflict => 409,
+            StatusReason::Expired => 410,
+            StatusReason::RequestEntityTooLarge => 413,
+            StatusReason::UnsupportedMediaType => 415,
+            StatusReason::Invalid => 422,
+            StatusReason::TooManyRequests => 429,
+            StatusReason::InternalError | StatusReason::StoreReadError => 500,
+            StatusReason::ServiceUnavailable => 503,
+            StatusReason::Timeout => 504,
+        }
+    }
+}
+
+impl std::fmt::Display for StatusReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ApiError {
+    /// The HTTP code: always `reason.code()`.
     pub code: u16,
-    pub reason: &'static str,
+    pub reason: StatusReason,
     pub message: String,
     pub details: Option<Box<Details>>,
     /// For a 410 on an expired continue token: the inconsistent continuation (`metadata.continue`).
@@ -118,7 +194,8 @@ pub fn qualified(resource: &str, group: &str) -> String {
 }
 
 impl ApiError {
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(reason: StatusReason, message: impl Into<String>) -> Self {
+        let code = reason.code();
         ApiError { code, reason, message: message.into(), details: None, continue_token: None, unreadable: Vec::new() }
     }
     fn with(mut self, group: &str, resource: &str, name: &str) -> Self {
@@ -131,37 +208,35 @@ impl ApiError {
         self
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, "BadRequest", message)
+        Self::new(StatusReason::BadRequest, message)
     }
     pub fn unauthorized() -> Self {
-        Self::new(401, "Unauthorized", "Unauthorized")
+        Self::new(StatusReason::Unauthorized, "Unauthorized")
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(403, "Forbidden", message)
+        Self::new(StatusReason::Forbidden, message)
     }
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} {} not found", qualified(resource, group), quote(name)))
+        Self::new(StatusReason::NotFound, format!("{} {} not found", qualified(resource, group), quote(name)))
             .with(group, resource, name)
     }
     pub fn path_not_found() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
+        Self::new(StatusReason::NotFound, "the server could not find the requested resource")
     }
     pub fn method_not_allowed(verb: &str, group: &str, resource: &str) -> Self {
         Self::new(
-            405,
-            "MethodNotAllowed",
+            StatusReason::MethodNotAllowed,
             format!("{verb} is not supported on resources of kind {}", quote(&qualified(resource, group))),
         )
     }
     pub fn not_acceptable(supported: &[&str]) -> Self {
         Self::new(
-            406,
-            "NotAcceptable",
+            StatusReason::NotAcceptable,
             format!("only the following media types are accepted: {}", supported.join(", ")),
         )
     }
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} {} already exists", qualified(resource, group), quote(name)))
+        Self::new(StatusReason::AlreadyExists, format!("{} {} already exists", qualified(resource, group), quote(name)))
             .with(group, resource, name)
     }
     pub fn conflict(group: &str, resource: &str, name: &str) -> Self {
@@ -174,26 +249,25 @@ impl ApiError {
     }
     pub fn conflict_msg(group: &str, resource: &str, name: &str, why: &str) -> Self {
         Self::new(
-            409,
-            "Conflict",
+            StatusReason::Conflict,
             format!("Operation cannot be fulfilled on {} {}: {why}", qualified(resource, group), quote(name)),
         )
         .with(group, resource, name)
     }
     pub fn gone(message: impl Into<String>) -> Self {
-        Self::new(410, "Expired", message)
+        Self::new(StatusReason::Expired, message)
     }
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self::new(413, "RequestEntityTooLarge", message)
+        Self::new(StatusReason::RequestEntityTooLarge, message)
     }
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json (got {})", quote(content_type)))
+        Self::new(StatusReason::UnsupportedMediaType, format!("the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json (got {})", quote(content_type)))
     }
     /// 422 with one cause per invalid field; the message lists them all, as kube-apiserver does.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<FieldError>) -> Self {
         let msgs: Vec<&str> = causes.iter().map(|c| c.message.as_str()).collect();
         let list = if msgs.len() == 1 { msgs[0].to_string() } else { format!("[{}]", msgs.join(", ")) };
-        let mut e = Self::new(422, "Invalid", format!("{kind}.{group} {} is invalid: {list}", quote(name)));
+        let mut e = Self::new(StatusReason::Invalid, format!("{kind}.{group} {} is invalid: {list}", quote(name)));
         e.details = Some(Box::new(Details {
             name: name.to_string(),
             group: group.to_string(),
@@ -216,7 +290,7 @@ impl ApiError {
             })
             .collect();
         let mut e =
-            Self::new(500, "StorageReadError", format!("failed to read one or more {resource} from the storage"));
+            Self::new(StatusReason::StoreReadError, format!("failed to read one or more {resource} from the storage"));
         e.details = Some(Box::new(Details {
             name: prefix.to_string(),
             kind: resource.to_string(),
@@ -238,56 +312,48 @@ impl ApiError {
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+        Self::new(StatusReason::InternalError, format!("Internal error occurred: {}", message.into()))
     }
     pub fn timeout(message: impl Into<String>) -> Self {
-        Self::new(504, "Timeout", message)
+        Self::new(StatusReason::Timeout, message)
     }
     pub fn service_unavailable(message: impl Into<String>) -> Self {
-        let mut e = Self::new(503, "ServiceUnavailable", message);
+        let mut e = Self::new(StatusReason::ServiceUnavailable, message);
         e.details = Some(Box::new(Details { retry_after_seconds: Some(1), ..Default::default() }));
         e
     }
 
     /// The `Status` object kube-apiserver would send.
     pub fn status(&self) -> serde_json::Value {
-        let mut s = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusCause, StatusDetails};
+        // Empty strings are left out, as Go's `omitempty` leaves them out.
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let details = self.details.as_ref().map(|d| StatusDetails {
+            name: text(&d.name),
+            group: text(&d.group),
+            kind: text(&d.kind),
+            causes: (!d.causes.is_empty()).then(|| {
+                d.causes
+                    .iter()
+                    .map(|c| StatusCause {
+                        field: text(&c.field),
+                        message: Some(c.message.clone()),
+                        reason: Some(c.reason.to_string()),
+                    })
+                    .collect()
+            }),
+            retry_after_seconds: d.retry_after_seconds.map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
+            uid: None,
         });
-        if let Some(c) = &self.continue_token {
-            s["metadata"] = json!({ "continue": c.as_ref() });
-        }
-        if let Some(d) = &self.details {
-            let mut det = serde_json::Map::new();
-            if !d.name.is_empty() {
-                det.insert("name".into(), json!(d.name));
-            }
-            if !d.group.is_empty() {
-                det.insert("group".into(), json!(d.group));
-            }
-            if !d.kind.is_empty() {
-                det.insert("kind".into(), json!(d.kind));
-            }
-            if !d.causes.is_empty() {
-                det.insert("causes".into(), json!(d.causes));
-            }
-            if let Some(r) = d.retry_after_seconds {
-                det.insert("retryAfterSeconds".into(), json!(r));
-            }
-            s["details"] = serde_json::Value::Object(det);
-        }
-        if self.reason.is_empty() {
-            if let Some(o) = s.as_object_mut() {
-                o.remove("reason");
-            }
-        }
-        s
+        let status = Status {
+            code: Some(i32::from(self.code)),
+            details,
+            message: Some(self.message.clone()),
+            metadata: ListMeta { continue_: self.continue_token.as_deref().map(str::to_string), ..Default::default() },
+            reason: Some(self.reason.as_str().to_string()),
+            status: Some("Failure".into()),
+        };
+        serde_json::to_value(&status).unwrap_or_default()
     }
 }
 

@@ -12,7 +12,7 @@ pub mod unknown;
 
 use crate::api::meta::validate_object_meta;
 use crate::api::Strategy;
-use crate::error::{ApiError, ApiResult, FieldError};
+use crate::error::{ApiError, ApiResult, FieldError, StatusReason};
 use crate::storage::{EventKind, KeyValue, ListOptions, Storage, StorageError, WatchItem};
 use bytes::Bytes;
 use continue_token::ContinueToken;
@@ -861,8 +861,7 @@ impl Resource {
                 Some(p) => apply_json_patch(&mut doc, p).map_err(|e| match e {
                     JsonPatchError::TooDeep(path) => self.invalid(name, vec![too_deep_error(path)]),
                     JsonPatchError::Failed(e) => ApiError::new(
-                        422,
-                        "Invalid",
+                        StatusReason::Invalid,
                         format!("the server rejected our request due to an error in our request: {e}"),
                     ),
                 })?,
@@ -1016,7 +1015,7 @@ impl Resource {
             let per_item = DeleteOptions { uid: None, resource_version: None, ..opts.clone() };
             match self.delete(ns, &name, version, &per_item).await {
                 Ok(obj) => deleted.push(obj),
-                Err(e) if e.code == 404 => {}
+                Err(e) if e.reason == StatusReason::NotFound => {}
                 Err(e) => return Err(e),
             }
         }

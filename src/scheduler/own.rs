@@ -2,7 +2,7 @@
 //! validation, resourceVersions (compare-and-swap) and watch events as any client's writes.
 
 use crate::api::Kind;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, StatusReason};
 use crate::registry::selectors::LabelSelector;
 use crate::registry::{DeleteOptions, ListParams, Registry, Resource, WriteOptions};
 use serde_json::Value;
@@ -46,7 +46,7 @@ impl OwnApi {
         let (r, v) = self.resource::<K>()?;
         match r.get(namespace, name, v).await {
             Ok(obj) => Ok(Some(from_value(obj)?)),
-            Err(e) if e.code == 404 => Ok(None),
+            Err(e) if e.reason == StatusReason::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -87,7 +87,7 @@ impl OwnApi {
         let (r, v) = self.resource::<K>()?;
         match r.delete(namespace, name, v, &DeleteOptions::default()).await {
             Ok(_) => Ok(()),
-            Err(e) if e.code == 404 => Ok(()),
+            Err(e) if e.reason == StatusReason::NotFound => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -104,7 +104,7 @@ impl OwnApi {
         let opts = DeleteOptions { uid, resource_version, ..DeleteOptions::default() };
         match r.delete(namespace, name, v, &opts).await {
             Ok(_) => Ok(true),
-            Err(e) if e.code == 404 || e.code == 409 => Ok(false),
+            Err(e) if matches!(e.reason, StatusReason::NotFound | StatusReason::Conflict) => Ok(false),
             Err(e) => Err(e),
         }
     }

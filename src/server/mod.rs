@@ -13,7 +13,7 @@ pub mod table;
 
 use crate::auth::authn::{Authenticator, PeerCertificates, UserInfo};
 use crate::auth::authz::{forbidden, AuthorizationMode, Authorizer, Decision, RequestAttributes};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, StatusReason};
 use crate::registry::Registry;
 use crate::request_info::RequestInfo;
 use axum::extract::{Request, State};
@@ -101,7 +101,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// A method a fixed path does not serve (a GET-only endpoint asked with POST, the webhooks asked with GET): a
 /// `Status`, as every error this server answers.
 async fn method_not_allowed() -> Response {
-    ApiError::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    ApiError::new(StatusReason::MethodNotAllowed, "the server does not allow this method on the requested resource")
         .into_response()
 }
 

@@ -6,7 +6,7 @@ use super::table::{self, object, partial_metadata, table, IncludeObject};
 use super::AppState;
 use crate::auth::authn::UserInfo;
 use crate::auth::authz::{forbidden, Decision, RequestAttributes};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, StatusReason};
 use crate::registry::selectors::{FieldSelector, LabelSelector};
 use crate::registry::{
     decode::parse_json, DeleteOptions, FieldValidation, ListOut, ListParams, PatchType, RawObject, Resource, WatchOut,
@@ -354,8 +354,7 @@ async fn dispatch(
                 "application/merge-patch+json" => PatchType::Merge,
                 _ => {
                     return Err(ApiError::new(
-                        415,
-                        "UnsupportedMediaType",
+                        StatusReason::UnsupportedMediaType,
                         format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json (got {ct:?})"),
                     ))
                 }
