@@ -87,7 +87,7 @@ impl RequestInfo {
             let mut watch = false;
             for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
                 match key.as_ref() {
-                    "watch" if !watch => watch = parse_watch(&value),
+                    "watch" if !watch => watch = query_bool(&value),
                     "fieldSelector" => {
                         if let Some(name) = exact_name(&value) {
                             info.name = name;
@@ -114,13 +114,10 @@ impl RequestInfo {
     }
 }
 
-/// Go's `strconv.ParseBool`, and kube-apiserver's fallback for anything else: a watch unless "false" or "0".
-fn parse_watch(value: &str) -> bool {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
-        other => !matches!(other.to_ascii_lowercase().as_str(), "false" | "0"),
-    }
+/// A boolean query parameter as kube-apiserver's parameter codec converts it: false only for "", "0" and "false"
+/// (any case), true for anything else.
+pub fn query_bool(value: &str) -> bool {
+    !(value.is_empty() || value == "0" || value.eq_ignore_ascii_case("false"))
 }
 
 /// The name a field selector pins (`metadata.name=<n>` or `==`), if it is a valid path segment: a list or watch of

@@ -211,8 +211,12 @@ async fn client_numbers_never_panic_a_request() {
     // The 504 of a resourceVersion not reached yet is an answer here, not something to retry.
     let c = s.client_without_retries().await;
     post(&c, NS, &shoot_state("a", json!({}))).await.ok(201);
-    // A watch lifetime past what the clock holds is a watch without end, not a panic: it answers and streams.
-    let path = format!("{NS}?watch=true&timeoutSeconds=18446744073709551615");
+    // A lifetime that is no int64 is kube-apiserver's 400; the largest int64, past what the clock holds, is a
+    // watch without end, not a panic: it answers and streams.
+    let st =
+        get(&c, &format!("{NS}?watch=true&timeoutSeconds=18446744073709551615")).await.status_err(400, "BadRequest");
+    assert_eq!(st["message"], "strconv.ParseInt: parsing \"18446744073709551615\": value out of range");
+    let path = format!("{NS}?watch=true&timeoutSeconds=9223372036854775807");
     let req = request(Method::GET, &path, &[], vec![]);
     let resp = tokio::time::timeout(Duration::from_secs(20), c.send(req)).await.expect("answer").expect("send");
     assert_eq!(resp.status().as_u16(), 200, "a watch of no end");

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
+pub mod query;
 pub mod rest;
 pub mod serve;
 pub mod table;

@@ -2,6 +2,7 @@
 //! the result. Thin by design: every decision about objects is the registry's or the kind's.
 
 use super::negotiate::{negotiate, Output};
+use super::query::QueryParams;
 use super::table::{self, object, partial_metadata, table, IncludeObject};
 use super::AppState;
 use crate::auth::authn::UserInfo;
@@ -20,7 +21,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,37 +88,6 @@ fn parse_target(path: &str) -> Option<Target> {
     target(&RequestInfo::parse(&Method::GET, path, None))
 }
 
-/// A request's query parameters: the first value of each, as Go's `url.Values.Get` reads them, and every value of
-/// `dryRun`, which is a list.
-struct Query {
-    first: HashMap<String, String>,
-    dry_run: Vec<String>,
-}
-
-impl Query {
-    fn parse(query: Option<&str>) -> Query {
-        let mut q = Query { first: HashMap::new(), dry_run: Vec::new() };
-        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-            if k == "dryRun" {
-                q.dry_run.push(v.to_string());
-            }
-            q.first.entry(k.into_owned()).or_insert_with(|| v.into_owned());
-        }
-        q
-    }
-}
-
-impl std::ops::Deref for Query {
-    type Target = HashMap<String, String>;
-    fn deref(&self) -> &HashMap<String, String> {
-        &self.first
-    }
-}
-
-fn flag(q: &HashMap<String, String>, k: &str) -> bool {
-    matches!(q.get(k).map(String::as_str), Some("true") | Some("1") | Some("True"))
-}
-
 /// `dryRun` of a write: every value must be `All` (kube-apiserver's ValidateDryRun), else a 422 naming the
 /// options kind (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`).
 fn dry_run(values: &[String], options_kind: &str) -> ApiResult<bool> {
@@ -132,16 +101,6 @@ fn dry_run(values: &[String], options_kind: &str) -> ApiResult<bool> {
         return Err(ApiError::invalid(options_kind, "meta.k8s.io", "", vec![cause]));
     }
     Ok(!values.is_empty())
-}
-
-fn parse_num<T: std::str::FromStr>(q: &HashMap<String, String>, k: &str) -> ApiResult<Option<T>> {
-    match q.get(k).filter(|v| !v.is_empty()) {
-        None => Ok(None),
-        Some(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| ApiError::bad_request(format!("invalid value {v:?} for query parameter {k}"))),
-    }
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -274,7 +233,7 @@ async fn dispatch(
         Some("status") if info.has_status => true,
         Some(_) => return Err(ApiError::path_not_found()),
     };
-    let q = Query::parse(query);
+    let q = QueryParams::parse(query)?;
     let ns = t.namespace.as_deref();
     let accept = headers.get("accept").and_then(|v| v.to_str().ok());
     labels.group = t.group.clone();
@@ -292,23 +251,22 @@ async fn dispatch(
     let method_not_allowed = |verb: &str| ApiError::method_not_allowed(verb, info.group, info.plural);
     if info.create_only && !(method == Method::POST && t.name.is_none()) {
         // A virtual resource: nothing to read, change or delete.
-        return Err(method_not_allowed(&kube_verb(method, t.name.is_some(), flag(&q, "watch"))));
+        return Err(method_not_allowed(&kube_verb(method, t.name.is_some(), q.watch)));
     }
     match (method.clone(), t.name.as_deref()) {
         (Method::GET, Some(name)) => {
-            labels.verb = if flag(&q, "watch") { "WATCH" } else { "GET" };
-            if flag(&q, "watch") {
+            labels.verb = if q.watch { "WATCH" } else { "GET" };
+            if q.watch {
                 // A watch on one object: the collection watch pinned by name.
-                let mut wq = q.clone();
-                wq.insert("fieldSelector".into(), format!("metadata.name={name}"));
-                return watch(st, &res, ns, v, &wq, accept).await;
+                let pinned = QueryParams { field_selector: format!("metadata.name={name}"), ..q };
+                return watch(st, &res, ns, v, &pinned, accept).await;
             }
             let out = negotiate(accept, true)?;
             let obj = res.get(ns, name, v).await?;
             render_one(&res, obj, out, &q)
         }
         (Method::GET, None) => {
-            if flag(&q, "watch") {
+            if q.watch {
                 labels.verb = "WATCH";
                 return watch(st, &res, ns, v, &q, accept).await;
             }
@@ -431,18 +389,18 @@ async fn json_body(body: Body, headers: &HeaderMap) -> ApiResult<(Value, Vec<Str
     parse_json(&raw)
 }
 
-fn write_options(q: &Query, options_kind: &str) -> ApiResult<WriteOptions> {
+fn write_options(q: &QueryParams, options_kind: &str) -> ApiResult<WriteOptions> {
     Ok(WriteOptions {
         dry_run: dry_run(&q.dry_run, options_kind)?,
-        field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
+        field_validation: FieldValidation::parse(q.field_validation.as_deref())?,
     })
 }
 
-async fn delete_options(body: Body, headers: &HeaderMap, q: &Query) -> ApiResult<DeleteOptions> {
+async fn delete_options(body: Body, headers: &HeaderMap, q: &QueryParams) -> ApiResult<DeleteOptions> {
     let raw = read_body(body, headers).await?;
     let mut opts = DeleteOptions { dry_run: dry_run(&q.dry_run, "DeleteOptions")?, ..Default::default() };
-    opts.propagation_policy = q.get("propagationPolicy").cloned();
-    opts.ignore_store_read_error = flag(q, IGNORE_READ_ERROR);
+    opts.propagation_policy = q.propagation_policy.clone();
+    opts.ignore_store_read_error = q.ignore_store_read_error_with_cluster_breaking_potential;
     if !raw.iter().all(u8::is_ascii_whitespace) {
         let (v, _) = parse_json(&raw)?;
         if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
@@ -478,23 +436,24 @@ async fn delete_options(body: Body, headers: &HeaderMap, q: &Query) -> ApiResult
 /// The DeleteOptions field (and query parameter) of the unsafe delete of an unreadable object.
 const IGNORE_READ_ERROR: &str = "ignoreStoreReadErrorWithClusterBreakingPotential";
 
-fn list_params(q: &HashMap<String, String>) -> ApiResult<ListParams> {
+fn list_params(q: &QueryParams) -> ApiResult<ListParams> {
+    let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
     Ok(ListParams {
-        label_selector: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?,
-        field_selector: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))?,
-        limit: parse_num::<i64>(q, "limit")?.filter(|l| *l > 0).map(|l| l as usize).unwrap_or(0),
-        continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
-        resource_version: q.get("resourceVersion").cloned(),
-        resource_version_match: q.get("resourceVersionMatch").filter(|c| !c.is_empty()).cloned(),
+        label_selector: LabelSelector::parse(&q.label_selector)?,
+        field_selector: FieldSelector::parse(&q.field_selector)?,
+        limit: q.limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(0),
+        continue_token: non_empty(&q.continue_token),
+        resource_version: q.resource_version.clone(),
+        resource_version_match: non_empty(&q.resource_version_match),
     })
 }
 
-fn render_one(res: &Resource, obj: Value, out: Output, q: &HashMap<String, String>) -> ApiResult<Response> {
+fn render_one(res: &Resource, obj: Value, out: Output, q: &QueryParams) -> ApiResult<Response> {
     let body = match out {
         Output::Json => obj,
         Output::Metadata(mv) => partial_metadata(obj, mv),
         Output::Table(mv) => {
-            let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+            let include = IncludeObject::parse(q.include_object.as_deref())?;
             let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
             table(res.strategy.as_ref(), vec![obj], include, mv, object([("resourceVersion", rv)]), true)
         }
@@ -502,13 +461,7 @@ fn render_one(res: &Resource, obj: Value, out: Output, q: &HashMap<String, Strin
     Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
 }
 
-fn render_list(
-    res: &Resource,
-    version: &str,
-    list: ListOut,
-    out: Output,
-    q: &HashMap<String, String>,
-) -> ApiResult<Response> {
+fn render_list(res: &Resource, version: &str, list: ListOut, out: Output, q: &QueryParams) -> ApiResult<Response> {
     let info = res.strategy.info();
     let meta = list_meta(&list);
     let body = match out {
@@ -525,7 +478,7 @@ fn render_list(
             ("items", list.items.into_iter().map(|o| partial_metadata(o, mv)).collect()),
         ]),
         Output::Table(mv) => {
-            let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+            let include = IncludeObject::parse(q.include_object.as_deref())?;
             table(res.strategy.as_ref(), list.items, include, mv, meta, true)
         }
     };
@@ -563,9 +516,9 @@ async fn raw_table_list(
     version: &str,
     params: &ListParams,
     mv: &'static str,
-    q: &HashMap<String, String>,
+    q: &QueryParams,
 ) -> ApiResult<Response> {
-    let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+    let include = IncludeObject::parse(q.include_object.as_deref())?;
     let strategy = res.strategy.as_ref();
     let api_version = strategy.info().api_version(version);
     let now = chrono::Utc::now();
@@ -622,27 +575,25 @@ async fn watch(
     res: &Arc<Resource>,
     ns: Option<&str>,
     version: &str,
-    q: &HashMap<String, String>,
+    q: &QueryParams,
     accept: Option<&str>,
 ) -> ApiResult<Response> {
     let out = negotiate(accept, true)?;
-    let include = IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+    let include = IncludeObject::parse(q.include_object.as_deref())?;
     let lp = list_params(q)?;
-    let send_initial = match q.get("sendInitialEvents").map(String::as_str) {
-        None | Some("") => None,
-        Some(s) => Some(matches!(s, "true" | "1")),
-    };
+    let send_initial = q.send_initial_events;
     let params = WatchParams {
         label_selector: lp.label_selector,
         field_selector: lp.field_selector,
         resource_version: lp.resource_version,
         resource_version_match: lp.resource_version_match,
         send_initial_events: send_initial,
-        allow_bookmarks: flag(q, "allowWatchBookmarks"),
+        allow_bookmarks: q.allow_watch_bookmarks,
         bookmark_interval: st.bookmark_interval,
     };
-    let timeout = match parse_num::<u64>(q, "timeoutSeconds")? {
-        Some(s) => Duration::from_secs(s),
+    let timeout = match q.timeout_seconds.filter(|s| *s != 0) {
+        // A negative lifetime ends the watch at once, as kube-apiserver's timer does.
+        Some(s) => Duration::from_secs(u64::try_from(s).unwrap_or(0)),
         // kube-apiserver spreads watch lifetimes over [minRequestTimeout, 2*minRequestTimeout).
         None => Duration::from_secs(1800 + u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 7),
     };
