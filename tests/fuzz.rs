@@ -9,7 +9,9 @@ use migration_apiserver::registry::continue_token::ContinueToken;
 use migration_apiserver::registry::decode::parse_json;
 use migration_apiserver::registry::selectors::{FieldSelector, LabelSelector};
 use migration_apiserver::registry::Registry;
+use migration_apiserver::request_info::RequestInfo;
 use migration_apiserver::server::negotiate::negotiate;
+use migration_apiserver::server::query::QueryParams;
 use migration_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use serde_json::Value;
 use std::time::Duration;
@@ -103,6 +105,9 @@ fn parsers_never_panic() {
         let _ = FieldSelector::parse(&text);
         let _ = ContinueToken::decode(&text);
         let _ = negotiate(Some(&text), true);
+        let _ = QueryParams::parse(Some(&text));
+        let info = RequestInfo::parse(&http::Method::GET, &text, Some(&text));
+        let _ = (info.is_served_form(), RequestInfo::parse(&http::Method::DELETE, &format!("/apis/{text}"), None));
         if let Ok((value, _dups)) = parse_json(&input) {
             for s in &strategies {
                 if let Ok(d) = s.decode(value.clone()) {
