@@ -340,6 +340,28 @@ async fn identity_to_aesgcm_and_missing_keys() {
     let out = s.kubectl(&["get", "shootstate", "-n", NS, "p"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("key1"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // The list names the undecryptable object by key (KEP-3926's StorageReadError).
+    let (_, status) = send(&c, "GET", &base).await;
+    assert_eq!(status["reason"], "StorageReadError", "{status}");
+    assert_eq!(status["details"]["causes"][0]["field"], shoot_key("p"), "{status}");
+    // Offline, `storage inspect --unreadable` with the same config lists it, and only it.
+    s.stop();
+    let out = Command::new(BIN)
+        .args(["storage", "inspect", "--unreadable", "--encryption-provider-config", &only2, "--data-dir"])
+        .arg(s.data_dir())
+        .output()
+        .expect("inspect");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let keys: Vec<&str> = text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(keys, [shoot_key("p")], "{text}");
+    // Its unsafe delete removes it without decrypting it; the resource lists again.
+    s.restart_with(&["--encryption-provider-config", &only2]);
+    let path = format!("{base}/p?ignoreStoreReadErrorWithClusterBreakingPotential=true");
+    assert!(s.kubectl_ok(&["delete", "--raw", &path]).contains("Success"));
+    let c = s.client().await;
+    let (code, list) = send(&c, "GET", &base).await;
+    assert_eq!((code, list["items"].as_array().map(Vec::len)), (200, Some(1)), "{list}");
 }
 
 #[test]
