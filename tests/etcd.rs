@@ -322,3 +322,53 @@ async fn raw_get(c: &kube::Client, path: &str) -> (u16, Vec<u8>) {
     let body = resp.into_body().collect().await.expect("body").to_bytes().to_vec();
     (status, body)
 }
+
+/// A value in etcd that no reader can take (written by another client, corrupt): it takes only itself down. A
+/// watch that meets it ends with an ERROR naming its key, the list names it, other objects read, and the unsafe
+/// delete removes it (KEP-3926).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_value_in_etcd_is_named_and_removable() {
+    let etcd = Etcd::start();
+    let s = Server::start_on_etcd(&etcd, &[]);
+    let c = s.client_without_retries().await;
+    let api = shoot_api(&c, "garden-a");
+    let a = api.create(&PostParams::default(), &shoot("a", "fine")).await.expect("create a");
+    let wp = WatchParams::default().timeout(20);
+    let mut stream = api.watch(&wp, &rv(&a).to_string()).await.expect("watch").boxed();
+    const KEY: &str = "/registry/core.gardener.cloud/shootstates/garden-a/bad";
+    etcd.client().await.put(KEY, "\u{0}not json", None).await.expect("put");
+
+    let error = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.next().await {
+                Some(Ok(WatchEvent::Error(e))) => break e,
+                Some(Ok(WatchEvent::Bookmark(_))) => continue,
+                other => panic!("expected an ERROR event, got {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the watch ends with an ERROR");
+    assert_eq!((error.code, error.reason.as_str()), (500, "StorageReadError"), "{error:?}");
+    assert!(error.message.contains("shootstates"), "{error:?}");
+
+    let path = "/apis/core.gardener.cloud/v1beta1/namespaces/garden-a/shootstates";
+    let req = http::Request::get(path).body(Vec::new()).expect("request");
+    let err = c.request::<Value>(req).await.expect_err("the list fails");
+    let kube::Error::Api(status) = err else { panic!("{err:?}") };
+    assert_eq!(status.reason, "StorageReadError", "{status:?}");
+    let causes = status.details.map(|d| d.causes).unwrap_or_default();
+    assert_eq!(causes.iter().map(|c| c.field.as_str()).collect::<Vec<_>>(), [KEY]);
+    assert_eq!(api.get("a").await.expect("a reads").metadata.name.as_deref(), Some("a"));
+
+    let unsafe_delete = format!("{path}/bad?ignoreStoreReadErrorWithClusterBreakingPotential=true");
+    let out = tokio::task::spawn_blocking(move || {
+        let out = s.kubectl_ok(&["delete", "--raw", &unsafe_delete]);
+        (s, out)
+    })
+    .await
+    .expect("kubectl");
+    assert!(out.1.contains("Success"), "{}", out.1);
+    assert!(etcd.client().await.get(KEY, None).await.expect("get").kvs().is_empty(), "removed from etcd");
+    assert_eq!(names(&api).await, ["a"]);
+}
