@@ -3,7 +3,10 @@
 
 use crate::api::{storage_version_hash, Strategy};
 use crate::server::negotiate::parse_accept;
-use serde_json::{json, Value};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery, ListMeta, ObjectMeta,
+};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +31,7 @@ pub struct Doc {
 }
 
 impl Doc {
-    fn new(v: &Value) -> Doc {
+    fn new(v: &impl Serialize) -> Doc {
         let body = serde_json::to_vec(v).unwrap_or_default();
         let etag = format!("\"{:X}\"", Sha256::digest(&body));
         Doc { body: body.into(), etag }
@@ -94,97 +97,178 @@ fn group_versions(kinds: &[Arc<dyn Strategy>]) -> BTreeMap<&'static str, Vec<&'s
     out
 }
 
-fn api_group(group: &str, versions: &[&str]) -> Value {
-    let gvs: Vec<Value> =
-        versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
-    json!({ "name": group, "versions": gvs, "preferredVersion": gvs.first().cloned().unwrap_or(Value::Null) })
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn api_group(group: &str, versions: &[&str]) -> APIGroup {
+    let gvs: Vec<GroupVersionForDiscovery> = versions
+        .iter()
+        .map(|v| GroupVersionForDiscovery { group_version: format!("{group}/{v}"), version: v.to_string() })
+        .collect();
+    APIGroup {
+        name: group.to_string(),
+        preferred_version: gvs.first().cloned(),
+        versions: gvs,
+        server_address_by_client_cidrs: None,
+    }
+}
+
+/// The kinds of `kinds` served in `group`/`version`.
+fn served_in<'a>(
+    kinds: &'a [Arc<dyn Strategy>],
+    group: &'a str,
+    version: &'a str,
+) -> impl Iterator<Item = &'a Arc<dyn Strategy>> + 'a {
+    kinds.iter().filter(move |k| k.info().group == group && k.info().versions.contains(&version))
+}
+
+/// The APIResourceList of one group version: each kind, and its status subresource.
+fn resource_list(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> APIResourceList {
+    let mut resources = Vec::new();
+    for k in served_in(kinds, group, version) {
+        let i = k.info();
+        resources.push(APIResource {
+            name: i.plural.to_string(),
+            singular_name: i.singular.to_string(),
+            namespaced: i.namespaced,
+            kind: i.kind.to_string(),
+            verbs: strings(verbs(i)),
+            short_names: Some(strings(i.short_names)),
+            categories: Some(strings(i.categories)),
+            // Only what is stored has a storage version.
+            storage_version_hash: (!i.create_only)
+                .then(|| storage_version_hash(i.group, k.storage_version(), i.kind)),
+            ..Default::default()
+        });
+        if i.has_status {
+            resources.push(APIResource {
+                name: format!("{}/status", i.plural),
+                namespaced: i.namespaced,
+                kind: i.kind.to_string(),
+                verbs: strings(&STATUS_VERBS),
+                ..Default::default()
+            });
+        }
+    }
+    APIResourceList { group_version: format!("{group}/{version}"), resources }
+}
+
+// apidiscovery.k8s.io (v2, and v2beta1 of the same shape), which k8s-openapi does not carry.
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GroupDiscoveryList {
+    kind: &'static str,
+    api_version: String,
+    metadata: ListMeta,
+    items: Vec<GroupDiscovery>,
+}
+
+#[derive(Serialize)]
+struct GroupDiscovery {
+    metadata: ObjectMeta,
+    versions: Vec<VersionDiscovery>,
+}
+
+#[derive(Serialize)]
+struct VersionDiscovery {
+    version: String,
+    resources: Vec<ResourceDiscovery>,
+    freshness: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceDiscovery {
+    resource: String,
+    response_kind: GroupVersionKind,
+    scope: &'static str,
+    singular_resource: String,
+    verbs: Vec<String>,
+    short_names: Vec<String>,
+    categories: Vec<String>,
+    subresources: Vec<SubresourceDiscovery>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SubresourceDiscovery {
+    subresource: &'static str,
+    response_kind: GroupVersionKind,
+    verbs: Vec<String>,
+}
+
+fn version_discovery(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> VersionDiscovery {
+    let resources = served_in(kinds, group, version)
+        .map(|k| {
+            let i = k.info();
+            let kind = GroupVersionKind { group: group.into(), version: version.into(), kind: i.kind.into() };
+            let status = SubresourceDiscovery {
+                subresource: "status",
+                response_kind: kind.clone(),
+                verbs: strings(&STATUS_VERBS),
+            };
+            ResourceDiscovery {
+                resource: i.plural.to_string(),
+                response_kind: kind,
+                scope: if i.namespaced { "Namespaced" } else { "Cluster" },
+                singular_resource: i.singular.to_string(),
+                verbs: strings(verbs(i)),
+                short_names: strings(i.short_names),
+                categories: strings(i.categories),
+                subresources: i.has_status.then_some(status).into_iter().collect(),
+            }
+        })
+        .collect();
+    VersionDiscovery { version: version.to_string(), resources, freshness: "Current" }
+}
+
+fn discovery_list(version: &str, items: Vec<GroupDiscovery>) -> Doc {
+    let list = GroupDiscoveryList {
+        kind: "APIGroupDiscoveryList",
+        api_version: format!("apidiscovery.k8s.io/{version}"),
+        metadata: ListMeta::default(),
+        items,
+    };
+    Doc::new(&list)
 }
 
 impl Discovery {
     pub fn build(kinds: &[Arc<dyn Strategy>]) -> Discovery {
         let gv = group_versions(kinds);
-        let groups_json: Vec<Value> = gv.iter().map(|(g, vs)| api_group(g, vs)).collect();
-        let group_list = Doc::new(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups_json}));
+        let group_list = Doc::new(&APIGroupList { groups: gv.iter().map(|(g, vs)| api_group(g, vs)).collect() });
         let mut groups = BTreeMap::new();
         let mut resource_lists = BTreeMap::new();
         for (g, vs) in &gv {
-            let mut doc = api_group(g, vs);
-            doc["kind"] = json!("APIGroup");
-            doc["apiVersion"] = json!("v1");
-            groups.insert(g.to_string(), Doc::new(&doc));
+            groups.insert(g.to_string(), Doc::new(&api_group(g, vs)));
             for v in vs {
-                let mut resources = Vec::new();
-                for k in kinds.iter().filter(|k| k.info().group == *g && k.info().versions.contains(v)) {
-                    let i = k.info();
-                    let mut r = json!({
-                        "name": i.plural, "singularName": i.singular, "namespaced": i.namespaced, "kind": i.kind,
-                        "verbs": verbs(i), "shortNames": i.short_names, "categories": i.categories,
-                    });
-                    // Only what is stored has a storage version.
-                    if !i.create_only {
-                        r["storageVersionHash"] = json!(storage_version_hash(i.group, k.storage_version(), i.kind));
-                    }
-                    resources.push(r);
-                    if i.has_status {
-                        resources.push(json!({
-                            "name": format!("{}/status", i.plural), "singularName": "", "namespaced": i.namespaced,
-                            "kind": i.kind, "verbs": STATUS_VERBS,
-                        }));
-                    }
-                }
-                let list = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{g}/{v}"), "resources": resources});
-                resource_lists.insert((g.to_string(), v.to_string()), Doc::new(&list));
+                resource_lists.insert((g.to_string(), v.to_string()), Doc::new(&resource_list(kinds, g, v)));
             }
         }
         let mut aggregated = BTreeMap::new();
         let mut aggregated_legacy = BTreeMap::new();
         for dv in ["v2", "v2beta1"] {
-            let items: Vec<Value> = gv
+            let items = gv
                 .iter()
-                .map(|(g, vs)| {
-                    let versions: Vec<Value> = vs
-                        .iter()
-                        .map(|v| {
-                            let resources: Vec<Value> = kinds
-                                .iter()
-                                .filter(|k| k.info().group == *g && k.info().versions.contains(v))
-                                .map(|k| {
-                                    let i = k.info();
-                                    let rk = json!({"group": g, "version": v, "kind": i.kind});
-                                    let subs: Vec<Value> = if i.has_status {
-                                        vec![
-                                            json!({"subresource": "status", "responseKind": rk, "verbs": STATUS_VERBS}),
-                                        ]
-                                    } else {
-                                        vec![]
-                                    };
-                                    json!({
-                                        "resource": i.plural, "responseKind": rk,
-                                        "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
-                                        "singularResource": i.singular, "verbs": verbs(i), "shortNames": i.short_names,
-                                        "categories": i.categories, "subresources": subs,
-                                    })
-                                })
-                                .collect();
-                            json!({"version": v, "resources": resources, "freshness": "Current"})
-                        })
-                        .collect();
-                    json!({"metadata": {"name": g}, "versions": versions})
+                .map(|(g, vs)| GroupDiscovery {
+                    metadata: ObjectMeta { name: Some(g.to_string()), ..Default::default() },
+                    versions: vs.iter().map(|v| version_discovery(kinds, g, v)).collect(),
                 })
                 .collect();
-            let av = format!("apidiscovery.k8s.io/{dv}");
-            aggregated.insert(
-                dv,
-                Doc::new(&json!({"kind": "APIGroupDiscoveryList", "apiVersion": av, "metadata": {}, "items": items})),
-            );
-            aggregated_legacy.insert(
-                dv,
-                Doc::new(&json!({"kind": "APIGroupDiscoveryList", "apiVersion": av, "metadata": {}, "items": []})),
-            );
+            aggregated.insert(dv, discovery_list(dv, items));
+            aggregated_legacy.insert(dv, discovery_list(dv, Vec::new()));
         }
-        let api_versions = Doc::new(&json!({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []}));
+        let api_versions = Doc::new(&APIVersions { versions: Vec::new(), server_address_by_client_cidrs: Vec::new() });
         Discovery { group_list, groups, resource_lists, aggregated, aggregated_legacy, api_versions }
     }
+}
+
+#[derive(Clone, Serialize)]
+struct GroupVersionKind {
+    group: String,
+    version: String,
+    kind: String,
 }
 
 #[cfg(test)]
