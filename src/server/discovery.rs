@@ -137,8 +137,7 @@ fn resource_list(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> API
             short_names: Some(strings(i.short_names)),
             categories: Some(strings(i.categories)),
             // Only what is stored has a storage version.
-            storage_version_hash: (!i.create_only)
-                .then(|| storage_version_hash(i.group, k.storage_version(), i.kind)),
+            storage_version_hash: (!i.create_only).then(|| storage_version_hash(i.group, k.storage_version(), i.kind)),
             ..Default::default()
         });
         if i.has_status {

@@ -382,3 +382,28 @@ async fn openapi_v3(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    /// A handler that panics answers a 500 Status; the service goes on answering the next request.
+    #[tokio::test]
+    async fn a_panicking_handler_answers_a_status() {
+        async fn boom() -> &'static str {
+            panic!("boom")
+        }
+        let app = Router::new()
+            .route("/boom", get(boom))
+            .route("/fine", get(health))
+            .layer(axum::middleware::from_fn(answer_panics));
+        let get = |path: &str| Request::builder().uri(path).body(axum::body::Body::empty()).expect("request");
+        let resp = app.clone().oneshot(get("/boom")).await.expect("answer");
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("body");
+        let status: serde_json::Value = serde_json::from_slice(&body).expect("a Status");
+        assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("InternalError")));
+        assert_eq!(app.oneshot(get("/fine")).await.expect("answer").status(), StatusCode::OK);
+    }
+}
