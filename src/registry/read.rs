@@ -1,0 +1,354 @@
+//! The reads of the generic registry: get, list (resourceVersion semantics, chunking, continue tokens, every
+//! unreadable object named) and watch (selectors, bookmarks, initial events).
+
+use super::continue_token::ContinueToken;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::splice::splice_stored;
+use super::{expired_continue, parse_rv, ListOut, ListParams, RawObject, Resource, WatchOut, WatchParams};
+use crate::error::{ApiError, ApiResult, FieldError};
+use crate::storage::{EventKind, KeyValue, ListOptions, StorageError, WatchItem};
+use serde_json::Value;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+impl Resource {
+    pub async fn get(&self, namespace: Option<&str>, name: &str, version: &str) -> ApiResult<Value> {
+        self.stored("get")?;
+        let kv = self.storage.get(&self.key(namespace, name)).await?.ok_or_else(|| self.not_found(name))?;
+        self.decode_stored(&kv, version)
+    }
+
+    /// Waits (briefly) until `rv` has been reached, for reads that must be "not older than" it.
+    async fn wait_for_revision(&self, rv: u64) -> ApiResult<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        while self.storage.current_revision() < rv && self.storage.sync_revision().await < rv {
+            if tokio::time::Instant::now() >= deadline {
+                let mut e = ApiError::timeout(format!(
+                    "Too large resource version: {rv}, current: {}",
+                    self.storage.current_revision()
+                ));
+                e.details = Some(Box::new(crate::error::Details {
+                    causes: vec![FieldError {
+                        reason: "ResourceVersionTooLarge",
+                        field: String::new(),
+                        message: "Too large resource version".into(),
+                    }],
+                    retry_after_seconds: Some(1),
+                    ..Default::default()
+                }));
+                return Err(e);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    fn matches(&self, obj: &Value, label: &LabelSelector, field: &FieldSelector) -> bool {
+        (label.is_empty() || label.matches(obj.pointer("/metadata/labels"))) && (field.is_empty() || field.matches(obj))
+    }
+
+    pub async fn list(&self, namespace: Option<&str>, version: &str, p: &ListParams) -> ApiResult<ListOut> {
+        let (label, field) = (&p.label_selector, &p.field_selector);
+        self.list_with(namespace, p, |kv| {
+            let obj = self.decode_stored(kv, version)?;
+            Ok(self.matches(&obj, label, field).then_some(obj))
+        })
+        .await
+    }
+
+    /// A list without selectors whose items are written for the client straight from their stored bytes: the
+    /// stored JSON with apiVersion, kind and metadata.resourceVersion spliced in, without building a
+    /// `serde_json::Value` per object (the cost of a large LIST). `None` when selectors need the objects parsed.
+    pub async fn list_raw(
+        &self,
+        namespace: Option<&str>,
+        version: &str,
+        p: &ListParams,
+    ) -> ApiResult<Option<ListOut<RawObject>>> {
+        if !p.label_selector.is_empty() || !p.field_selector.is_empty() {
+            return Ok(None);
+        }
+        let info = self.info();
+        let api_version = info.api_version(version);
+        let out = self
+            .list_with(namespace, p, |kv| match splice_stored(&kv.value, kv.mod_revision, &api_version, info.kind) {
+                Some(raw) => Ok(Some(RawObject(raw))),
+                // Not in the shape this server writes: go through the parsed path, which reports it properly.
+                None => {
+                    let obj = self.decode_stored(kv, version)?;
+                    serde_json::to_vec(&obj).map(|b| Some(RawObject(b))).map_err(|e| ApiError::internal(e.to_string()))
+                }
+            })
+            .await?;
+        Ok(Some(out))
+    }
+
+    /// The list machinery (resourceVersion semantics, chunking, continue tokens) with `item` deciding what each
+    /// stored object becomes (`None`: filtered out).
+    pub async fn list_with<T>(
+        &self,
+        namespace: Option<&str>,
+        p: &ListParams,
+        mut item: impl FnMut(&KeyValue) -> ApiResult<Option<T>>,
+    ) -> ApiResult<ListOut<T>> {
+        self.stored("list")?;
+        let prefix = self.prefix(namespace);
+        let rv_match = p.resource_version_match.as_deref().unwrap_or("");
+        let rv = p.resource_version.as_deref().unwrap_or("");
+        if !rv_match.is_empty() {
+            if !matches!(rv_match, "Exact" | "NotOlderThan") {
+                return Err(self.invalid(
+                    "",
+                    vec![FieldError::not_supported("resourceVersionMatch", rv_match, &["Exact", "NotOlderThan"])],
+                ));
+            }
+            if rv.is_empty() {
+                return Err(self.invalid(
+                    "",
+                    vec![FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    )],
+                ));
+            }
+            if rv_match == "Exact" && rv == "0" {
+                return Err(self.invalid(
+                    "",
+                    vec![FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    )],
+                ));
+            }
+        }
+        let (mut start_after, mut revision) = (None, None);
+        if let Some(token) = p.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            if !rv.is_empty() && rv != "0" {
+                return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
+            }
+            let t = ContinueToken::decode(token)?;
+            start_after = Some(format!("{prefix}{}", t.start));
+            revision = t.revision;
+        } else if !rv.is_empty() && rv != "0" {
+            let n = parse_rv(rv)?;
+            if rv_match == "Exact" {
+                revision = Some(n);
+            } else {
+                self.wait_for_revision(n).await?;
+            }
+        }
+        // A revision the store has not reached (an exact resourceVersion, or one in a continue token) is waited
+        // for briefly, then a 504 as kube-apiserver answers it: never a list "at" a revision that does not exist.
+        if let Some(n) = revision {
+            self.wait_for_revision(n).await?;
+        }
+        let filtered = !p.label_selector.is_empty() || !p.field_selector.is_empty();
+        let mut items = Vec::new();
+        let mut read_at = revision;
+        let (mut more, mut remaining, mut last_key);
+        last_key = None::<String>;
+        let mut unreadable = Vec::new();
+        loop {
+            let res = self
+                .storage
+                .list(&prefix, ListOptions { start_after: start_after.clone(), limit: p.limit, revision: read_at })
+                .await
+                .map_err(|e| match e {
+                    StorageError::Expired { .. } if p.continue_token.is_some() => {
+                        expired_continue(&prefix, &start_after)
+                    }
+                    StorageError::Expired { requested, oldest } => {
+                        ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
+                    }
+                    StorageError::Corrupt(values) => ApiError::store_read_error(self.info().plural, &prefix, &values),
+                    other => other.into(),
+                })?;
+            read_at = Some(res.revision);
+            more = res.more;
+            remaining = res.remaining;
+            let n = res.items.len();
+            for (idx, kv) in res.items.iter().enumerate() {
+                last_key = Some(kv.key.clone());
+                let read = match item(kv) {
+                    // Every unreadable object of the list is named, not just the first.
+                    Err(e) if !e.unreadable.is_empty() => {
+                        unreadable.extend(e.unreadable);
+                        continue;
+                    }
+                    other => other?,
+                };
+                if let Some(obj) = read {
+                    items.push(obj);
+                    if p.limit > 0 && items.len() >= p.limit {
+                        // Stopped inside this page: what is left of it is still to come.
+                        if idx + 1 < n {
+                            more = true;
+                        }
+                        break;
+                    }
+                }
+            }
+            if !more || p.limit == 0 || items.len() >= p.limit {
+                break;
+            }
+            start_after = last_key.clone();
+        }
+        if !unreadable.is_empty() {
+            return Err(ApiError::store_read_error(self.info().plural, &prefix, &unreadable));
+        }
+        let revision = read_at.unwrap_or_else(|| self.storage.current_revision());
+        let continue_token = match (&last_key, more) {
+            (Some(k), true) => Some(
+                ContinueToken { revision: Some(revision), start: k.strip_prefix(&prefix).unwrap_or(k).to_string() }
+                    .encode(),
+            ),
+            _ => None,
+        };
+        let remaining = (more && !filtered).then_some(remaining as i64);
+        Ok(ListOut { items, revision, continue_token, remaining })
+    }
+
+    /// Opens a watch; events arrive on the returned channel until the client goes away.
+    pub async fn watch(
+        &self,
+        namespace: Option<&str>,
+        version: &str,
+        p: WatchParams,
+    ) -> ApiResult<mpsc::Receiver<WatchOut>> {
+        self.stored("watch")?;
+        let prefix = self.prefix(namespace);
+        let rv = p.resource_version.clone().unwrap_or_default();
+        let initial = match p.send_initial_events {
+            Some(true) => {
+                if p.resource_version_match.as_deref() != Some("NotOlderThan") || !p.allow_bookmarks {
+                    return Err(self.invalid("", vec![FieldError::forbidden(
+                        "sendInitialEvents",
+                        "sendInitialEvents is forbidden unless allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+                    )]));
+                }
+                true
+            }
+            Some(false) => false,
+            None => rv.is_empty() || rv == "0",
+        };
+        let (initial_items, after) = if initial {
+            let list = self
+                .list(
+                    namespace,
+                    version,
+                    &ListParams {
+                        label_selector: p.label_selector.clone(),
+                        field_selector: p.field_selector.clone(),
+                        resource_version: (!rv.is_empty() && rv != "0").then(|| rv.clone()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            (list.items, list.revision)
+        } else {
+            (Vec::new(), if rv.is_empty() || rv == "0" { self.storage.current_revision() } else { parse_rv(&rv)? })
+        };
+        let mut events = self.storage.watch(&prefix, after).await.map_err(|e| match e {
+            StorageError::Expired { requested, oldest } => {
+                ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
+            }
+            other => other.into(),
+        })?;
+        let (tx, rx) = mpsc::channel(256);
+        let this =
+            Resource { strategy: self.strategy.clone(), storage: self.storage.clone(), config: self.config.clone() };
+        let version = version.to_string();
+        tokio::spawn(async move {
+            for obj in initial_items {
+                if tx.send(WatchOut::Event { kind: "ADDED", object: obj }).await.is_err() {
+                    return;
+                }
+            }
+            if p.send_initial_events == Some(true)
+                && tx.send(WatchOut::Bookmark { revision: after, initial_events_end: true }).await.is_err()
+            {
+                return;
+            }
+            let mut last = after;
+            let mut tick = tokio::time::interval(p.bookmark_interval.max(Duration::from_millis(100)));
+            tick.tick().await;
+            loop {
+                let item = tokio::select! {
+                    item = events.recv() => item,
+                    _ = tick.tick(), if p.allow_bookmarks => {
+                        // Every event up to the progress revision is already queued: drain, then bookmark.
+                        let progress = this.storage.progress_revision();
+                        while let Ok(item) = events.try_recv() {
+                            match this.translate(item, &version, &p) {
+                                Ok(Some((out, rev))) => { last = last.max(rev); if tx.send(out).await.is_err() { return; } }
+                                Ok(None) => {}
+                                Err(e) => { let _ = tx.send(WatchOut::Error(e)).await; return; }
+                            }
+                        }
+                        last = last.max(progress);
+                        if tx.send(WatchOut::Bookmark { revision: last, initial_events_end: false }).await.is_err() { return; }
+                        continue;
+                    }
+                    _ = tx.closed() => return,
+                };
+                let Some(item) = item else { return };
+                match this.translate(item, &version, &p) {
+                    Ok(Some((out, rev))) => {
+                        last = last.max(rev);
+                        if tx.send(out).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = tx.send(WatchOut::Error(e)).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// A storage event as the watcher sees it, after selectors: a DELETED when an object leaves the selection.
+    fn translate(&self, item: WatchItem, version: &str, p: &WatchParams) -> ApiResult<Option<(WatchOut, u64)>> {
+        // An event whose object cannot be read ends the watch with a store read error naming its key, as
+        // kube-apiserver's watch does (a client relists, and its list names the object too).
+        self.translate_event(item, version, p).map_err(|e| match e.unreadable.is_empty() {
+            true => e,
+            false => ApiError::store_read_error(self.info().plural, &self.prefix(None), &e.unreadable),
+        })
+    }
+
+    fn translate_event(&self, item: WatchItem, version: &str, p: &WatchParams) -> ApiResult<Option<(WatchOut, u64)>> {
+        let ev = match item {
+            WatchItem::Event(ev) => ev,
+            WatchItem::Error(StorageError::Expired { requested, oldest }) => {
+                return Err(ApiError::gone(format!("too old resource version: {requested} ({oldest})")))
+            }
+            WatchItem::Error(e) => return Err(e.into()),
+        };
+        let cur = self.decode_stored_at(&ev.key, &ev.value, ev.revision, version)?;
+        let cur_m = self.matches(&cur, &p.label_selector, &p.field_selector);
+        let out = match ev.kind {
+            EventKind::Created => cur_m.then_some(("ADDED", cur)),
+            EventKind::Deleted => cur_m.then_some(("DELETED", cur)),
+            EventKind::Updated => {
+                let prev_m = match &ev.prev {
+                    Some(prev) => {
+                        let p_obj = self.decode_stored(prev, version)?;
+                        self.matches(&p_obj, &p.label_selector, &p.field_selector)
+                    }
+                    None => false,
+                };
+                match (prev_m, cur_m) {
+                    (true, true) => Some(("MODIFIED", cur)),
+                    (false, true) => Some(("ADDED", cur)),
+                    (true, false) => Some(("DELETED", cur)),
+                    (false, false) => None,
+                }
+            }
+        };
+        Ok(out.map(|(kind, object)| (WatchOut::Event { kind, object }, ev.revision)))
+    }
+}
