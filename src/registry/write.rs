@@ -11,6 +11,16 @@ use crate::storage::StorageError;
 use serde_json::{json, Value};
 
 impl Resource {
+    /// A UID precondition (when given, non-empty) must be the current object's UID: 409 otherwise.
+    fn check_uid(&self, name: &str, uid: &str, current: &Value) -> ApiResult<()> {
+        let have = meta_str(current, "uid");
+        if uid.is_empty() || uid == have {
+            return Ok(());
+        }
+        let why = format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {have}");
+        Err(ApiError::conflict_msg(self.info().group, self.info().plural, name, &why))
+    }
+
     /// The create of a create-only kind: decoded, defaulted and validated like any create (a name is optional, as
     /// nothing is stored), then answered with the kind's response instead of being stored.
     fn respond(&self, mut obj: Value, warnings: Vec<String>) -> ApiResult<Written> {
@@ -209,18 +219,7 @@ impl Resource {
             _ => {}
         }
         self.check_namespace(&mut body, namespace)?;
-        let uid = meta_str(&body, "uid");
-        if !uid.is_empty() && uid != meta_str(cur, "uid") {
-            return Err(ApiError::conflict_msg(
-                self.info().group,
-                self.info().plural,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(cur, "uid")
-                ),
-            ));
-        }
+        self.check_uid(name, meta_str(&body, "uid"), cur)?;
         let mut new = if status {
             // /status changes status only.
             let mut n = cur.clone();
@@ -375,19 +374,7 @@ impl Resource {
         loop {
             let kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
             let mut obj = self.decode_stored(&kv, version)?;
-            if let Some(uid) = opts.uid.as_deref().filter(|u| !u.is_empty()) {
-                if uid != meta_str(&obj, "uid") {
-                    return Err(ApiError::conflict_msg(
-                        self.info().group,
-                        self.info().plural,
-                        name,
-                        &format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            meta_str(&obj, "uid")
-                        ),
-                    ));
-                }
-            }
+            self.check_uid(name, opts.uid.as_deref().unwrap_or_default(), &obj)?;
             if let Some(rv) = opts.resource_version.as_deref().filter(|r| !r.is_empty()) {
                 if parse_rv(rv)? != kv.mod_revision {
                     return Err(ApiError::conflict_msg(
