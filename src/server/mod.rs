@@ -8,9 +8,11 @@ pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
 pub mod query;
+mod render;
 pub mod rest;
 pub mod serve;
 pub mod table;
+mod watch;
 
 use crate::auth::authn::{Authenticator, PeerCertificates, UserInfo};
 use crate::auth::authz::{forbidden, AuthorizationMode, Authorizer, Decision, RequestAttributes};

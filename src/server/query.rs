@@ -3,6 +3,8 @@
 //! `strconv.ParseInt` errors, and a boolean is false only for "", "0" and "false" (any case).
 
 use crate::error::{ApiError, ApiResult};
+use crate::registry::selectors::{FieldSelector, LabelSelector};
+use crate::registry::ListParams;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -41,15 +43,28 @@ impl QueryParams {
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             let value = Value::String(value.into_owned());
             if key == "dryRun" {
-                match fields.entry(key.into_owned()).or_insert_with(|| Value::Array(Vec::new())) {
-                    Value::Array(values) => values.push(value),
-                    _ => unreachable!("dryRun is only ever an array"),
+                if let Value::Array(values) = fields.entry(key.into_owned()).or_insert_with(|| Value::Array(Vec::new()))
+                {
+                    values.push(value);
                 }
             } else {
                 fields.entry(key.into_owned()).or_insert(value);
             }
         }
         serde_json::from_value(Value::Object(fields)).map_err(|e| ApiError::bad_request(e.to_string()))
+    }
+
+    /// The list parameters: selectors parsed, a limit of 0 or less meaning none.
+    pub fn list_params(&self) -> ApiResult<ListParams> {
+        let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
+        Ok(ListParams {
+            label_selector: LabelSelector::parse(&self.label_selector)?,
+            field_selector: FieldSelector::parse(&self.field_selector)?,
+            limit: self.limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(0),
+            continue_token: non_empty(&self.continue_token),
+            resource_version: self.resource_version.clone(),
+            resource_version_match: non_empty(&self.resource_version_match),
+        })
     }
 }
 

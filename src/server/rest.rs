@@ -3,26 +3,22 @@
 
 use super::negotiate::{negotiate, Output};
 use super::query::QueryParams;
-use super::table::{self, object, partial_metadata, table, IncludeObject};
+use super::render::{json_response, raw_table_list, render_list, render_one, render_raw_list, JSON};
+use super::watch::watch;
 use super::AppState;
 use crate::auth::authn::UserInfo;
 use crate::auth::authz::{forbidden, Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult, StatusReason};
-use crate::registry::selectors::{FieldSelector, LabelSelector};
-use crate::registry::{
-    decode::parse_json, DeleteOptions, FieldValidation, ListOut, ListParams, PatchType, RawObject, Resource, WatchOut,
-    WatchParams, WriteOptions,
-};
+use crate::registry::{decode::parse_json, DeleteOptions, FieldValidation, PatchType, WriteOptions};
 use crate::request_info::RequestInfo;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// kube-apiserver's limit on request bodies.
 pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
@@ -155,30 +151,6 @@ pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> ApiResult<Byte
     Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
-fn json_response(code: StatusCode, body: &Value, content_type: &'static str, warnings: &[String]) -> Response {
-    let mut r = (code, serde_json::to_vec(body).unwrap_or_default()).into_response();
-    let h = r.headers_mut();
-    h.insert("content-type", HeaderValue::from_static(content_type));
-    for w in warnings {
-        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
-        if let Ok(v) = HeaderValue::from_str(&text) {
-            h.append("warning", v);
-        }
-    }
-    r
-}
-
-const JSON: &str = "application/json";
-
-fn content_type_for(out: Output) -> &'static str {
-    match out {
-        Output::Json => JSON,
-        Output::Table("v1beta1") => "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
-        Output::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
-        Output::Metadata(_) => JSON,
-    }
-}
-
 pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let mut labels = RequestLabels::default();
@@ -272,7 +244,7 @@ async fn dispatch(
             }
             labels.verb = "LIST";
             let out = negotiate(accept, true)?;
-            let params = list_params(&q)?;
+            let params = q.list_params()?;
             if out == Output::Json {
                 if let Some(list) = res.list_raw(ns, v, &params).await? {
                     return Ok(render_raw_list(&res, v, list));
@@ -337,7 +309,7 @@ async fn dispatch(
         (Method::DELETE, None) => {
             labels.verb = "DELETECOLLECTION";
             let opts = delete_options(body, headers, &q).await?;
-            let list = res.delete_collection(ns, v, &list_params(&q)?, &opts).await?;
+            let list = res.delete_collection(ns, v, &q.list_params()?, &opts).await?;
             render_list(&res, v, list, Output::Json, &q)
         }
         (m, _) => {
@@ -435,256 +407,6 @@ async fn delete_options(body: Body, headers: &HeaderMap, q: &QueryParams) -> Api
 
 /// The DeleteOptions field (and query parameter) of the unsafe delete of an unreadable object.
 const IGNORE_READ_ERROR: &str = "ignoreStoreReadErrorWithClusterBreakingPotential";
-
-fn list_params(q: &QueryParams) -> ApiResult<ListParams> {
-    let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
-    Ok(ListParams {
-        label_selector: LabelSelector::parse(&q.label_selector)?,
-        field_selector: FieldSelector::parse(&q.field_selector)?,
-        limit: q.limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(0),
-        continue_token: non_empty(&q.continue_token),
-        resource_version: q.resource_version.clone(),
-        resource_version_match: non_empty(&q.resource_version_match),
-    })
-}
-
-fn render_one(res: &Resource, obj: Value, out: Output, q: &QueryParams) -> ApiResult<Response> {
-    let body = match out {
-        Output::Json => obj,
-        Output::Metadata(mv) => partial_metadata(obj, mv),
-        Output::Table(mv) => {
-            let include = IncludeObject::parse(q.include_object.as_deref())?;
-            let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            table(res.strategy.as_ref(), vec![obj], include, mv, object([("resourceVersion", rv)]), true)
-        }
-    };
-    Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
-}
-
-fn render_list(res: &Resource, version: &str, list: ListOut, out: Output, q: &QueryParams) -> ApiResult<Response> {
-    let info = res.strategy.info();
-    let meta = list_meta(&list);
-    let body = match out {
-        Output::Json => object([
-            ("apiVersion", Value::String(info.api_version(version))),
-            ("kind", Value::String(info.list_kind.into())),
-            ("metadata", meta),
-            ("items", Value::Array(list.items)),
-        ]),
-        Output::Metadata(mv) => object([
-            ("apiVersion", Value::String(format!("meta.k8s.io/{mv}"))),
-            ("kind", Value::String("PartialObjectMetadataList".into())),
-            ("metadata", meta),
-            ("items", list.items.into_iter().map(|o| partial_metadata(o, mv)).collect()),
-        ]),
-        Output::Table(mv) => {
-            let include = IncludeObject::parse(q.include_object.as_deref())?;
-            table(res.strategy.as_ref(), list.items, include, mv, meta, true)
-        }
-    };
-    Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
-}
-
-/// ListMeta of a list response.
-fn list_meta<T>(list: &ListOut<T>) -> Value {
-    let mut meta = serde_json::Map::new();
-    meta.insert("resourceVersion".into(), Value::String(list.revision.to_string()));
-    if let Some(c) = &list.continue_token {
-        meta.insert("continue".into(), Value::String(c.clone()));
-    }
-    if let Some(r) = list.remaining {
-        meta.insert("remainingItemCount".into(), Value::from(r));
-    }
-    Value::Object(meta)
-}
-
-/// A JSON list written from the items' spliced bytes (no `Value` per item).
-fn render_raw_list(res: &Resource, version: &str, list: ListOut<RawObject>) -> Response {
-    let info = res.strategy.info();
-    let head = [
-        ("apiVersion", Value::String(info.api_version(version))),
-        ("kind", Value::String(info.list_kind.into())),
-        ("metadata", list_meta(&list)),
-    ];
-    raw_response(&head, "items", &list.items, JSON)
-}
-
-/// A Table list without selectors: rows written from the stored bytes (see [`table::raw_row`]).
-async fn raw_table_list(
-    res: &Resource,
-    ns: Option<&str>,
-    version: &str,
-    params: &ListParams,
-    mv: &'static str,
-    q: &QueryParams,
-) -> ApiResult<Response> {
-    let include = IncludeObject::parse(q.include_object.as_deref())?;
-    let strategy = res.strategy.as_ref();
-    let api_version = strategy.info().api_version(version);
-    let now = chrono::Utc::now();
-    let list = res
-        .list_with(ns, params, |kv| {
-            let row = match table::raw_row(strategy, &kv.value, kv.mod_revision, &api_version, include, mv, now) {
-                Some(raw) => raw,
-                // Not in the shape this server writes: the parsed path reports it properly.
-                None => {
-                    let obj = res.decode_stored(kv, version)?;
-                    let row = table::row(strategy, obj, include, mv, now);
-                    serde_json::to_vec(&row).map_err(|e| ApiError::internal(e.to_string()))?
-                }
-            };
-            Ok(Some(RawObject(row)))
-        })
-        .await?;
-    let head = [
-        ("kind", Value::String("Table".into())),
-        ("apiVersion", Value::String(format!("meta.k8s.io/{mv}"))),
-        ("metadata", list_meta(&list)),
-        ("columnDefinitions", Value::Array(table::column_definitions(strategy))),
-    ];
-    Ok(raw_response(&head, "rows", &list.items, content_type_for(Output::Table(mv))))
-}
-
-/// `{<head fields>, "<array>": [<items as they are>]}`.
-fn raw_response(head: &[(&str, Value)], array: &str, items: &[RawObject], content_type: &'static str) -> Response {
-    let size: usize = items.iter().map(|i| i.0.len() + 1).sum();
-    let mut body = Vec::with_capacity(size + 1024);
-    body.push(b'{');
-    for (key, value) in head {
-        let _ = serde_json::to_writer(&mut body, key);
-        body.push(b':');
-        let _ = serde_json::to_writer(&mut body, value);
-        body.push(b',');
-    }
-    let _ = serde_json::to_writer(&mut body, array);
-    body.extend_from_slice(b":[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(&item.0);
-    }
-    body.extend_from_slice(b"]}");
-    let mut r = (StatusCode::OK, body).into_response();
-    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
-    r
-}
-
-async fn watch(
-    st: &Arc<AppState>,
-    res: &Arc<Resource>,
-    ns: Option<&str>,
-    version: &str,
-    q: &QueryParams,
-    accept: Option<&str>,
-) -> ApiResult<Response> {
-    let out = negotiate(accept, true)?;
-    let include = IncludeObject::parse(q.include_object.as_deref())?;
-    let lp = list_params(q)?;
-    let send_initial = q.send_initial_events;
-    let params = WatchParams {
-        label_selector: lp.label_selector,
-        field_selector: lp.field_selector,
-        resource_version: lp.resource_version,
-        resource_version_match: lp.resource_version_match,
-        send_initial_events: send_initial,
-        allow_bookmarks: q.allow_watch_bookmarks,
-        bookmark_interval: st.bookmark_interval,
-    };
-    let timeout = match q.timeout_seconds.filter(|s| *s != 0) {
-        // A negative lifetime ends the watch at once, as kube-apiserver's timer does.
-        Some(s) => Duration::from_secs(u64::try_from(s).unwrap_or(0)),
-        // kube-apiserver spreads watch lifetimes over [minRequestTimeout, 2*minRequestTimeout).
-        None => Duration::from_secs(1800 + u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 7),
-    };
-    let rx = res.watch(ns, version, params).await?;
-    let res = res.clone();
-    let info = res.strategy.info();
-    let api_version = info.api_version(version);
-    // A client may ask for any lifetime; one past what the clock can represent is a watch without end.
-    let deadline = tokio::time::Instant::now().checked_add(timeout);
-    struct S {
-        rx: tokio::sync::mpsc::Receiver<WatchOut>,
-        first: bool,
-        done: bool,
-    }
-    let stream = futures::stream::unfold(S { rx, first: true, done: false }, move |mut s| {
-        let res = res.clone();
-        let api_version = api_version.clone();
-        async move {
-            if s.done {
-                return None;
-            }
-            let item = match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, s.rx.recv()).await.ok().flatten()?,
-                None => s.rx.recv().await?,
-            };
-            let ev = match item {
-                WatchOut::Event { kind, object } => {
-                    let object = match out {
-                        Output::Json => object,
-                        Output::Metadata(mv) => partial_metadata(object, mv),
-                        Output::Table(mv) => {
-                            let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-                            let t = table(
-                                res.strategy.as_ref(),
-                                vec![object],
-                                include,
-                                mv,
-                                table::object([("resourceVersion", rv)]),
-                                s.first,
-                            );
-                            s.first = false;
-                            t
-                        }
-                    };
-                    table::object([("type", Value::String(kind.into())), ("object", object)])
-                }
-                WatchOut::Bookmark { revision, initial_events_end } => {
-                    let mut meta = json!({"resourceVersion": revision.to_string()});
-                    if initial_events_end {
-                        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-                    }
-                    let object = match out {
-                        Output::Table(mv) => {
-                            json!({"kind": "Table", "apiVersion": format!("meta.k8s.io/{mv}"), "metadata": meta, "columnDefinitions": [], "rows": []})
-                        }
-                        Output::Metadata(mv) => {
-                            json!({"kind": "PartialObjectMetadata", "apiVersion": format!("meta.k8s.io/{mv}"), "metadata": meta})
-                        }
-                        Output::Json => {
-                            json!({"kind": res.strategy.info().kind, "apiVersion": api_version, "metadata": meta})
-                        }
-                    };
-                    json!({"type": "BOOKMARK", "object": object})
-                }
-                WatchOut::Error(e) => {
-                    s.done = true;
-                    json!({"type": "ERROR", "object": e.status()})
-                }
-            };
-            let mut line = serde_json::to_vec(&ev).unwrap_or_default();
-            line.push(b'\n');
-            Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), s))
-        }
-    });
-    // A panic while an event is encoded ends the watch with an ERROR event, as any failed watch ends, instead of
-    // taking the connection down unannounced.
-    let stream =
-        futures::StreamExt::map(futures::StreamExt::catch_unwind(std::panic::AssertUnwindSafe(stream)), |item| {
-            item.unwrap_or_else(|_| {
-                tracing::error!("a watch stream panicked while encoding an event");
-                let status = ApiError::internal("the server could not encode a watch event").status();
-                let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
-                line.push(b'\n');
-                Ok(Bytes::from(line))
-            })
-        });
-    let mut r = Response::new(Body::from_stream(stream));
-    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type_for(out)));
-    r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
-    Ok(r)
-}
 
 #[cfg(test)]
 mod tests {
