@@ -2,6 +2,7 @@
 
 use crate::api::kinds;
 use crate::auth::certs::{ensure_dev_certs, DevCertOptions};
+use crate::duration::duration_arg;
 use crate::registry::{Registry, RegistryConfig};
 use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
@@ -260,7 +261,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 100_000)]
     pub watch_history: usize,
     /// How often watches that allow bookmarks get one.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = duration_arg)]
     pub watch_bookmark_interval: Duration,
     /// Namespace the server runs in (for the in-cluster names in the generated serving certificate).
     #[arg(long, default_value = "migration-apiserver")]
@@ -283,7 +284,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub disable_trigger: bool,
     /// How often the trigger reads the target's discovery for storage version hashes.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = duration_arg)]
     pub discovery_interval: Duration,
     /// Finished migrations kept per resource.
     #[arg(long, default_value_t = 5)]
@@ -309,13 +310,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
     /// How long a leader's lease is valid without renewal: candidates wait this long before taking over.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = duration_arg)]
     pub leader_elect_lease_duration: Duration,
     /// A leader that has not renewed within this time stops the scheduler (shorter than the lease duration).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
     pub leader_elect_renew_deadline: Duration,
     /// How often candidates try to acquire the lease and the leader renews it.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = duration_arg)]
     pub leader_elect_retry_period: Duration,
     /// Name of the Lease (cluster mode) or of the etcd key `<--etcd-prefix>/leader-election/<name>`.
     #[arg(long, default_value = "migration-apiserver")]
@@ -367,20 +368,6 @@ fn parse_storage_version(s: &str) -> Result<(String, String), String> {
         return Err(format!("expected <plural>.<group>=<version>, got {s:?}"));
     }
     Ok((r.to_string(), v.to_string()))
-}
-
-/// Go-style durations: 500ms, 10s, 5m, 1h.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map(|i| s.split_at(i)).unwrap_or((s, "s"));
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m, h)")),
-    };
-    Ok(Duration::from_secs_f64(secs))
 }
 
 pub fn init_logging(format: LogFormat) {

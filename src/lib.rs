@@ -3,6 +3,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod csi;
+pub mod duration;
 pub mod error;
 pub mod registry;
 pub mod request_info;

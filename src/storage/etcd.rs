@@ -29,7 +29,7 @@ pub struct EtcdArgs {
     pub keyfile: Option<PathBuf>,
     /// How often this server compacts etcd's history (as kube-apiserver's flag; 0 disables, for an etcd that
     /// others compact).
-    #[arg(long = "etcd-compaction-interval", id = "etcd_compaction_interval", default_value = "5m", value_parser = crate::cli::parse_duration)]
+    #[arg(long = "etcd-compaction-interval", id = "etcd_compaction_interval", default_value = "5m", value_parser = crate::duration::duration_arg)]
     pub compaction_interval: Duration,
 }
 
