@@ -175,11 +175,17 @@ async fn an_unreadable_object_takes_only_itself_down_and_can_be_removed() {
     };
     let unsafe_delete = json!({"kind": "DeleteOptions", "apiVersion": "v1",
         "ignoreStoreReadErrorWithClusterBreakingPotential": true});
-    // Not for an object that reads: that one stays.
-    delete(&c, &format!("{NS}/a"), Some(&unsafe_delete)).await.status_err(400, "BadRequest");
+    // Not for an object that reads: that one stays (kube-apiserver's 422 and words).
+    let st = delete(&c, &format!("{NS}/a"), Some(&unsafe_delete)).await.status_err(422, "Invalid");
+    assert_eq!(
+        st["message"],
+        "shootstates.core.gardener.cloud \"a\" is invalid: ignoreStoreReadErrorWithClusterBreakingPotential: Invalid \
+         value: true: is exclusively used to delete corrupt object(s), try again by removing this option"
+    );
     get(&c, &format!("{NS}/a")).await.ok(200);
     let done = delete(&c, &format!("{NS}/bad"), Some(&unsafe_delete)).await.ok(200);
     assert_eq!((done["kind"].as_str(), done["status"].as_str()), (Some("Status"), Some("Success")), "{done}");
+    assert_eq!(done["details"], json!({"name": "bad", "kind": "ShootState"}), "{done}");
     let events = watch.await.expect("watch");
     let error =
         events.text().lines().map(|l| serde_json::from_str::<Value>(l).expect("event")).find(|e| e["type"] == "ERROR");

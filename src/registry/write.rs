@@ -449,11 +449,13 @@ impl Resource {
             Err(StorageError::Corrupt(_)) => {}
             Ok(Some(kv)) => {
                 if self.decode_stored(&kv, version).is_ok() {
-                    return Err(ApiError::bad_request(format!(
-                        "{} {name:?} can be read: ignoreStoreReadErrorWithClusterBreakingPotential deletes only \
-                         objects that cannot be read; delete it without the option",
-                        self.info().qualified_resource()
-                    )));
+                    // kube-apiserver's words, with the resource where the kind would be (as it does too).
+                    let cause = FieldError::invalid_value(
+                        "ignoreStoreReadErrorWithClusterBreakingPotential",
+                        &Value::Bool(true),
+                        "is exclusively used to delete corrupt object(s), try again by removing this option",
+                    );
+                    return Err(ApiError::invalid(self.info().plural, self.info().group, name, vec![cause]));
                 }
             }
             Err(e) => return Err(e.into()),
@@ -461,8 +463,8 @@ impl Resource {
         match self.storage.delete(key, None).await {
             Ok(_) => {
                 tracing::warn!(key, "an unreadable object was deleted without being read");
-                Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                    "details": {"name": name, "group": self.info().group, "kind": self.info().plural}}))
+                Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200,
+                    "details": {"name": name, "kind": self.info().kind}}))
             }
             Err(StorageError::NotFound { .. }) => Err(self.not_found(name)),
             Err(e) => Err(e.into()),

@@ -7,7 +7,7 @@ use super::render::{json_response, raw_table_list, render_list, render_one, rend
 use super::watch::watch;
 use super::AppState;
 use crate::auth::authn::UserInfo;
-use crate::auth::authz::{forbidden, Decision, RequestAttributes};
+use crate::auth::authz::{Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult, StatusReason};
 use crate::registry::{decode::parse_json, DeleteOptions, FieldValidation, PatchType, WriteOptions};
 use crate::request_info::RequestInfo;
@@ -327,11 +327,22 @@ async fn authorize_unsafe_delete(st: &AppState, request: &Incoming<'_>) -> ApiRe
     let Some(user) = request.user else { return Err(ApiError::unauthorized()) };
     let mut attrs = RequestAttributes::from_info(request.info);
     attrs.verb = UNSAFE_DELETE_VERB.into();
-    match st.authz.authorize(user, &attrs).await {
-        Ok(Decision::Allow) => Ok(()),
-        Ok(Decision::Deny { reason }) => Err(forbidden(user, &attrs, &reason)),
-        Err(e) => Err(ApiError::internal(e)),
-    }
+    let why = match st.authz.authorize(user, &attrs).await {
+        Ok(Decision::Allow) => return Ok(()),
+        Ok(Decision::Deny { reason }) => format!("not permitted to do {UNSAFE_DELETE_VERB:?}, reason: {reason}"),
+        Err(e) => format!("error while checking permission for {UNSAFE_DELETE_VERB:?}, {e}"),
+    };
+    // As kube-apiserver's admission answers it: `<resource>.<group> "<name>" is forbidden: <why>`.
+    let info = request.info;
+    let resource = crate::error::qualified(&info.resource, &info.api_group);
+    let mut e = ApiError::forbidden(format!("{resource} {:?} is forbidden: {why}", info.name));
+    e.details = Some(Box::new(crate::error::Details {
+        name: info.name.clone(),
+        group: info.api_group.clone(),
+        kind: info.resource.clone(),
+        ..Default::default()
+    }));
+    Err(e)
 }
 
 /// The Kubernetes verb of a request, as authorization and error messages name it.
