@@ -266,9 +266,15 @@ async fn strict_where_kube_apiserver_is_strict() {
     let mut numbered = shoot_state("n", json!({}));
     numbered["apiVersion"] = json!(5);
     let st = post(&c, NS, &numbered).await.status_err(400, "BadRequest");
+    // kube-apiserver's words: its decoder reads apiVersion and kind first, and quotes the start of the body.
+    let body = serde_json::to_string(&numbered).expect("json");
     assert_eq!(
         st["message"],
-        "couldn't get version/kind; json parse error: json: cannot unmarshal number into Go struct field .apiVersion of type string"
+        format!(
+            "the object provided is unrecognized (must be of type ShootState): couldn't get version/kind; json parse \
+             error: json: cannot unmarshal number into Go struct field .apiVersion of type string ({} ...)",
+            &body[..30]
+        )
     );
     let mut kind = shoot_state("n", json!({}));
     kind["kind"] = json!(true);

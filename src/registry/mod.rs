@@ -216,18 +216,6 @@ fn spec_equal(a: &Value, b: &Value) -> bool {
     strip(a) == strip(b)
 }
 
-/// How Go's encoding/json names a JSON value's type in its unmarshal errors.
-fn go_json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// The 422 cause for an object nested deeper than it may be stored (see [`decode::MAX_NESTING_DEPTH`]).
 fn too_deep_error(path: String) -> FieldError {
     let detail = format!("objects and lists may nest at most {} levels deep", decode::MAX_NESTING_DEPTH);
@@ -334,16 +322,6 @@ impl Resource {
         let i = self.info();
         if !body.is_object() {
             return Err(crate::api::not_an_object(i.kind));
-        }
-        // apiVersion and kind are strings (or null, Go's zero value), as in kube-apiserver's decoder.
-        for (field, value) in ["apiVersion", "kind"].into_iter().filter_map(|f| Some((f, body.get(f)?))) {
-            if !(value.is_string() || value.is_null()) {
-                return Err(ApiError::bad_request(format!(
-                    "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go struct field \
-                     .{field} of type string",
-                    go_json_type(value)
-                )));
-            }
         }
         let t = decode::TypeMeta::of(body);
         self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)

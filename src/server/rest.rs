@@ -261,7 +261,7 @@ async fn dispatch(
         (Method::POST, None) => {
             labels.verb = "POST";
             let out = negotiate(accept, false)?;
-            let (obj, dups) = json_body(body, headers).await?;
+            let (obj, dups) = json_body(body, headers, info.kind).await?;
             let opts = write_options(&q, "CreateOptions")?;
             let w = res.create(ns, v, obj, &dups, &opts).await?;
             let _ = out;
@@ -270,7 +270,7 @@ async fn dispatch(
         (Method::PUT, Some(name)) => {
             labels.verb = "PUT";
             negotiate(accept, false)?;
-            let (obj, dups) = json_body(body, headers).await?;
+            let (obj, dups) = json_body(body, headers, info.kind).await?;
             let w = res.update(ns, name, v, obj, dups, status, &write_options(&q, "UpdateOptions")?).await?;
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
             Ok(json_response(code, &w.object, JSON, &w.warnings))
@@ -360,7 +360,9 @@ fn kube_verb(method: &Method, named: bool, watch: bool) -> String {
     }
 }
 
-async fn json_body(body: Body, headers: &HeaderMap) -> ApiResult<(Value, Vec<String>)> {
+/// The JSON object of a create or update of `kind`. apiVersion and kind must be strings (or null), as kube-apiserver's
+/// decoder reads them before anything else; its 400 quotes the start of the body.
+async fn json_body(body: Body, headers: &HeaderMap, kind: &str) -> ApiResult<(Value, Vec<String>)> {
     let ct = content_type(headers);
     if !(ct.is_empty() || ct == "application/json" || ct == "*/*") {
         return Err(ApiError::unsupported_media_type(&ct));
@@ -369,7 +371,40 @@ async fn json_body(body: Body, headers: &HeaderMap) -> ApiResult<(Value, Vec<Str
     if raw.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
-    parse_json(&raw)
+    let (value, dups) = parse_json(&raw)?;
+    for field in ["apiVersion", "kind"] {
+        let Some(v) = value.get(field).filter(|v| !(v.is_string() || v.is_null())) else { continue };
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse \
+             error: json: cannot unmarshal {} into Go struct field .{field} of type string ({})",
+            go_json_type(v),
+            summarize(&raw)
+        )));
+    }
+    Ok((value, dups))
+}
+
+/// How Go's encoding/json names a JSON value's type in its unmarshal errors.
+fn go_json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The start of a body as kube-apiserver quotes it in decode errors: 30 bytes of an object's text, " ..." after.
+fn summarize(body: &[u8]) -> String {
+    const MAX: usize = 30;
+    let head = String::from_utf8_lossy(&body[..body.len().min(MAX)]).into_owned();
+    if body.len() > MAX {
+        format!("{head} ...")
+    } else {
+        head
+    }
 }
 
 fn write_options(q: &QueryParams, options_kind: &str) -> ApiResult<WriteOptions> {
