@@ -319,7 +319,12 @@ async fn strict_where_kube_apiserver_is_strict() {
 
     // includeObject takes None, Object and Metadata only.
     let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
-    get_accept(&c, &format!("{NS}?includeObject=bogus"), table).await.status_err(400, "BadRequest");
+    let st = get_accept(&c, &format!("{NS}?includeObject=bogus"), table).await.status_err(400, "BadRequest");
+    assert_eq!(
+        st["message"],
+        "Unable to convert to Table as requested: includeObject: Invalid value: \"bogus\": must be 'Metadata', \
+         'Object', 'None', or empty"
+    );
     get_accept(&c, &format!("{NS}?includeObject=Metadata"), table).await.ok(200);
 
     // Namespace and name path segments name one key: `.`, `..` and `%` are refused, an empty segment is no path.

@@ -18,9 +18,18 @@ impl IncludeObject {
             "" | "Metadata" => Ok(IncludeObject::Metadata),
             "None" => Ok(IncludeObject::None),
             "Object" => Ok(IncludeObject::Object),
-            other => Err(crate::error::ApiError::bad_request(format!(
-                "includeObject: unsupported value {other:?}: supported values: \"None\", \"Metadata\", \"Object\""
-            ))),
+            // kube-apiserver's ValidateTableOptions, as its Table conversion answers it.
+            other => {
+                let cause = crate::error::FieldError::invalid(
+                    "includeObject",
+                    other,
+                    "must be 'Metadata', 'Object', 'None', or empty",
+                );
+                Err(crate::error::ApiError::bad_request(format!(
+                    "Unable to convert to Table as requested: {}",
+                    cause.message
+                )))
+            }
         }
     }
 }
