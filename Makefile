@@ -29,11 +29,11 @@ deps:
 
 test: deps
 	$(CARGO) build --bin migration-apiserver
-	$(CARGO) test --all-targets --no-fail-fast
+	$(CARGO) test --workspace --all-targets --no-fail-fast
 	MIGRATION_APISERVER_TEST_BACKEND=etcd $(CARGO) test --test api --test kubectl --no-fail-fast
 
 bench: deps
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --bins
 	$(TARGET_DIR)/release/bench --server $(BIN)
 
 # CA, serving certificate (SANs include migration-apiserver.migration-apiserver.svc, the in-cluster name) and admin
@@ -48,7 +48,7 @@ deploy: certs
 
 lint: build-deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
