@@ -12,11 +12,13 @@
 //! write; every key of every provider listed for the resource reads. A value not written by the current writer is
 //! marked [`KeyValue::stale`], so that a no-op rewrite re-encrypts it (key rotation, enabling encryption).
 
-use super::{CorruptValue, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
+mod storage;
+pub use storage::EncryptedStorage;
+
+use super::{CorruptValue, KeyValue, Result, StorageError};
 use aes_gcm::aead::rand_core::RngCore;
 use aes_gcm::aead::{Aead, KeyInit, OsRng, Payload};
 use aes_gcm::{Aes128Gcm, Aes256Gcm, AesGcm};
-use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
 use cbc::cipher::block_padding::Pkcs7;
@@ -26,7 +28,6 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// What every encrypted value starts with.
 pub const ENCRYPTED_PREFIX: &str = "k8s:enc:";
@@ -38,8 +39,6 @@ const GCM_TAG: usize = 16;
 const CBC_IV: usize = 16;
 const SECRETBOX_NONCE: usize = 24;
 const SECRETBOX_TAG: usize = 16;
-/// Events a watch buffers between the backend's stream and the consumer.
-const WATCH_BUFFER: usize = 128;
 
 type Aes192Gcm = AesGcm<aes::Aes192, aes_gcm::aead::consts::U12>;
 
@@ -599,121 +598,5 @@ impl EncryptionConfig {
     }
 }
 
-/// A [`Storage`] that encrypts values on their way to `inner` and decrypts them on their way back (get, list, the
-/// values a delete returns, and watch events with their previous values).
-pub struct EncryptedStorage {
-    inner: Arc<dyn Storage>,
-    config: Arc<EncryptionConfig>,
-}
-
-impl EncryptedStorage {
-    pub fn new(inner: Arc<dyn Storage>, config: EncryptionConfig) -> Self {
-        Self { inner, config: Arc::new(config) }
-    }
-
-    pub fn config(&self) -> &EncryptionConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl Storage for EncryptedStorage {
-    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        self.inner.get(key).await?.map(|kv| self.config.decrypt_kv(kv)).transpose()
-    }
-
-    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
-        let mut result = self.inner.list(prefix, opts).await?;
-        // Every value of the page that does not decrypt is named, not just the first.
-        let mut corrupt = Vec::new();
-        result.items = std::mem::take(&mut result.items)
-            .into_iter()
-            .filter_map(|kv| self.config.try_decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
-            .collect();
-        match corrupt.is_empty() {
-            true => Ok(result),
-            false => Err(StorageError::Corrupt(corrupt)),
-        }
-    }
-
-    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let stored = self.config.encrypt(key, &value)?;
-        let kv = self.inner.create(key, stored).await?;
-        Ok(KeyValue { value, stale: false, ..kv })
-    }
-
-    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let stored = self.config.encrypt(key, &value)?;
-        let kv = self.inner.update(key, stored, expected).await?;
-        Ok(KeyValue { value, stale: false, ..kv })
-    }
-
-    /// The deleted value, decrypted; one that does not decrypt (the forced delete of an unreadable object) is
-    /// returned as it was stored, since the delete itself has happened.
-    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
-        let kv = self.inner.delete(key, expected).await?;
-        Ok(self.config.decrypt_kv(kv.clone()).unwrap_or(kv))
-    }
-
-    async fn sync_revision(&self) -> Revision {
-        self.inner.sync_revision().await
-    }
-
-    async fn check_health(&self) -> Result<()> {
-        self.inner.check_health().await
-    }
-
-    async fn watch(&self, prefix: &str, after: Revision) -> Result<mpsc::Receiver<WatchItem>> {
-        let mut events = self.inner.watch(prefix, after).await?;
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        let config = self.config.clone();
-        tokio::spawn(async move {
-            loop {
-                let item = tokio::select! {
-                    // The consumer went away: stop (and drop the backend's stream).
-                    _ = tx.closed() => return,
-                    item = events.recv() => item,
-                };
-                let Some(item) = item else { return };
-                let item = match item {
-                    WatchItem::Error(e) => WatchItem::Error(e),
-                    WatchItem::Event(ev) => match decrypt_event(&config, &ev) {
-                        Ok(ev) => WatchItem::Event(Arc::new(ev)),
-                        Err(e) => {
-                            // Like kube-apiserver, a value that cannot be decrypted ends the watch with an error.
-                            let _ = tx.send(WatchItem::Error(e)).await;
-                            return;
-                        }
-                    },
-                };
-                if tx.send(item).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(rx)
-    }
-
-    fn progress_revision(&self) -> Revision {
-        self.inner.progress_revision()
-    }
-
-    fn current_revision(&self) -> Revision {
-        self.inner.current_revision()
-    }
-}
-
-fn decrypt_event(config: &EncryptionConfig, ev: &super::Event) -> Result<super::Event> {
-    let corrupt = |e: StorageError| StorageError::corrupt(&ev.key, e.to_string());
-    Ok(super::Event {
-        kind: ev.kind,
-        revision: ev.revision,
-        key: ev.key.clone(),
-        value: config.decrypt(&ev.key, &ev.value).map_err(corrupt)?.value,
-        prev: ev.prev.clone().map(|p| config.decrypt_kv(p)).transpose()?,
-    })
-}
-
 #[cfg(test)]
-#[path = "encryption_tests.rs"]
 mod tests;

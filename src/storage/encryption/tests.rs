@@ -1,9 +1,11 @@
-//! Tests of [`super`] (encryption.rs), in a file of their own to keep that one readable.
+//! Tests of the encryption configuration, its ciphers and [`EncryptedStorage`].
 
 use super::*;
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use crate::storage::EventKind;
+use crate::storage::{ListOptions, Storage, WatchItem};
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 const KEY1: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="; // bytes 0..32
 const KEY: &str = "/registry/core.gardener.cloud/shootstates/garden/s1";
