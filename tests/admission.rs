@@ -392,10 +392,9 @@ async fn validate_shoot_state_in_both_versions() {
 // ---------------------------------------------------------------------------------------------------------------
 // malformed reviews and authentication
 
-/// The server reads a review in one pass, its objects decoded into their kind's type on the way, when it finds the
-/// request's kind up front; otherwise (here: an escape in the kind's version) it reads the review step by step.
-/// Both give the same answers, patches, denials and warnings alike, and so does a review with its fields in
-/// another order (the objects before the kind, the request before the review's own fields).
+/// A review answers the same whatever the order of its fields and the escapes in its text: patches, denials and
+/// warnings alike, with the objects before the kind, the request before the review's own fields, or an escape in
+/// the kind's version.
 #[tokio::test]
 async fn reviews_answer_the_same_in_any_field_order() {
     let s = Server::start(&[]);

@@ -3,9 +3,9 @@
 //! in its status; nothing is stored. A translation failure is a status with `error` (201, like a TokenReview that
 //! does not authenticate); a request that cannot be translated as asked is 422.
 
-use super::{Column, Kind, KindInfo};
 use crate::csi;
 use crate::error::FieldError;
+use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -89,7 +89,7 @@ static INFO: KindInfo = KindInfo {
     categories: &[],
     versions: &["v1alpha1"],
     has_status: false,
-    name_rule: crate::api::meta::NameRule::Subdomain,
+    name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: false,
     create_only: true,
 };
@@ -204,7 +204,7 @@ impl Kind for CSITranslation {
             if s.inline_volume.is_none() {
                 errs.push(FieldError::forbidden("spec.podNamespace", "only allowed with spec.inlineVolume"));
             } else if !ns.is_empty() {
-                for e in crate::api::meta::dns1123_label(ns) {
+                for e in crate::registry::object_meta::dns1123_label(ns) {
                     errs.push(FieldError::invalid("spec.podNamespace", ns, &e));
                 }
             }

@@ -1,9 +1,9 @@
 //! ShootState (core.gardener.cloud v1alpha1 and v1beta1, the same JSON): the state Gardener needs to move a
 //! shoot's control plane to another seed. Namespaced, no status; validation as gardener-apiserver's.
 
-use super::{Column, Kind, KindInfo};
-use crate::api::meta::NameRule;
 use crate::error::FieldError;
+use crate::registry::object_meta::NameRule;
+use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

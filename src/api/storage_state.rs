@@ -1,9 +1,9 @@
 //! StorageState (migration.k8s.io/v1alpha1): which storage versions the objects of one resource may be stored in.
 //! Named `<resource>.<group>` (just `<resource>` for the core group), like the trigger of seed 002 keeps it.
 
-use super::{Column, Kind, KindInfo};
 use crate::api::printers::age_cell;
 use crate::error::FieldError;
+use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -110,7 +110,7 @@ static INFO: KindInfo = KindInfo {
     categories: &["migration"],
     versions: &["v1alpha1"],
     has_status: true,
-    name_rule: crate::api::meta::NameRule::Subdomain,
+    name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
 };

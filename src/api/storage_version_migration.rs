@@ -1,8 +1,8 @@
 //! StorageVersionMigration (migration.k8s.io/v1alpha1): a request to rewrite every object of one resource.
 
-use super::{Column, Kind, KindInfo};
-use crate::api::meta::condition_reason;
 use crate::error::FieldError;
+use crate::registry::object_meta::condition_reason;
+use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -193,7 +193,7 @@ static INFO: KindInfo = KindInfo {
     categories: &["migration"],
     versions: &["v1alpha1"],
     has_status: true,
-    name_rule: crate::api::meta::NameRule::Subdomain,
+    name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
 };

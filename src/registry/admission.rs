@@ -3,30 +3,26 @@
 //! run the very steps [`Resource::create`] and [`Resource::update`] run — decode with the kind's defaults,
 //! `prepare_for_create`, metadata validation, the kind's validation — and leave out what belongs to the storing
 //! server (uid, resourceVersion, timestamps, generation, dropping status on create), which kube-apiserver does itself.
-//! `metadata.managedFields` ([`STORING_SERVER_METADATA`](crate::api::STORING_SERVER_METADATA)) is not even
-//! decoded: kube-apiserver writes and checks it, and nothing of ours reads it.
+//! `metadata.managedFields` ([`STORING_SERVER_METADATA`](super::strategy::STORING_SERVER_METADATA)) is not decoded:
+//! kube-apiserver writes and checks it, and nothing of ours reads it.
 
-use super::decode::TypeMeta;
+use super::default_patch::default_patch;
+use super::strategy::{drop_storing_server_metadata, not_an_object, Decoded};
 use super::{Registry, Resource};
-use crate::api::admission_review::{AdmissionObject, AdmissionRequest, AdmissionReview};
-use crate::api::meta::validate_object_meta;
-use crate::api::{AdmissionPass, PassWrite};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
+use serde_json::Value;
 use std::sync::Arc;
 
-/// A review of one of our kinds, its objects held for admission.
-pub type ReviewOf<'a> = AdmissionReview<AdmissionRequest<'a, AdmissionObject<'a>>>;
-
-/// A write to admit, with the object(s) as kube-apiserver sent them.
+/// A write to admit, with the object(s) as kube-apiserver sent them (JSON text).
 #[derive(Debug)]
 pub enum AdmissionWrite<'a> {
     Create {
-        object: AdmissionObject<'a>,
+        object: &'a str,
     },
     /// `status`: the write is to the `/status` subresource.
     Update {
-        object: AdmissionObject<'a>,
-        old_object: AdmissionObject<'a>,
+        object: &'a str,
+        old_object: &'a str,
         status: bool,
     },
 }
@@ -34,15 +30,11 @@ pub enum AdmissionWrite<'a> {
 impl<'a> AdmissionWrite<'a> {
     /// A create of the object whose JSON text is `object`.
     pub fn create(object: &'a str) -> Self {
-        AdmissionWrite::Create { object: AdmissionObject::sent(object) }
+        AdmissionWrite::Create { object }
     }
     /// An update from `old_object` to `object` (JSON texts).
     pub fn update(object: &'a str, old_object: &'a str, status: bool) -> Self {
-        AdmissionWrite::Update {
-            object: AdmissionObject::sent(object),
-            old_object: AdmissionObject::sent(old_object),
-            status,
-        }
+        AdmissionWrite::Update { object, old_object, status }
     }
 }
 
@@ -64,6 +56,10 @@ impl Registry {
     }
 }
 
+fn unknown_field_warnings(fields: Vec<String>) -> Vec<String> {
+    fields.into_iter().map(|f| format!("unknown field {f:?}")).collect()
+}
+
 impl Resource {
     /// Mutating admission: the kind's defaults, as the aggregated API applies them — decode defaults plus
     /// `prepare_for_create` on create, decode defaults on update (main resource and `/status`). Idempotent: the
@@ -73,51 +69,68 @@ impl Resource {
             AdmissionWrite::Create { object } => (object, true),
             AdmissionWrite::Update { object, .. } => (object, false),
         };
-        let (patch, unknown_fields) = self.strategy.admission_defaults(sent, create, &self.type_check(version))?;
-        let warnings = unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect();
-        Ok(Defaulted { patch, warnings })
+        let sent = self.admitted(sent, version)?;
+        let d = self.strategy.defaulted(&sent, create)?;
+        let patch = match default_patch(&sent, &d.before, &d.after) {
+            Some(p) => Some(serde_json::to_vec(&p).map_err(|e| ApiError::internal(e.to_string()))?),
+            None => None,
+        };
+        Ok(Defaulted { patch, warnings: unknown_field_warnings(d.unknown_fields) })
     }
 
-    /// A review of an object of this kind in `version` (its JSON text), read in one pass with its objects decoded
-    /// into the kind's type ([`Strategy::read_review`](crate::api::Strategy::read_review)); `None` when it does not
-    /// read so.
-    pub fn read_review<'a>(&self, version: &str, review: &'a str) -> Option<ReviewOf<'a>> {
-        self.strategy.read_review(review, &self.type_check(version))
-    }
-
-    /// The check of an object's apiVersion and kind against this kind in `version`.
-    fn type_check<'s>(&'s self, version: &'s str) -> impl Fn(&TypeMeta<'_>) -> ApiResult<()> + 's {
-        move |t| self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)
-    }
-
-    /// Validating admission: metadata and kind validation on create (after the same preparation as
-    /// [`Resource::create`]); the kind's update validation (or its `/status` validation) on update. A denial is
-    /// the 422 Invalid the aggregated API would answer, listing every invalid field; Ok carries warnings.
+    /// Validating admission: the steps of [`Resource::create`] (decode with defaults, status dropped, create
+    /// preparation, metadata and kind validation) on create; the kind's update validation (or its `/status`
+    /// validation) on update. A denial is the 422 Invalid the aggregated API would answer, listing every invalid
+    /// field; Ok carries warnings.
     pub fn admission_validate(
         &self,
         version: &str,
         namespace: Option<&str>,
         write: AdmissionWrite<'_>,
     ) -> ApiResult<Vec<String>> {
-        let (object, pass) = match write {
-            AdmissionWrite::Create { object } => (object, PassWrite::Create),
+        let decode = |text: &str| self.strategy.decode(self.admitted(text, version)?);
+        let (object, errors, unknown_fields) = match write {
+            AdmissionWrite::Create { object } => {
+                let Decoded { mut object, unknown_fields } = decode(object)?;
+                if self.info().has_status {
+                    if let Some(o) = object.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+                self.strategy.prepare_for_create(&mut object)?;
+                self.check_namespace(&mut object, namespace)?;
+                let errors = self.strategy.validate(&object)?;
+                (object, errors, unknown_fields)
+            }
             AdmissionWrite::Update { object, old_object, status } => {
-                (object, PassWrite::Update { old: old_object, status })
+                let Decoded { mut object, unknown_fields } = decode(object)?;
+                let mut old = decode(old_object)?.object;
+                self.check_namespace(&mut object, namespace)?;
+                self.check_namespace(&mut old, namespace)?;
+                let errors = self.strategy.validate_update(&object, &old, status)?;
+                (object, errors, unknown_fields)
             }
         };
-        let update = matches!(pass, PassWrite::Update { .. });
-        let AdmissionPass { mut metadata, errors, unknown_fields, mut old_namespace } =
-            self.strategy.admission_pass(object, pass, &self.type_check(version))?;
-        self.check_namespace_of(&mut metadata.namespace, namespace)?;
-        if update {
-            self.check_namespace_of(&mut old_namespace, namespace)?;
-        }
-        let mut errs = validate_object_meta(&metadata, self.info().namespaced, self.info().name_rule);
+        let mut errs = self.validate_meta(&object)?;
         errs.extend(errors);
         if !errs.is_empty() {
-            return Err(self.invalid(metadata.name.as_deref().unwrap_or_default(), errs));
+            let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            return Err(self.invalid(name, errs));
         }
-        Ok(unknown_fields.into_iter().map(|f| format!("unknown field {f:?}")).collect())
+        Ok(unknown_field_warnings(unknown_fields))
+    }
+
+    /// An object of a review as admission reads it: JSON text holding an object of this kind in `version`, without
+    /// the metadata that is the storing server's.
+    fn admitted(&self, text: &str, version: &str) -> ApiResult<Value> {
+        let mut obj: Value = serde_json::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+        if !obj.is_object() {
+            return Err(not_an_object(self.info().kind));
+        }
+        self.check_type_meta(&obj, version)?;
+        drop_storing_server_metadata(&mut obj);
+        Ok(obj)
     }
 }
 
@@ -141,7 +154,7 @@ mod tests {
         r.resources.iter().find(|r| r.strategy.info().kind == kind).expect("kind")
     }
 
-    /// The typed admission pass answers as the REST path's decode, defaults, preparation and validation do.
+    /// Admission answers as the REST path's decode, defaults, preparation and validation do.
     #[test]
     fn validating_admission_decodes_once_and_answers_as_the_api() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -293,8 +306,8 @@ mod tests {
     }
 
     /// JSON that is not an object is the client's error (400) in both webhooks, never a 500 or an admitted
-    /// object; what the one-pass decode skips unread (managedFields, values of unknown fields) is not read by the
-    /// patch either, so both webhooks take the same text.
+    /// object; both webhooks take the same text: what one admits, the other defaults, and what one refuses as
+    /// JSON (a number past f64, a lone surrogate: nothing Go's encoder writes), the other refuses alike.
     #[test]
     fn admission_refuses_what_is_not_an_object() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -305,10 +318,13 @@ mod tests {
             assert_eq!(e.code, 400, "{object}: {e:?}");
         }
         let head = r#"{"apiVersion":"migration.k8s.io/v1alpha1","kind":"StorageState","#;
-        let skipped = format!(
-            r#"{head}"metadata":{{"name":"r.g","labels":{{"a":"b","a":"c"}},"managedFields":[1e999]}},"spec":{{"resource":{{"group":"g","resource":"r"}}}},"x":"\ud800"}}"#
-        );
-        let write = || AdmissionWrite::create(&skipped);
+        let text = |managed: &str, x: &str| {
+            format!(
+                r#"{head}"metadata":{{"name":"r.g","labels":{{"a":"b","a":"c"}},"managedFields":{managed}}},"spec":{{"resource":{{"group":"g","resource":"r"}}}},"x":{x}}}"#
+            )
+        };
+        let admitted = text("[1]", "\"y\"");
+        let write = || AdmissionWrite::create(&admitted);
         assert_eq!(ss.admission_validate("v1alpha1", None, write()).expect("allowed"), ["unknown field \"x\""]);
         let defaulted = ss.admission_default("v1alpha1", write()).expect("defaulted");
         let ops: Vec<Value> = serde_json::from_slice(&defaulted.patch.expect("a patch")).expect("JSON");
@@ -316,6 +332,16 @@ mod tests {
             ops,
             [json!({"op": "add", "path": "/status", "value": {"persistedStorageVersionHashes": ["Unknown"]}})]
         );
+        for refused in [text("[1e999]", "\"y\""), text("[1]", r#""\ud800""#)] {
+            let write = || AdmissionWrite::create(&refused);
+            let validated = ss.admission_validate("v1alpha1", None, write()).unwrap_err();
+            let defaulted = ss.admission_default("v1alpha1", write()).unwrap_err();
+            assert!(
+                validated.code == 400 && validated.message.starts_with("error decoding request body"),
+                "{validated:?}"
+            );
+            assert_eq!(format!("{validated:?}"), format!("{defaulted:?}"));
+        }
         for object in ["[]", "[{}]", "5"] {
             let e = ss.admission_validate("v1alpha1", None, AdmissionWrite::create(object)).unwrap_err();
             assert!(e.code == 400 && e.message.contains("must be a JSON object"), "{object}: {e:?}");

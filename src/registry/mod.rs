@@ -8,25 +8,26 @@ pub mod continue_token;
 pub mod decode;
 pub mod default_patch;
 mod json_patch;
+pub mod object_meta;
 mod read;
 pub mod selectors;
 mod splice;
+pub mod strategy;
 pub use splice::{splice_metadata, splice_stored};
-pub mod unknown;
 mod write;
 
-use crate::api::meta::validate_object_meta;
-use crate::api::Strategy;
 use crate::error::{ApiError, ApiResult, FieldError};
 use crate::storage::{KeyValue, Storage, StorageError};
 use bytes::Bytes;
 use continue_token::ContinueToken;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use object_meta::validate_object_meta;
 use selectors::{FieldSelector, LabelSelector};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use strategy::{KindInfo, Strategy};
 
 /// How unknown and duplicate fields in a request body are treated (the `fieldValidation` query parameter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -242,7 +243,7 @@ pub struct Resource {
 }
 
 impl Resource {
-    fn info(&self) -> &'static crate::api::KindInfo {
+    fn info(&self) -> &'static KindInfo {
         self.strategy.info()
     }
 
@@ -321,10 +322,11 @@ impl Resource {
     pub(crate) fn check_type_meta(&self, body: &Value, version: &str) -> ApiResult<()> {
         let i = self.info();
         if !body.is_object() {
-            return Err(crate::api::not_an_object(i.kind));
+            return Err(strategy::not_an_object(i.kind));
         }
-        let t = decode::TypeMeta::of(body);
-        self.check_type_strs(t.api_version.as_deref(), t.kind.as_deref(), version)
+        // A value that is not a string is refused at the HTTP edge; here (admission) it counts as absent.
+        let text = |k: &str| body.get(k).and_then(Value::as_str);
+        self.check_type_strs(text("apiVersion"), text("kind"), version)
     }
 
     /// apiVersion and kind, when set (non-empty), must be this kind's in `version`.

@@ -669,7 +669,7 @@ struct Scheduler {
 /// Wakes the scheduler on every change of a storageversionmigration, so new ones start without waiting for the
 /// next scan.
 async fn watch_migrations(own: OwnApi, wake: Arc<Notify>) {
-    let info = <StorageVersionMigration as crate::api::Kind>::info();
+    let info = <StorageVersionMigration as crate::registry::strategy::Kind>::info();
     let version = info.versions[0];
     loop {
         if let Some(resource) = own.registry().resource(info.group, version, info.plural) {

@@ -1,9 +1,9 @@
 //! Typed access to the scheduler's own state (StorageState, StorageVersionMigration) through the registry: the same
 //! validation, resourceVersions (compare-and-swap) and watch events as any client's writes.
 
-use crate::api::Kind;
 use crate::error::{ApiError, ApiResult, StatusReason};
 use crate::registry::selectors::LabelSelector;
+use crate::registry::strategy::Kind;
 use crate::registry::{DeleteOptions, ListParams, Registry, Resource, WriteOptions};
 use serde_json::Value;
 use std::sync::Arc;

@@ -31,8 +31,8 @@ use crate::api::storage_version_migration::{
     GroupVersionResource, MigrationCondition, StorageVersionMigration, CONDITION_FAILED, CONDITION_RUNNING,
     CONDITION_SUCCEEDED,
 };
-use crate::api::Kind;
 use crate::error::{qualified, ApiError};
+use crate::registry::strategy::Kind;
 use crate::registry::{WatchOut, WatchParams};
 use axum::http::{header, Method, Request};
 use futures::StreamExt;
@@ -1651,7 +1651,11 @@ mod tests {
         // Valid per the API's own rules.
         let mut m = running.clone();
         m.status = Some(st);
-        assert!(crate::api::Kind::validate(&m).is_empty(), "{:?}", crate::api::Kind::validate(&m));
+        assert!(
+            crate::registry::strategy::Kind::validate(&m).is_empty(),
+            "{:?}",
+            crate::registry::strategy::Kind::validate(&m)
+        );
         for done in [CONDITION_SUCCEEDED, CONDITION_FAILED] {
             assert!(superseded_status(&svm("m1", A, 1, Some((done, "X"))), "m2", ts(5)).is_none());
         }

@@ -8,7 +8,7 @@
 //! `type: object` (kube-apiserver owns its schema). Printer columns are the kind's Table columns that a JSONPath can
 //! express, then AGE, as in our Tables.
 
-use crate::api::Strategy;
+use crate::registry::strategy::Strategy;
 use serde_json::{json, Map, Value};
 use std::path::Path;
 use std::sync::Arc;

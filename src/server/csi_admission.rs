@@ -10,9 +10,9 @@
 //!   there. Without a cluster client (no `--kubeconfig`, not in a pod) the check is skipped with a warning; when the
 //!   cluster cannot be asked, the PV is admitted with a warning (the check is advisory, not a safety net).
 //!
-//! Reviews are parsed and answered with the AdmissionReview handling of [`super::admission`].
+//! Reviews are parsed and answered with the AdmissionReview handling of [`super::admission_review`].
 
-use super::admission::{parse_review, review_body, AdmissionRequest, Answer};
+use super::admission_review::{parse_review, review_body, AdmissionRequest, Answer};
 use super::AppState;
 use crate::csi::annotations::{self, MigrationAnnotation, ANN_MIGRATED_TO};
 use crate::csi::gates::FeatureGates;
@@ -98,9 +98,10 @@ enum Target {
 }
 
 /// A PV or PVC review, by `request.kind` (else `request.resource`); Err(warning) for anything else.
-fn target(req: &AdmissionRequest<'_>) -> Result<Target, String> {
-    let by_kind = req.kind.as_ref().filter(|k| !k.kind.is_empty()).map(|k| (&*k.group, &*k.kind));
-    let by_resource = req.resource.as_ref().filter(|r| !r.resource.is_empty()).map(|r| (&*r.group, &*r.resource));
+fn target(req: &AdmissionRequest) -> Result<Target, String> {
+    let by_kind = req.kind.as_ref().filter(|k| !k.kind.is_empty()).map(|k| (k.group.as_str(), k.kind.as_str()));
+    let by_resource =
+        req.resource.as_ref().filter(|r| !r.resource.is_empty()).map(|r| (r.group.as_str(), r.resource.as_str()));
     match (by_kind, by_resource) {
         (Some(("", "PersistentVolume")), _) | (None, Some(("", "persistentvolumes"))) => Ok(Target::Volume),
         (Some(("", "PersistentVolumeClaim")), _) | (None, Some(("", "persistentvolumeclaims"))) => Ok(Target::Claim),
@@ -113,9 +114,9 @@ fn target(req: &AdmissionRequest<'_>) -> Result<Target, String> {
 }
 
 /// The object of a CREATE or UPDATE of the main resource; None for what there is nothing to do about.
-fn written_object<'r>(req: &'r AdmissionRequest<'_>) -> Option<&'r Value> {
+fn written_object(req: &AdmissionRequest) -> Option<&Value> {
     let main = req.sub_resource.is_empty();
-    match &*req.operation {
+    match req.operation.as_str() {
         "CREATE" | "UPDATE" if main => req.object.as_ref(),
         _ => None,
     }
@@ -150,7 +151,7 @@ fn decode_volume(object: &Value) -> Result<PersistentVolume, String> {
 }
 
 /// The mutating decision.
-fn mutation(gates: &FeatureGates, req: &AdmissionRequest<'_>) -> Answer {
+fn mutation(gates: &FeatureGates, req: &AdmissionRequest) -> Answer {
     let Some(object) = written_object(req) else { return Answer::allow(vec![]) };
     let plan = match target(req) {
         Err(warning) => return Answer::allow(vec![warning]),
@@ -177,8 +178,8 @@ fn mutation(gates: &FeatureGates, req: &AdmissionRequest<'_>) -> Answer {
 }
 
 /// The validating decision.
-async fn validation(csi: &CsiMigration, req: &AdmissionRequest<'_>) -> Answer {
-    let object = match (&*req.operation, written_object(req), target(req)) {
+async fn validation(csi: &CsiMigration, req: &AdmissionRequest) -> Answer {
+    let object = match (req.operation.as_str(), written_object(req), target(req)) {
         ("CREATE", Some(o), Ok(Target::Volume)) => o,
         (_, _, Err(warning)) => return Answer::allow(vec![warning]),
         _ => return Answer::allow(vec![]),
@@ -222,7 +223,7 @@ async fn validation(csi: &CsiMigration, req: &AdmissionRequest<'_>) -> Answer {
     }
 }
 
-fn answer(req: &AdmissionRequest<'_>, answer: Answer, webhook: &'static str) -> Response {
+fn answer(req: &AdmissionRequest, answer: Answer, webhook: &'static str) -> Response {
     tracing::debug!(
         uid = %req.uid,
         operation = %req.operation,
@@ -274,13 +275,13 @@ mod tests {
         }
     }
 
-    /// The request of a review of `object` (its body is leaked, so that the request can borrow from it).
-    fn request(object: Value) -> AdmissionRequest<'static> {
+    /// The request of a review of `object`.
+    fn request(object: Value) -> AdmissionRequest {
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": "u", "operation": "CREATE", "object": object, "name": "pv1",
             "kind": {"group": "", "version": "v1", "kind": "PersistentVolume"},
         }});
-        parse_review(Box::leak(serde_json::to_vec(&review).unwrap().into_boxed_slice())).unwrap()
+        parse_review(&serde_json::to_vec(&review).unwrap()).unwrap()
     }
 
     fn gce_pv() -> Value {

@@ -1,7 +1,8 @@
 //! Discovery documents: legacy (APIGroupList, APIGroup, APIResourceList with storageVersionHash) and aggregated
 //! (apidiscovery.k8s.io v2 and v2beta1, negotiated by Accept, with ETag). Built once at start-up.
 
-use crate::api::{storage_version_hash, Strategy};
+use crate::api::storage_version_hash;
+use crate::registry::strategy::Strategy;
 use crate::server::negotiate::parse_accept;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery, ListMeta, ObjectMeta,
@@ -16,7 +17,7 @@ const STATUS_VERBS: [&str; 3] = ["get", "patch", "update"];
 /// A create-only virtual resource (like TokenReview) is only created.
 const CREATE_ONLY_VERBS: [&str; 1] = ["create"];
 
-fn verbs(info: &crate::api::KindInfo) -> &'static [&'static str] {
+fn verbs(info: &crate::registry::strategy::KindInfo) -> &'static [&'static str] {
     if info.create_only {
         &CREATE_ONLY_VERBS
     } else {

@@ -1,6 +1,7 @@
 //! The HTTP surface: routing, discovery, OpenAPI, health, metrics and authentication around the REST handlers.
 
 pub mod admission;
+pub mod admission_review;
 pub mod crd;
 pub mod csi_admission;
 pub mod discovery;
@@ -94,6 +95,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v3", get(openapi_v3_root))
         .route("/openapi/v3/{*gv}", get(openapi_v3))
         .merge(admission::routes())
+        .merge(csi_admission::routes())
         .fallback(rest::handle)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate_and_measure))

@@ -2,23 +2,11 @@
 //! kinds. They carry `x-kubernetes-group-version-kind` so `kubectl explain` finds the schemas, and advertise exactly
 //! the patch types served (no strategic merge, no apply) so `kubectl apply` chooses JSON merge patch.
 
-use crate::api::{Kind, Strategy};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, Status};
+use crate::registry::strategy::Strategy;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha512};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// The kind's schema name and every schema it references (OpenAPI v3 form, refs to `#/components/schemas/`).
-pub fn kind_schemas<K: Kind>() -> (String, Map<String, Value>) {
-    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
-    let _ = generator.subschema_for::<K>();
-    let _ = generator.subschema_for::<ListMeta>();
-    let _ = generator.subschema_for::<Status>();
-    let _ = generator.subschema_for::<DeleteOptions>();
-    let defs = generator.take_definitions(true);
-    (K::schema_name().to_string(), defs)
-}
 
 /// Kubernetes' schema habits: `$schema` dropped, and an optional reference (schemars' `anyOf [ref, null]`) written
 /// as `allOf [ref]`, the form kube-openapi emits and `kubectl explain` follows.

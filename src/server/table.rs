@@ -1,7 +1,7 @@
 //! Table output (`as=Table`), built from a kind's printer columns; Name first and Age last, as for CRDs.
 
 use crate::api::printers::human_duration;
-use crate::api::Strategy;
+use crate::registry::strategy::Strategy;
 use serde_json::{json, Value};
 
 /// What rows carry (`includeObject`).

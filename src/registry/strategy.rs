@@ -1,0 +1,397 @@
+//! The generic layer's view of a kind: its static facts ([`KindInfo`]), its typed policy ([`Kind`], implemented by
+//! each kind's struct in `crate::api`) and the object-safe [`Strategy`] the registry works with, bridged by the one
+//! generic implementation, [`KindStrategy`]. Kinds depend on this module, never the reverse.
+
+use super::object_meta::NameRule;
+use crate::error::{ApiError, FieldError};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta, Status};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Static facts about a kind: names, scope, versions. What discovery and routing need.
+#[derive(Debug)]
+pub struct KindInfo {
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub list_kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// Served versions, preferred first.
+    pub versions: &'static [&'static str],
+    /// Whether the kind has a `/status` subresource (then main-resource writes ignore status).
+    pub has_status: bool,
+    /// Syntax of object names.
+    pub name_rule: NameRule,
+    /// Whether a PUT without resourceVersion is allowed (last write wins); otherwise it is 422.
+    pub unconditional_update: bool,
+    /// A create-only virtual resource (like TokenReview): a create answers with [`Strategy::respond`]'s object and
+    /// stores nothing; every other verb is 405, discovery lists only `create`, and there is no CRD form.
+    pub create_only: bool,
+}
+
+impl KindInfo {
+    pub fn qualified_resource(&self) -> String {
+        crate::error::qualified(self.plural, self.group)
+    }
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{}", self.group, version)
+        }
+    }
+    /// Whether `api_version` is [`api_version`](Self::api_version)`(version)`, without formatting it.
+    pub fn is_api_version(&self, api_version: &str, version: &str) -> bool {
+        match api_version.split_once('/') {
+            Some((group, v)) => !self.group.is_empty() && group == self.group && v == version,
+            None => self.group.is_empty() && api_version == version,
+        }
+    }
+}
+
+/// A printer column (Table `columnDefinitions` entry).
+#[derive(Clone, Debug, Serialize)]
+pub struct Column {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub type_: &'static str,
+    pub format: &'static str,
+    pub description: &'static str,
+    pub priority: i32,
+    /// The same cell as a JSONPath into the object, for the column of a CRD (`additionalPrinterColumns`); None
+    /// when the cell is computed and no path expresses it (the CRD then goes without that column).
+    #[serde(skip)]
+    pub json_path: Option<&'static str>,
+}
+
+impl Column {
+    pub const fn new(name: &'static str, type_: &'static str, description: &'static str) -> Self {
+        Column { name, type_, format: "", description, priority: 0, json_path: None }
+    }
+    pub const fn json_path(mut self, path: &'static str) -> Self {
+        self.json_path = Some(path);
+        self
+    }
+}
+
+/// The typed side of a kind: implemented by each kind's struct.
+pub trait Kind: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static {
+    fn info() -> &'static KindInfo;
+    fn metadata(&self) -> &ObjectMeta;
+    fn into_metadata(self) -> ObjectMeta;
+    /// Defaulting, applied to every object decoded from a request (like kube-apiserver's defaulting on decode).
+    fn defaults(&mut self) {}
+    /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
+    fn prepare_for_create(&mut self) {}
+    /// What a main-resource write leaves of status: none (kinds with `/status`, [`KindInfo::has_status`]).
+    fn clear_status(&mut self) {}
+    fn validate(&self) -> Vec<FieldError>;
+    /// Validation of an update of the main resource (spec, metadata).
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let _ = old;
+        self.validate()
+    }
+    /// Validation of a `/status` update.
+    fn validate_status_update(&self, old: &Self) -> Vec<FieldError> {
+        self.validate_update(old)
+    }
+    /// The answer to a create of a create-only kind ([`KindInfo::create_only`]), computed from the validated
+    /// request (typically its status).
+    fn respond(&mut self) {}
+    /// The kind's own printer columns (Name and Age are added around them).
+    fn columns() -> Vec<Column>;
+    /// Whether [`cells`](Self::cells) reads `metadata`; when not, Table lists decode objects without it.
+    const CELLS_READ_METADATA: bool = true;
+    fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
+}
+
+/// An object decoded from a request: canonical JSON plus the fields the decoder did not know.
+pub struct Decoded {
+    pub object: Value,
+    pub unknown_fields: Vec<String>,
+}
+
+/// An object decoded for mutating admission: canonical JSON before and after the kind's defaults.
+pub struct Defaulted {
+    pub before: Value,
+    pub after: Value,
+    pub unknown_fields: Vec<String>,
+}
+
+/// Per-kind policy over JSON objects, as the generic registry sees it.
+pub trait Strategy: Send + Sync {
+    fn info(&self) -> &'static KindInfo;
+    /// The version objects are written in.
+    fn storage_version(&self) -> &str;
+    /// Decodes a request body (already JSON) into canonical JSON: typed round trip, unknown fields dropped and named.
+    fn decode(&self, obj: Value) -> Result<Decoded, ApiError>;
+    fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError>;
+    fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError>;
+    fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError>;
+    /// What mutating admission needs: `obj` decoded as [`decode`](Self::decode) decodes it, before and after its
+    /// defaults (and, on create, [`prepare_for_create`](Self::prepare_for_create)).
+    fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError>;
+    /// The response to a create of a create-only kind, computed in place.
+    fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
+    fn columns(&self) -> Vec<Column>;
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
+    /// The same from an object's stored JSON, without an intermediate `Value` (`None` if it does not decode).
+    /// `metadata`: where the object's metadata is in `json`, for kinds whose cells do not read it to skip it.
+    fn cells_from_json(
+        &self,
+        json: &[u8],
+        metadata: Option<std::ops::Range<usize>>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<Vec<Value>>;
+    /// OpenAPI v3 schema of the kind and the schemas it references, by fully qualified name.
+    fn schemas(&self) -> (String, serde_json::Map<String, Value>);
+}
+
+/// The one [`Strategy`] implementation, generic over typed kinds.
+pub struct KindStrategy<K: Kind> {
+    storage_version: String,
+    _k: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> KindStrategy<K> {
+    pub fn new(storage_version: &str) -> Self {
+        KindStrategy { storage_version: storage_version.to_string(), _k: std::marker::PhantomData }
+    }
+    fn typed(obj: &Value) -> Result<K, ApiError> {
+        K::deserialize(obj).map_err(|e| ApiError::internal(format!("decoding stored {}: {e}", K::info().kind)))
+    }
+    /// A request's object decoded into the kind's type (with its defaults), and the fields the decoder did not
+    /// know, sorted; a value of the wrong type is a 400 naming its path.
+    fn decode_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
+        Self::read_typed(obj).map(Self::with_defaults)
+    }
+    /// [`decode_typed`](Self::decode_typed) without the defaults.
+    fn read_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
+        let mut unknown = Vec::new();
+        // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
+        let typed: K = match serde_ignored::deserialize(obj, |p| note_unknown(&p, &mut unknown)) {
+            Ok(typed) => typed,
+            Err(_) => {
+                let e = serde_path_to_error::deserialize::<_, K>(obj).err();
+                let (path, inner) = match e {
+                    Some(e) => (path_string(e.path()), e.into_inner().to_string()),
+                    None => (String::new(), "the object does not decode".to_string()),
+                };
+                let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
+                return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
+            }
+        };
+        unknown.sort();
+        unknown.dedup();
+        Ok((typed, unknown))
+    }
+    fn with_defaults((mut typed, unknown): (K, Vec<String>)) -> (K, Vec<String>) {
+        typed.defaults();
+        (typed, unknown)
+    }
+    /// Create preparation, and the defaults again for what it set.
+    fn prepare(typed: &mut K) {
+        typed.prepare_for_create();
+        typed.defaults();
+    }
+    fn to_value(typed: &K) -> Result<Value, ApiError> {
+        serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()))
+    }
+    /// Applies `f` to the typed object, keeping apiVersion and kind (the typed structs do not carry them).
+    fn modify(obj: &mut Value, f: impl FnOnce(&mut K)) -> Result<(), ApiError> {
+        let mut typed = Self::typed(obj)?;
+        f(&mut typed);
+        let keep = (obj.get("apiVersion").cloned(), obj.get("kind").cloned());
+        *obj = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Some(o) = obj.as_object_mut() {
+            if let Some(v) = keep.0 {
+                o.insert("apiVersion".into(), v);
+            }
+            if let Some(k) = keep.1 {
+                o.insert("kind".into(), k);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Metadata that admission leaves out of the objects it decodes: `managedFields` is the storing server's record of
+/// who set which field, which kube-apiserver writes and checks itself, and which no default or validation of ours
+/// reads; entries of any shape are neither checked nor patched.
+pub const STORING_SERVER_METADATA: &[&str] = &["managedFields"];
+
+/// The error for an object of `kind` that is some other JSON value.
+pub fn not_an_object(kind: &str) -> ApiError {
+    ApiError::bad_request(format!("the body of the request must be a JSON object ({kind})"))
+}
+
+/// Removes [`STORING_SERVER_METADATA`] from an object that admission decodes.
+pub fn drop_storing_server_metadata(obj: &mut Value) {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, _| !STORING_SERVER_METADATA.contains(&k.as_str()));
+    }
+}
+
+/// Notes a field the typed decode did not know, by its path as Kubernetes writes it (keys and list indexes joined
+/// with dots: `spec.items.0.name`); apiVersion and kind, which the registry checks and the typed structs do not
+/// carry, excepted.
+fn note_unknown(path: &serde_ignored::Path<'_>, unknown: &mut Vec<String>) {
+    use serde_ignored::Path;
+    fn segments(path: &Path<'_>, out: &mut Vec<String>) {
+        match path {
+            Path::Root => {}
+            Path::Seq { parent, index } => {
+                segments(parent, out);
+                out.push(index.to_string());
+            }
+            Path::Map { parent, key } => {
+                segments(parent, out);
+                out.push(key.clone());
+            }
+            Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
+                segments(parent, out)
+            }
+        }
+    }
+    let mut out = Vec::new();
+    segments(path, &mut out);
+    if !(out.len() == 1 && matches!(out[0].as_str(), "apiVersion" | "kind")) {
+        unknown.push(out.join("."));
+    }
+}
+
+/// Go-style field path from serde's path ("spec.resource" rather than ".spec.resource").
+fn path_string(p: &serde_path_to_error::Path) -> String {
+    p.to_string().trim_start_matches('.').to_string()
+}
+
+impl<K: Kind> Strategy for KindStrategy<K> {
+    fn info(&self) -> &'static KindInfo {
+        K::info()
+    }
+    fn storage_version(&self) -> &str {
+        &self.storage_version
+    }
+    fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
+        let (typed, unknown_fields) = Self::decode_typed(&obj)?;
+        let mut object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let (Some(o), Some(src)) = (object.as_object_mut(), obj.as_object()) {
+            for k in ["apiVersion", "kind"] {
+                if let Some(v) = src.get(k) {
+                    o.insert(k.to_string(), v.clone());
+                }
+            }
+        }
+        Ok(Decoded { object, unknown_fields })
+    }
+    fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError> {
+        let (mut typed, unknown_fields) = Self::read_typed(obj)?;
+        let before = Self::to_value(&typed)?;
+        typed.defaults();
+        if create {
+            Self::prepare(&mut typed);
+        }
+        Ok(Defaulted { before, after: Self::to_value(&typed)?, unknown_fields })
+    }
+    fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
+        Self::modify(obj, Self::prepare)
+    }
+    fn respond(&self, obj: &mut Value) -> Result<(), ApiError> {
+        Self::modify(obj, K::respond)
+    }
+    fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError> {
+        Ok(Self::typed(obj)?.validate())
+    }
+    fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError> {
+        let (n, o) = (Self::typed(new)?, Self::typed(old)?);
+        Ok(if status { n.validate_status_update(&o) } else { n.validate_update(&o) })
+    }
+    fn columns(&self) -> Vec<Column> {
+        K::columns()
+    }
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        match K::deserialize(obj) {
+            Ok(t) => t.cells(now),
+            Err(_) => K::columns().iter().map(|_| Value::Null).collect(),
+        }
+    }
+
+    fn cells_from_json(
+        &self,
+        json: &[u8],
+        metadata: Option<std::ops::Range<usize>>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<Vec<Value>> {
+        match metadata.filter(|m| !K::CELLS_READ_METADATA && m.end <= json.len() && m.start <= m.end) {
+            // The object with `"metadata":{}`: decoding ObjectMeta is much of the cost of a row.
+            Some(m) => {
+                let mut blanked = Vec::with_capacity(json.len() - m.len() + 2);
+                blanked.extend_from_slice(&json[..m.start]);
+                blanked.extend_from_slice(b"{}");
+                blanked.extend_from_slice(&json[m.end..]);
+                serde_json::from_slice::<K>(&blanked).ok().map(|t| t.cells(now))
+            }
+            None => serde_json::from_slice::<K>(json).ok().map(|t| t.cells(now)),
+        }
+    }
+    fn schemas(&self) -> (String, serde_json::Map<String, Value>) {
+        kind_schemas::<K>()
+    }
+}
+
+/// The kind's schema name and every schema it references (OpenAPI v3 form, refs to `#/components/schemas/`).
+fn kind_schemas<K: Kind>() -> (String, Map<String, Value>) {
+    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+    let _ = generator.subschema_for::<K>();
+    let _ = generator.subschema_for::<ListMeta>();
+    let _ = generator.subschema_for::<Status>();
+    let _ = generator.subschema_for::<DeleteOptions>();
+    let defs = generator.take_definitions(true);
+    (K::schema_name().to_string(), defs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The comparison says yes exactly for the apiVersion the kind writes, in the core group too.
+    #[test]
+    fn is_api_version_agrees_with_api_version() {
+        let grouped = KindInfo {
+            group: "migration.k8s.io",
+            kind: "StorageState",
+            list_kind: "StorageStateList",
+            plural: "storagestates",
+            singular: "storagestate",
+            namespaced: false,
+            short_names: &[],
+            categories: &[],
+            versions: &["v1alpha1"],
+            has_status: true,
+            name_rule: NameRule::Subdomain,
+            unconditional_update: false,
+            create_only: false,
+        };
+        let core = KindInfo { group: "", ..grouped };
+        for info in [&grouped, &core] {
+            for candidate in
+                ["v1", "v1alpha1", "migration.k8s.io/v1alpha1", "migration.k8s.io/v1", "/v1alpha1", "x/v1alpha1", ""]
+            {
+                for version in ["v1", "v1alpha1"] {
+                    let expected = info.api_version(version) == candidate;
+                    assert_eq!(
+                        info.is_api_version(candidate, version),
+                        expected,
+                        "{:?} {candidate} {version}",
+                        info.group
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The AdmissionReview (admission.k8s.io/v1) that kube-apiserver sends to webhooks, as our webhooks read and answer
+//! it: the fields of its request we act on, and the response. kube's own review types would decode the objects as
+//! `DynamicObject`, which turns an object whose metadata does not decode into a malformed review rather than a
+//! denial naming the field, and its response always writes a `status`; these are plain serde types instead.
+
+use super::rest::read_body;
+use crate::error::{ApiError, ApiResult};
+use crate::registry::decode::starts_object;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+pub const ADMISSION_REVIEW: &str = "AdmissionReview";
+
+#[derive(Deserialize, Debug, Default)]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+#[derive(Deserialize, Debug, Default)]
+pub struct GroupVersionResource {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub resource: String,
+}
+
+/// The fields of `AdmissionRequest` we act on. `O` is how its objects are held: as JSON text (our kinds, decoded by
+/// their strategies) or as a `Value` (the CSI webhooks).
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+#[serde(bound(deserialize = "O: DeserializeOwned"))]
+pub struct AdmissionRequest<O = Value> {
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    pub resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    pub sub_resource: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub operation: String,
+    #[serde(default)]
+    pub object: Option<O>,
+    #[serde(default)]
+    pub old_object: Option<O>,
+    /// Read for the log only: without side effects a dry run is answered like any other review.
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+/// An AdmissionReview and its request.
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "O: DeserializeOwned"))]
+struct AdmissionReview<O> {
+    #[serde(rename = "apiVersion", default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default)]
+    request: Option<AdmissionRequest<O>>,
+}
+
+/// An object of a review, however it is held.
+pub trait ReviewObject {
+    fn is_json_object(&self) -> bool;
+}
+
+impl ReviewObject for Value {
+    fn is_json_object(&self) -> bool {
+        self.is_object()
+    }
+}
+
+impl ReviewObject for Box<RawValue> {
+    fn is_json_object(&self) -> bool {
+        starts_object(self.get().as_bytes())
+    }
+}
+
+fn malformed(detail: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!("malformed AdmissionReview: {detail}"))
+}
+
+/// The review's request, or the 400 that says what is wrong with the review (the path of a field that does not
+/// decode).
+pub fn parse_review<O: ReviewObject + DeserializeOwned>(raw: &[u8]) -> ApiResult<AdmissionRequest<O>> {
+    if !starts_object(raw) {
+        return Err(match serde_json::from_slice::<IgnoredAny>(raw) {
+            Ok(_) => malformed("the body must be a JSON object"),
+            Err(e) => malformed(format!("invalid JSON: {e}")),
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let review: AdmissionReview<O> = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| match e.inner().is_syntax() || e.inner().is_eof() {
+            true => malformed(format!("invalid JSON: {}", e.inner())),
+            false => malformed(format!("{}: {}", e.path(), e.inner())),
+        })
+        .and_then(|r| de.end().map(|_| r).map_err(|e| malformed(format!("invalid JSON: {e}"))))?;
+    check_type(&review.api_version, &review.kind)?;
+    check_request(review.request.ok_or_else(|| malformed("request is missing"))?)
+}
+
+/// apiVersion and kind of a review must be the ones we answer.
+fn check_type(api_version: &Option<Value>, kind: &Option<Value>) -> ApiResult<()> {
+    let field = |v: &Option<Value>| v.as_ref().and_then(Value::as_str).unwrap_or_default().to_string();
+    let (api_version, kind) = (field(api_version), field(kind));
+    if api_version != ADMISSION_API_VERSION {
+        return Err(malformed(format!(
+            "apiVersion must be {ADMISSION_API_VERSION:?} (admissionReviewVersions: [v1]), got {api_version:?}"
+        )));
+    }
+    if kind != ADMISSION_REVIEW {
+        return Err(malformed(format!("kind must be {ADMISSION_REVIEW:?}, got {kind:?}")));
+    }
+    Ok(())
+}
+
+/// The checks of a decoded request that its type cannot express.
+fn check_request<O: ReviewObject>(req: AdmissionRequest<O>) -> ApiResult<AdmissionRequest<O>> {
+    if req.uid.is_empty() {
+        return Err(malformed("request.uid is missing"));
+    }
+    let op = req.operation.as_str();
+    if !matches!(op, "CREATE" | "UPDATE" | "DELETE" | "CONNECT") {
+        return Err(malformed(format!(
+            "request.operation: Unsupported value: {op:?}: supported values: \"CREATE\", \"UPDATE\", \"DELETE\", \"CONNECT\""
+        )));
+    }
+    if matches!(op, "CREATE" | "UPDATE") && !req.object.as_ref().is_some_and(ReviewObject::is_json_object) {
+        return Err(malformed(format!("request.object is required for {op}")));
+    }
+    if op == "UPDATE" && !req.old_object.as_ref().is_some_and(ReviewObject::is_json_object) {
+        return Err(malformed("request.oldObject is required for UPDATE"));
+    }
+    let has_kind = req.kind.as_ref().is_some_and(|k| !k.kind.is_empty());
+    let has_resource = req.resource.as_ref().is_some_and(|r| !r.resource.is_empty());
+    if !has_kind && !has_resource {
+        return Err(malformed("request.kind (or request.resource) is required"));
+    }
+    Ok(req)
+}
+
+/// The `response` of an AdmissionReview.
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub allowed: bool,
+    /// Base64 of the JSON Patch (mutating only).
+    pub patch: Option<String>,
+    pub warnings: Vec<String>,
+    pub status: Option<Value>,
+}
+
+/// An AdmissionReview answering a request, as written.
+#[derive(Serialize)]
+struct ReviewAnswer<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseFields<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseFields<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a Value>,
+}
+
+impl Answer {
+    pub fn allow(warnings: Vec<String>) -> Self {
+        Answer { allowed: true, warnings, ..Default::default() }
+    }
+    pub fn deny(e: &ApiError) -> Self {
+        Answer { allowed: false, status: Some(e.status()), ..Default::default() }
+    }
+    /// The AdmissionReview answering the request `uid`, as JSON.
+    pub fn review(&self, uid: &str) -> Vec<u8> {
+        let answer = ReviewAnswer {
+            api_version: ADMISSION_API_VERSION,
+            kind: ADMISSION_REVIEW,
+            response: ResponseFields {
+                uid,
+                allowed: self.allowed,
+                patch_type: self.patch.as_ref().map(|_| "JSONPatch"),
+                patch: self.patch.as_deref(),
+                warnings: &self.warnings,
+                status: self.status.as_ref(),
+            },
+        };
+        // Plain data with string keys: serializing it cannot fail.
+        serde_json::to_vec(&answer).unwrap_or_default()
+    }
+}
+
+/// The body of a review, or the response that says why there is none.
+pub async fn review_body(req: Request) -> Result<bytes::Bytes, Response> {
+    let (parts, body) = req.into_parts();
+    read_body(body, &parts.headers).await.map_err(IntoResponse::into_response)
+}
