@@ -20,7 +20,21 @@ pub mod options;
 pub mod tls;
 pub mod trust;
 
+use rustls::crypto::CryptoProvider;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The crypto provider used throughout (ring).
+pub fn crypto_provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Installs ring as the process-wide default rustls provider, for code that builds rustls
+/// configurations without an explicit provider (e.g. `kube::Client`). Harmless when a default is
+/// already installed.
+pub fn install_default_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 
 /// Errors of the certificate, TLS and authentication setup.
 #[derive(Debug, thiserror::Error)]

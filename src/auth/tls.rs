@@ -31,17 +31,7 @@ use super::{Error, Result};
 /// ALPN protocols offered by the server, in order of preference.
 pub const ALPN_PROTOCOLS: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
-/// The crypto provider used throughout (ring).
-pub fn crypto_provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Installs ring as the process-wide default rustls provider, for code that builds rustls
-/// configurations without an explicit provider (e.g. `kube::Client`). Harmless when a default is
-/// already installed.
-pub fn install_default_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+pub use super::{crypto_provider, install_default_crypto_provider};
 
 /// Builds the server TLS configuration: TLS 1.2 and 1.3, ALPN `h2` and `http/1.1`, the serving
 /// certificate from `serving_cert`/`serving_key` (PEM; the certificate file may hold a chain),

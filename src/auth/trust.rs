@@ -61,7 +61,7 @@ impl CaBundle {
             roots.add(cert.clone()).map_err(|e| format!("invalid CA certificate: {e}"))?;
         }
         let subjects = roots.subjects();
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), super::tls::crypto_provider())
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), super::crypto_provider())
             .build()
             .map_err(|e| format!("CA bundle: {e}"))?;
         Ok(CaBundle { digest: Sha256::digest(pem).into(), subjects, verifier, len: certs.len() })
