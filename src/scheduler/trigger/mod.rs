@@ -1,0 +1,60 @@
+//! The trigger (seed 002): keeps one StorageState per resource of the target that publishes a storageVersionHash,
+//! and requests a StorageVersionMigration whenever the objects of a resource may be stored in a version other than
+//! the current one. It never migrates anything itself: the migrator runs the StorageVersionMigrations it creates.
+//!
+//! It has two halves, as seed 002's HA extension describes:
+//! - the reporter (every replica): every `--discovery-interval` it reads its own target's legacy discovery and
+//!   reports each hash into `status.currentStorageVersionHashes` under its reporterID ([`report`], the rules are in
+//!   [`super::report`]): new StorageStates start with persisted ["Unknown"], a new hash is appended to persisted;
+//! - the decider (the leader only, [`Decider`]): decides from the reports ([`decide`]) when a periodic round comes,
+//!   a StorageState changes or a migration finishes: it starts a migration when the stored objects may be in
+//!   another version and the reports agree, cancels unfinished ones when they diverge, sets persisted = [current]
+//!   once the latest migration of the current hash Succeeded, and at start-up resets StorageStates whose heartbeat
+//!   is older than two intervals to persisted ["Unknown"] (changes may have been missed).
+//!
+//! With one replica (the embedded store) this is the KEP's original trigger: the change is acted on at the poll
+//! that sees it.
+//!
+//! Starting a migration supersedes any unfinished one of the same resource (Failed, reason `Superseded`) instead of
+//! deleting it; finished migrations beyond `--migration-history` per resource are deleted, oldest first.
+//!
+//! The decisions are pure functions ([`decide`], [`to_supersede`], [`to_prune`], [`migratable_resources`]); the rest
+//! is I/O. Requests to the target go through a Kubernetes client (a cluster, or this server in-process); our own
+//! objects go through [`MigrationStore`] and [`StateStore`]: the registry inside the server, a remote client in the
+//! `migrate` command, memory in the HA walkthrough test.
+
+mod discovery;
+pub use discovery::*;
+mod migrations;
+pub use migrations::*;
+mod stores;
+pub use stores::*;
+mod reporter;
+pub use reporter::*;
+mod decisions;
+pub use decisions::*;
+mod controllers;
+pub use controllers::*;
+mod migrate;
+pub use migrate::*;
+
+/// Label on every migration the trigger or `migrate` creates: `<resource>.<group>` (`<resource>` for the core
+/// group), or a shortened form with a hash when that is not a valid label value (then the annotation of the same
+/// name holds the full name).
+pub const LABEL_RESOURCE: &str = "migration.k8s.io/resource";
+/// The full `<resource>.<group>` when the label had to be shortened.
+pub const ANNOTATION_RESOURCE: &str = "migration.k8s.io/resource";
+/// The storage version hash the target published when the migration was requested.
+pub const ANNOTATION_HASH: &str = "migration.k8s.io/storage-version-hash";
+/// When the migration was requested, with sub-second precision: creationTimestamp has whole seconds, and two
+/// migrations of one resource may be requested within a second.
+pub const ANNOTATION_REQUESTED_AT: &str = "migration.k8s.io/requested-at";
+/// Reason of the Failed condition of a migration that a newer one replaced.
+pub const REASON_SUPERSEDED: &str = "Superseded";
+
+pub(super) const MAX_LABEL_VALUE: usize = 63;
+/// Resources that the initializer never migrates (upstream's list: their objects expire anyway).
+pub(super) const NEVER_MIGRATED: &[&str] = &["events"];
+
+#[cfg(test)]
+mod tests;
