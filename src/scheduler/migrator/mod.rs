@@ -1,0 +1,249 @@
+//! The migrator: runs every StorageVersionMigration that has neither Succeeded nor Failed, oldest first (Running
+//! ones before pending ones), at most `concurrency` at once. A migration LISTs its resource in chunks from
+//! `spec.continueToken` and rewrites each object with a no-op write (a JSON merge patch carrying only
+//! `metadata.resourceVersion`, as the in-tree controller sends it), then saves the next token and its progress
+//! through our own API. The token is saved only after every object of the chunk was handled, so a crash at any
+//! point re-does at most one chunk (harmless: a stale resourceVersion is a 409, which is skipped) and skips nothing.
+//!
+//! Every request to the target takes a token from one global bucket (`--migration-qps`/`--migration-burst`).
+//! Transient errors (429, 500, 502, 503, 504, timeouts, connection errors) are retried with exponential backoff
+//! honouring Retry-After, up to `max_attempts`; anything else fails the migration at once with a message naming the
+//! object, instead of retrying forever as kube-storage-version-migrator does (its issue #83).
+//!
+//! Someone else may finish a migration under us: the trigger supersedes it (Failed=True, reason Superseded) or a
+//! user deletes it. Every save is a compare-and-swap on resourceVersion; on a conflict the migration is re-read and,
+//! if it is now finished or gone, dropped without overwriting anything. The scheduler loop also notices it (watch
+//! of storageversionmigrations) and interrupts the work on the target.
+
+use super::metrics::{resource_label, SchedulerMetrics};
+use super::own::OwnApi;
+use super::ratelimit::RateLimiter;
+use super::SchedulerConfig;
+use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_RUNNING};
+use crate::registry::{WatchOut, WatchParams};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::task::{AbortHandle, JoinSet};
+
+mod target;
+pub use target::*;
+mod worker;
+use worker::*;
+
+/// Writes in flight at once within one migration: enough to keep a fast target busy at unlimited QPS; with a QPS
+/// limit they simply queue at the token bucket.
+const WRITE_PARALLELISM: usize = 16;
+/// The scheduler re-reads the migrations at least this often (a watch wakes it sooner).
+const RESCAN: Duration = Duration::from_secs(1);
+/// Own-API saves that fail for reasons other than a conflict are retried this often before the worker gives up
+/// (the scheduler restarts it from the saved token on its next scan).
+const SAVE_ATTEMPTS: u32 = 5;
+/// Retry-After values beyond this are capped (a misbehaving server must not park a migration for days).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+/// How much of an error response is quoted in a failure message.
+const MAX_QUOTE: usize = 1024;
+
+const REASON_MIGRATING: &str = "Migrating";
+const REASON_COMPLETED: &str = "Completed";
+const REASON_FAILED: &str = "MigrationFailed";
+
+pub fn spawn(
+    config: SchedulerConfig,
+    target: kube::Client,
+    own: OwnApi,
+    metrics: Arc<SchedulerMetrics>,
+) -> tokio::task::JoinHandle<()> {
+    let limiter = RateLimiter::new(config.qps, config.burst);
+    let ctx = Arc::new(Ctx { target: Target { client: target, limiter, config }, own, metrics });
+    tokio::spawn(Scheduler { ctx, running: HashMap::new(), workers: JoinSet::new() }.run())
+}
+
+struct Ctx {
+    target: Target,
+    own: OwnApi,
+    metrics: Arc<SchedulerMetrics>,
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The scheduler: which migrations run.
+
+struct Running {
+    cancel: watch::Sender<bool>,
+    task: AbortHandle,
+}
+
+struct Scheduler {
+    ctx: Arc<Ctx>,
+    running: HashMap<String, Running>,
+    /// Dropped with the scheduler (a replica losing leadership aborts it): the workers go too.
+    workers: JoinSet<()>,
+}
+
+/// Wakes the scheduler on every change of a storageversionmigration, so new ones start without waiting for the
+/// next scan.
+async fn watch_migrations(own: OwnApi, wake: Arc<Notify>) {
+    let info = <StorageVersionMigration as crate::registry::strategy::Kind>::info();
+    let version = info.versions[0];
+    loop {
+        if let Some(resource) = own.registry().resource(info.group, version, info.plural) {
+            let params = WatchParams { send_initial_events: Some(false), ..Default::default() };
+            match resource.watch(None, version, params).await {
+                Ok(mut rx) => {
+                    while let Some(ev) = rx.recv().await {
+                        if let WatchOut::Error(e) = ev {
+                            tracing::debug!(error = %e, "storageversionmigrations watch ended");
+                            break;
+                        }
+                        wake.notify_one();
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot watch storageversionmigrations"),
+            }
+        }
+        wake.notify_one();
+        tokio::time::sleep(RESCAN).await;
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Scheduler {
+    async fn run(mut self) {
+        let c = &self.ctx.target.config;
+        tracing::info!(
+            qps = c.qps,
+            burst = c.burst,
+            chunk_size = c.chunk_size,
+            concurrency = c.concurrency,
+            max_attempts = c.max_attempts,
+            "migrator started"
+        );
+        let wake = Arc::new(Notify::new());
+        let _watch = AbortOnDrop(tokio::spawn(watch_migrations(self.ctx.own.clone(), wake.clone())).abort_handle());
+        loop {
+            self.reconcile().await;
+            tokio::select! {
+                _ = wake.notified() => {}
+                Some(_) = self.workers.join_next(), if !self.workers.is_empty() => {}
+                _ = tokio::time::sleep(RESCAN) => {}
+            }
+            self.running.retain(|_, r| !r.task.is_finished());
+        }
+    }
+
+    async fn reconcile(&mut self) {
+        self.running.retain(|_, r| !r.task.is_finished());
+        let all = match self.ctx.own.list::<StorageVersionMigration>(None, "").await {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list storageversionmigrations");
+                return;
+            }
+        };
+        let name = |s: &StorageVersionMigration| s.metadata.name.clone().unwrap_or_default();
+        // Interrupt work on migrations finished or deleted elsewhere.
+        for (n, r) in &self.running {
+            if !all.iter().any(|s| name(s) == *n && !is_finished(s)) {
+                let _ = r.cancel.send(true);
+            }
+        }
+        let mut queue: Vec<&StorageVersionMigration> =
+            all.iter().filter(|s| !is_finished(s) && !self.running.contains_key(&name(s))).collect();
+        queue.sort_by(|a, b| {
+            (!a.is_true(CONDITION_RUNNING), &a.metadata.creation_timestamp, &a.metadata.name).cmp(&(
+                !b.is_true(CONDITION_RUNNING),
+                &b.metadata.creation_timestamp,
+                &b.metadata.name,
+            ))
+        });
+        let mut pending: BTreeMap<String, i64> = BTreeMap::new();
+        for svm in queue {
+            if self.running.len() < self.ctx.target.config.concurrency.max(1) {
+                self.start(svm.clone());
+            } else {
+                *pending.entry(resource_label(&svm.spec.resource)).or_default() += 1;
+            }
+        }
+        let mut running_now: BTreeMap<String, i64> = BTreeMap::new();
+        for svm in all.iter().filter(|s| self.running.contains_key(&name(s))) {
+            *running_now.entry(resource_label(&svm.spec.resource)).or_default() += 1;
+        }
+        self.ctx.metrics.set_queue(&pending, &running_now);
+    }
+
+    fn start(&mut self, svm: StorageVersionMigration) {
+        let name = svm.metadata.name.clone().unwrap_or_default();
+        let (tx, rx) = watch::channel(false);
+        let worker = Worker { ctx: self.ctx.clone(), name: name.clone(), svm, cancel: rx };
+        let task = self.workers.spawn(worker.run());
+        self.running.insert(name, Running { cancel: tx, task });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::storage_version_migration::GroupVersionResource;
+    use bytes::Bytes;
+
+    #[test]
+    fn classification_of_responses() {
+        for code in [200, 201] {
+            assert_eq!(classify(code), Disposition::Success);
+        }
+        for code in [404, 409] {
+            assert_eq!(classify(code), Disposition::Skip, "{code}");
+        }
+        for code in [429, 500, 502, 503, 504] {
+            assert_eq!(classify(code), Disposition::Retry, "{code}");
+        }
+        for code in [400, 401, 403, 405, 410, 413, 415, 422, 501] {
+            assert_eq!(classify(code), Disposition::Fail, "{code}");
+        }
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_honours_retry_after() {
+        let (base, max) = (Duration::from_millis(100), Duration::from_secs(2));
+        let delays: Vec<_> = (1..=7).map(|a| backoff(a, base, max, None)).collect();
+        assert_eq!(delays.iter().map(|d| d.as_millis()).collect::<Vec<_>>(), [100, 200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(backoff(1, base, max, Some(Duration::from_secs(5))), Duration::from_secs(5));
+        assert_eq!(backoff(40, base, max, None), max);
+        assert_eq!(backoff(1, base, max, Some(Duration::from_secs(86_400))), MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn retry_after_from_header_or_status_details() {
+        let mut h = axum::http::HeaderMap::new();
+        assert_eq!(retry_after(&h, b""), None);
+        let status = br#"{"kind":"Status","code":429,"details":{"retryAfterSeconds":3}}"#;
+        assert_eq!(retry_after(&h, status), Some(Duration::from_secs(3)));
+        h.insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        assert_eq!(retry_after(&h, status), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn paths_and_messages() {
+        let core = GroupVersionResource { group: String::new(), version: "v1".into(), resource: "secrets".into() };
+        assert_eq!(group_version_path(&core), "/api/v1");
+        let apps = GroupVersionResource { group: "apps".into(), version: "v1".into(), resource: "deployments".into() };
+        assert_eq!(group_version_path(&apps), "/apis/apps/v1");
+        assert_eq!(segment("system:node/x y"), "system:node%2Fx%20y");
+        let r = Reply {
+            code: 403,
+            retry_after: None,
+            body: Bytes::from_static(br#"{"kind":"Status","code":403,"message":"denied by webhook"}"#),
+        };
+        assert_eq!(r.describe(), "403 Forbidden: denied by webhook");
+        assert_eq!(truncate("ééé", 3), "é...");
+    }
+}

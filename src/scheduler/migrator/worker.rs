@@ -1,0 +1,318 @@
+//! One migration: the worker that lists, rewrites and saves its progress chunk by chunk.
+
+use super::*;
+use crate::api::storage_version_migration::{
+    GroupVersionResource, MigrationCondition, StorageVersionMigration, CONDITION_FAILED, CONDITION_RUNNING,
+    CONDITION_SUCCEEDED,
+};
+use crate::scheduler::metrics::resource_label;
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub(super) fn is_finished(svm: &StorageVersionMigration) -> bool {
+    svm.is_true(CONDITION_SUCCEEDED) || svm.is_true(CONDITION_FAILED)
+}
+
+pub(super) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Sets (adds or replaces) a condition.
+pub(super) fn set_condition(
+    svm: &mut StorageVersionMigration,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+) {
+    let conditions = &mut svm.status.get_or_insert_with(Default::default).conditions;
+    let c = MigrationCondition {
+        type_: type_.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        last_update_time: Some(now()),
+        reason: Some(reason.to_string()),
+        message: Some(message),
+    };
+    match conditions.iter_mut().find(|x| x.type_ == type_) {
+        Some(x) => *x = c,
+        None => conditions.push(c),
+    }
+}
+
+/// Why a migration stopped without an outcome of ours.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// Deleted meanwhile.
+    Gone,
+    /// Finished by someone else (superseded by the trigger).
+    FinishedElsewhere(&'static str),
+    /// Interrupted by the scheduler (the migration was finished or deleted elsewhere, or the scheduler stopped).
+    Cancelled,
+    /// Our own API kept failing: the scheduler resumes it from the saved token later.
+    OwnApi(String),
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Gone => write!(f, "deleted"),
+            Stop::FinishedElsewhere(phase) => write!(f, "{phase} elsewhere"),
+            Stop::Cancelled => write!(f, "interrupted by the scheduler"),
+            Stop::OwnApi(e) => write!(f, "cannot save its state: {e}"),
+        }
+    }
+}
+
+pub(super) struct Worker {
+    pub(super) ctx: Arc<Ctx>,
+    pub(super) name: String,
+    /// The latest copy we read or wrote (its resourceVersion is the CAS precondition of the next save).
+    pub(super) svm: StorageVersionMigration,
+    pub(super) cancel: watch::Receiver<bool>,
+}
+
+pub(super) fn cancelled(rx: &watch::Receiver<bool>) -> bool {
+    *rx.borrow() || rx.has_changed().is_err()
+}
+
+pub(super) async fn until_cancelled(rx: &mut watch::Receiver<bool>) {
+    // A dropped sender (the scheduler is gone) cancels too.
+    let _ = rx.wait_for(|c| *c).await;
+}
+
+impl Worker {
+    /// Saves `edit` applied to the latest copy, through the main resource (`status` false) or /status. On a
+    /// conflict, re-reads: a migration finished or deleted meanwhile is left alone, anything else gets the edit
+    /// again.
+    pub(super) async fn save(&mut self, status: bool, edit: impl Fn(&mut StorageVersionMigration)) -> Result<(), Stop> {
+        let mut failures = 0;
+        loop {
+            let mut next = self.svm.clone();
+            edit(&mut next);
+            let res = if status { self.ctx.own.update_status(&next).await } else { self.ctx.own.update(&next).await };
+            let err = match res {
+                Ok(saved) => {
+                    self.svm = saved;
+                    return Ok(());
+                }
+                Err(e) if e.code == 409 => match self.ctx.own.get::<StorageVersionMigration>(None, &self.name).await {
+                    Ok(None) => return Err(Stop::Gone),
+                    Ok(Some(fresh)) if is_finished(&fresh) => return Err(Stop::FinishedElsewhere(fresh.phase())),
+                    Ok(Some(fresh)) => {
+                        self.svm = fresh;
+                        continue;
+                    }
+                    Err(e) => e,
+                },
+                Err(e) if e.code == 404 => return Err(Stop::Gone),
+                Err(e) => e,
+            };
+            failures += 1;
+            if failures >= SAVE_ATTEMPTS {
+                return Err(Stop::OwnApi(err.to_string()));
+            }
+            tracing::warn!(migration = %self.name, error = %err, "saving the migration failed; retrying");
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(failures))).await;
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        let gvr = self.svm.spec.resource.clone();
+        let label = resource_label(&gvr);
+        let started = std::time::Instant::now();
+        let outcome = self.migrate(&gvr, &label).await;
+        let migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
+        let stop = match outcome {
+            Ok(Ok(total)) => {
+                let message = format!("Migrated {total} objects of {}.", gvr.display());
+                let r = self
+                    .save(true, |s| {
+                        set_condition(s, CONDITION_RUNNING, false, REASON_COMPLETED, message.clone());
+                        set_condition(s, CONDITION_SUCCEEDED, true, REASON_COMPLETED, message.clone());
+                        let st = s.status.get_or_insert_with(Default::default);
+                        st.migrated_objects = Some(total);
+                        st.remaining_objects_estimate = Some(0);
+                    })
+                    .await;
+                if r.is_ok() {
+                    self.ctx.metrics.observe_remaining(&label, 0);
+                    self.ctx.metrics.observe_finished(&label, CONDITION_SUCCEEDED);
+                    tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
+                        seconds = started.elapsed().as_secs_f64(), "migration succeeded");
+                }
+                r.err()
+            }
+            Ok(Err(failure)) => {
+                let message = truncate(&failure, 32000);
+                let r = self
+                    .save(true, |s| {
+                        set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
+                        set_condition(s, CONDITION_FAILED, true, REASON_FAILED, message.clone());
+                    })
+                    .await;
+                if r.is_ok() {
+                    self.ctx.metrics.observe_finished(&label, CONDITION_FAILED);
+                    tracing::warn!(migration = %self.name, resource = %gvr.display(), migrated, error = %failure,
+                        "migration failed");
+                }
+                r.err()
+            }
+            Err(stop) => Some(stop),
+        };
+        match stop {
+            None => {}
+            Some(stop @ Stop::OwnApi(_)) => {
+                tracing::warn!(migration = %self.name, resource = %gvr.display(), migrated, reason = %stop,
+                    "migration interrupted; it resumes from its saved token")
+            }
+            Some(stop) => tracing::info!(migration = %self.name, resource = %gvr.display(), migrated, reason = %stop,
+                "migration stopped"),
+        }
+    }
+
+    /// Runs the migration to its end. Ok(Ok(n)): every object handled (n in total); Ok(Err(message)): it failed.
+    pub(super) async fn migrate(
+        &mut self,
+        gvr: &GroupVersionResource,
+        label: &str,
+    ) -> Result<Result<i64, String>, Stop> {
+        if is_finished(&self.svm) {
+            return Err(Stop::FinishedElsewhere(self.svm.phase()));
+        }
+        let token = self.svm.spec.continue_token.clone().filter(|t| !t.is_empty());
+        if self.svm.is_true(CONDITION_RUNNING) {
+            tracing::info!(migration = %self.name, resource = %gvr.display(), resumed_from_token = token.is_some(),
+                "migration resumed");
+        } else {
+            let message = format!("Migrating {}.", gvr.display());
+            self.save(true, |s| set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())).await?;
+            tracing::info!(migration = %self.name, resource = %gvr.display(), "migration started");
+        }
+        let ctx = self.ctx.clone();
+        let m = Migrating { target: &ctx.target, gvr, qualified: crate::error::qualified(&gvr.resource, &gvr.group) };
+        let mut migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
+        let mut cancel = self.cancel.clone();
+        // A pipeline, so that the target always has work: up to WRITE_PARALLELISM writes in flight, and the next
+        // chunk is listed while the current one is written. Chunks complete in order; a chunk's next token is saved
+        // only when it and every chunk before it are done.
+        let mut chunks: VecDeque<Chunk> = VecDeque::new();
+        let mut next_seq = 0u64;
+        // The token to list next; None after the last chunk was listed.
+        let mut to_list: Option<Option<String>> = Some(token);
+        let mut listing: Option<BoxFuture<'_, Result<Listed, String>>> = None;
+        let mut expired_in_a_row = 0;
+        let mut in_flight: FuturesUnordered<BoxFuture<'_, (u64, Result<Rewrite, String>)>> = FuturesUnordered::new();
+        loop {
+            if cancelled(&cancel) {
+                return Err(Stop::Cancelled);
+            }
+            // Completed chunks, oldest first: progress and token are saved.
+            while chunks.front().is_some_and(|c| c.todo.len() == 0 && c.outstanding == 0) {
+                let Some(c) = chunks.pop_front() else { break };
+                migrated += c.len as i64;
+                ctx.metrics.observe_remaining(label, if c.next.is_some() { c.remaining.unwrap_or(0) } else { 0 });
+                tracing::debug!(migration = %self.name, done = c.done, skipped = c.skipped, migrated,
+                    remaining = ?c.remaining, more = c.next.is_some(), "chunk migrated");
+                let Some(next) = c.next else { return Ok(Ok(migrated)) };
+                self.save(false, |s| s.spec.continue_token = Some(next.clone())).await?;
+                self.save(true, |s| {
+                    let st = s.status.get_or_insert_with(Default::default);
+                    st.migrated_objects = Some(migrated);
+                    st.remaining_objects_estimate = c.remaining;
+                })
+                .await?;
+            }
+            // List ahead: at most the chunk being written and the next one are held.
+            if listing.is_none() && chunks.len() < 2 {
+                if let Some(token) = to_list.take() {
+                    let m = &m;
+                    listing = Some(Box::pin(async move { m.list(token.as_deref()).await }));
+                }
+            }
+            // Keep the writes going.
+            while in_flight.len() < WRITE_PARALLELISM {
+                let Some(c) = chunks.iter_mut().find(|c| c.todo.len() > 0) else { break };
+                let Some(item) = c.todo.next() else { break };
+                c.outstanding += 1;
+                let (seq, m) = (c.seq, &m);
+                in_flight.push(Box::pin(async move { (seq, m.rewrite(&item.metadata).await) }));
+            }
+            if listing.is_none() && in_flight.is_empty() {
+                // Nothing is left to list or to write, yet no chunk ended the migration: cannot happen.
+                return Ok(Err(format!("LIST {}: the list ended without a final chunk", m.qualified)));
+            }
+            tokio::select! {
+                Some((seq, r)) = in_flight.next(), if !in_flight.is_empty() => {
+                    let Some(c) = chunks.iter_mut().find(|c| c.seq == seq) else { continue };
+                    c.outstanding -= 1;
+                    match r {
+                        Ok(Rewrite::Done) => c.done += 1,
+                        Ok(Rewrite::Skipped) => c.skipped += 1,
+                        // Returning drops (cancels) the writes still in flight.
+                        Err(failure) => return Ok(Err(failure)),
+                    }
+                    ctx.metrics.observe_migrated(label, 1);
+                }
+                Some(r) = async { Some(listing.as_mut()?.await) }, if listing.is_some() => {
+                    listing = None;
+                    match r {
+                        Ok(Listed::Chunk(list)) => {
+                            expired_in_a_row = 0;
+                            let next = list.metadata.continue_token.filter(|t| !t.is_empty());
+                            if next.is_some() {
+                                to_list = Some(next.clone());
+                            }
+                            chunks.push_back(Chunk {
+                                seq: next_seq,
+                                len: list.items.len(),
+                                todo: list.items.into_iter(),
+                                outstanding: 0,
+                                done: 0,
+                                skipped: 0,
+                                next,
+                                remaining: list.metadata.remaining_item_count.map(|n| n.max(0)),
+                            });
+                            next_seq += 1;
+                        }
+                        Ok(Listed::Expired(next)) => {
+                            expired_in_a_row += 1;
+                            if expired_in_a_row >= ctx.target.config.max_attempts.max(1) {
+                                return Ok(Err(format!(
+                                    "LIST {}: the continue token expired {expired_in_a_row} times in a row",
+                                    m.qualified
+                                )));
+                            }
+                            tracing::info!(migration = %self.name, restart = next.is_none(),
+                                "continue token expired (410): resuming with the inconsistent continue token");
+                            // Without a token from the server, starting over is safe: rewriting twice is harmless.
+                            to_list = Some(next);
+                        }
+                        Err(failure) => return Ok(Err(failure)),
+                    }
+                }
+                _ = until_cancelled(&mut cancel) => return Err(Stop::Cancelled),
+            }
+        }
+    }
+}
+
+pub(super) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A listed chunk on its way through the pipeline.
+pub(super) struct Chunk {
+    pub(super) seq: u64,
+    pub(super) len: usize,
+    /// Objects not yet handed to a writer.
+    pub(super) todo: std::vec::IntoIter<ItemRef>,
+    /// Writes in flight.
+    pub(super) outstanding: usize,
+    pub(super) done: u64,
+    pub(super) skipped: u64,
+    /// Where the list continues after this chunk; None for the last one.
+    pub(super) next: Option<String>,
+    pub(super) remaining: Option<i64>,
+}
