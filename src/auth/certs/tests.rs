@@ -1,6 +1,7 @@
 //! Tests of [`super`] (certs.rs), in a file of their own to keep that one readable.
 
 use super::*;
+use rcgen::KeyPair;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
 use rustls::server::WebPkiClientVerifier;
