@@ -1,4 +1,4 @@
-//! Command line: `serve` with kube-apiserver-style flags, and how a server is assembled from them.
+//! `serve`: its flags, logging, and the assembly of storage, registry, authentication, scheduler and HTTP server.
 
 use crate::api::kinds;
 use crate::auth::certs::{ensure_dev_certs, DevCertOptions};
@@ -10,212 +10,12 @@ use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use crate::storage::encryption::{EncryptedStorage, EncryptionConfig};
 use crate::storage::etcd::{EtcdOptions, EtcdStorage};
 use crate::storage::Storage;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::ValueEnum;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-#[derive(Parser, Debug)]
-#[command(name = "migration-apiserver", version, about = "Aggregated API server for storage version migration")]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-// Parsed once at start: the size of the serve variant costs nothing.
-#[allow(clippy::large_enum_variant)]
-pub enum Command {
-    /// Serve the API over TLS.
-    Serve(Box<ServeArgs>),
-    /// Generate the development CA, serving and admin certificates and admin.kubeconfig (existing files are kept).
-    Certs(CertsArgs),
-    /// Print the CustomResourceDefinitions of the served kinds (the CRD deployment form), or write manifests/crds/.
-    Crds(CrdsArgs),
-    /// Offline tools for the embedded store (run them while the server is stopped).
-    #[command(subcommand)]
-    Storage(StorageCommand),
-    /// Request storage version migrations by hand: creates StorageVersionMigrations as the trigger would.
-    Migrate(MigrateArgs),
-    /// Translate an in-tree PersistentVolume, StorageClass or pod inline volume to CSI (or a CSI PersistentVolume
-    /// back with --to-intree), as Kubernetes' csi-translation-lib does: YAML or JSON on stdin, the same on stdout.
-    Translate(TranslateArgs),
-}
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct TranslateArgs {
-    /// Translate a CSI PersistentVolume back to the in-tree plugin its driver supersedes.
-    #[arg(long = "to-intree")]
-    pub to_in_tree: bool,
-    /// Namespace of the pod of an inline volume (Azure File reads its secret there); default: the Pod's namespace,
-    /// else "default".
-    #[arg(long)]
-    pub pod_namespace: Option<String>,
-}
-
-/// `translate`: stdin to stdout.
-pub fn translate(args: TranslateArgs) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
-    let mut input = String::new();
-    std::io::stdin().read_to_string(&mut input)?;
-    let opts = crate::csi::document::Options { to_in_tree: args.to_in_tree, pod_namespace: args.pod_namespace };
-    let out = crate::csi::document::translate_text(&input, &opts).map_err(anyhow::Error::msg)?;
-    std::io::stdout().write_all(out.as_bytes())?;
-    Ok(())
-}
-
-#[derive(clap::Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["resources", "all"])))]
-pub struct MigrateArgs {
-    /// Kubeconfig of the migration-apiserver where the StorageVersionMigrations are created.
-    #[arg(long, default_value = "./certs/admin.kubeconfig")]
-    pub kubeconfig: PathBuf,
-    /// Kubeconfig of the API whose discovery names the resources (preferred version, storage version hash).
-    /// Default: --kubeconfig (a standalone server migrating its own resources).
-    #[arg(long)]
-    pub target_kubeconfig: Option<PathBuf>,
-    /// A resource to migrate, `<resource>.<group>` (`<resource>` for the core group); repeatable.
-    #[arg(long = "resource", value_name = "RESOURCE.GROUP")]
-    pub resources: Vec<String>,
-    /// Every resource served in two or more versions, except CRDs, aggregated APIs and events (the upstream
-    /// initializer's rule).
-    #[arg(long, conflicts_with = "resources")]
-    pub all: bool,
-}
-
-/// `migrate`: prints each migration created, as kubectl does.
-pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    use crate::scheduler::trigger::{request_migrations, MigrateRequest, RemoteMigrations};
-    crate::auth::tls::install_default_crypto_provider();
-    let api = crate::scheduler::target_client(Some(&args.kubeconfig)).await?;
-    let target = match &args.target_kubeconfig {
-        Some(path) => crate::scheduler::target_client(Some(path)).await?,
-        None => api.clone(),
-    };
-    let request = if args.all { MigrateRequest::All } else { MigrateRequest::Resources(args.resources) };
-    let created = request_migrations(&target, &RemoteMigrations::new(api), &request).await?;
-    if created.is_empty() {
-        eprintln!("No resources to migrate.");
-    }
-    for name in created {
-        println!("storageversionmigration.migration.k8s.io/{name} created");
-    }
-    Ok(())
-}
-
-#[derive(Subcommand, Debug)]
-pub enum StorageCommand {
-    /// List the stored keys with their revision, encryption, apiVersion and size (never their values).
-    Inspect(InspectArgs),
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum InspectOutput {
-    Table,
-    Json,
-}
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct InspectArgs {
-    /// Directory of the embedded store (unused with --etcd-servers).
-    #[arg(long, default_value = "./data")]
-    pub data_dir: PathBuf,
-    /// Or read the keys from etcd: --etcd-servers, --etcd-prefix, --etcd-cafile, --etcd-certfile, --etcd-keyfile.
-    #[command(flatten)]
-    pub etcd: crate::storage::etcd::EtcdArgs,
-    /// The server's EncryptionConfiguration: decrypts values in memory to show their apiVersion.
-    #[arg(long)]
-    pub encryption_provider_config: Option<PathBuf>,
-    /// Only keys under this prefix.
-    #[arg(long, id = "key_prefix", default_value = "/registry/")]
-    pub prefix: String,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = InspectOutput::Table)]
-    pub output: InspectOutput,
-    /// List only the objects the server cannot read (they do not decrypt, or do not decode as objects), with why:
-    /// the ones to remove with `ignoreStoreReadErrorWithClusterBreakingPotential` (see the README).
-    #[arg(long)]
-    pub unreadable: bool,
-}
-
-/// `storage inspect`.
-pub async fn storage(command: StorageCommand) -> anyhow::Result<()> {
-    match command {
-        StorageCommand::Inspect(a) => {
-            use crate::storage::inspect;
-            let config = a.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
-            let etcd = a.etcd.enabled().then_some(&a.etcd);
-            // Each value is read as the server reads it, so what it cannot read is marked with why.
-            let check = |value: &[u8]| crate::registry::decode::read_stored(value).map(|_| ());
-            let mut entries = inspect::inspect_checked(&a.data_dir, etcd, config.as_ref(), &a.prefix, &check).await?;
-            if a.unreadable {
-                entries.retain(|e| e.error.is_some());
-            }
-            let text = match (a.output, a.unreadable) {
-                (InspectOutput::Table, false) => inspect::table(&entries),
-                (InspectOutput::Table, true) => inspect::unreadable_table(&entries),
-                (InspectOutput::Json, _) => inspect::json(&entries),
-            };
-            print!("{text}");
-            Ok(())
-        }
-    }
-}
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct CertsArgs {
-    /// Where to write them.
-    #[arg(long, default_value = "./certs")]
-    pub cert_dir: PathBuf,
-    /// Namespace of the in-cluster Service (`migration-apiserver.<ns>.svc`).
-    #[arg(long, default_value = "migration-apiserver")]
-    pub service_namespace: String,
-    /// Server address written into admin.kubeconfig.
-    #[arg(long, default_value = "https://127.0.0.1:8443")]
-    pub server: String,
-    /// Additional subject alternative names (DNS names or IPs); repeatable.
-    #[arg(long)]
-    pub san: Vec<String>,
-}
-
-/// `certs`: the dev certificates without starting a server.
-pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
-    crate::auth::tls::install_default_crypto_provider();
-    let dev = ensure_dev_certs(&DevCertOptions {
-        cert_dir: args.cert_dir,
-        namespaces: vec![args.service_namespace, "kube-system".into(), "default".into()],
-        extra_sans: args.san,
-        kubeconfig_server: args.server,
-        ..DevCertOptions::default()
-    })?;
-    println!("CA:          {}", dev.ca_cert_path.display());
-    println!("serving:     {} / {}", dev.serving_cert_path.display(), dev.serving_key_path.display());
-    println!("kubeconfig:  {}", dev.admin_kubeconfig_path.display());
-    Ok(())
-}
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct CrdsArgs {
-    /// Write one file per CRD and a kustomization.yaml here instead of printing them.
-    #[arg(long)]
-    pub output_dir: Option<PathBuf>,
-}
-
-/// `crds`: the CRDs generated from the kinds' types (see `server::crd`).
-pub fn crds(args: CrdsArgs) -> anyhow::Result<()> {
-    let kinds = kinds(&HashMap::new()).map_err(anyhow::Error::msg)?;
-    match args.output_dir {
-        Some(dir) => {
-            for name in crate::server::crd::write(&kinds, &dir)? {
-                println!("{}", dir.join(name).display());
-            }
-        }
-        None => print!("{}", crate::server::crd::stream(&kinds).map_err(anyhow::Error::msg)?),
-    }
-    Ok(())
-}
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum LogFormat {
@@ -351,7 +151,7 @@ impl ServeArgs {
         }
     }
 
-    fn election_config(&self, identity: &str) -> crate::scheduler::election::ElectionConfig {
+    pub(super) fn election_config(&self, identity: &str) -> crate::scheduler::election::ElectionConfig {
         crate::scheduler::election::ElectionConfig {
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
@@ -362,7 +162,7 @@ impl ServeArgs {
     }
 }
 
-fn parse_storage_version(s: &str) -> Result<(String, String), String> {
+pub(super) fn parse_storage_version(s: &str) -> Result<(String, String), String> {
     let (r, v) = s.split_once('=').ok_or_else(|| format!("expected <plural>.<group>=<version>, got {s:?}"))?;
     if r.is_empty() || v.is_empty() {
         return Err(format!("expected <plural>.<group>=<version>, got {s:?}"));
@@ -463,20 +263,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// The running scheduler: what a graceful shutdown stops.
-struct RunningScheduler {
+pub(super) struct RunningScheduler {
     /// Tells the election to stop leading and release its lock.
-    stop_election: tokio::sync::watch::Sender<bool>,
-    election: Option<tokio::task::JoinHandle<()>>,
+    pub(super) stop_election: tokio::sync::watch::Sender<bool>,
+    pub(super) election: Option<tokio::task::JoinHandle<()>>,
     /// Stopped before our reports are withdrawn, so that no late report puts them back.
-    reporter: Option<tokio::task::JoinHandle<()>>,
+    pub(super) reporter: Option<tokio::task::JoinHandle<()>>,
     /// Our reports are withdrawn on shutdown when other replicas share the StorageStates.
-    withdraw: Option<(crate::scheduler::own::OwnApi, String)>,
+    pub(super) withdraw: Option<(crate::scheduler::own::OwnApi, String)>,
 }
 
 impl RunningScheduler {
     /// Gives leadership up at once (the lock released, so another replica takes over without waiting for the
     /// lease to expire) and withdraws our reports. Bounded: shutdown never hangs on etcd or the cluster.
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         let _ = self.stop_election.send(true);
         if let Some(r) = &self.reporter {
             r.abort();
@@ -500,7 +300,7 @@ impl RunningScheduler {
 
 /// The scheduler: the reporter on every replica; the decisions and the migrator on the elected leader (or at once
 /// when there is nothing to elect among).
-async fn start_scheduler(
+pub(super) async fn start_scheduler(
     args: &ServeArgs,
     state: &Arc<AppState>,
     app: &axum::Router,
@@ -581,7 +381,7 @@ async fn start_scheduler(
 }
 
 /// The CSI migration webhooks' gates and, with a cluster (--kubeconfig or in a pod), its CSIDrivers.
-async fn csi_migration(args: &ServeArgs) -> anyhow::Result<crate::server::csi_admission::CsiMigration> {
+pub(super) async fn csi_migration(args: &ServeArgs) -> anyhow::Result<crate::server::csi_admission::CsiMigration> {
     use crate::server::csi_admission::{ClusterCsiDrivers, CsiDriverLookup, CsiMigration};
     let gates = crate::csi::gates::FeatureGates::from_settings(&args.feature_gates);
     let client = match &args.kubeconfig {
@@ -602,7 +402,7 @@ async fn csi_migration(args: &ServeArgs) -> anyhow::Result<crate::server::csi_ad
     Ok(CsiMigration::new(gates, drivers))
 }
 
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
