@@ -852,32 +852,38 @@ fn strings(v: &Value) -> Vec<String> {
 /// and a string that file must contain, so a rule whose user disappears fails too.
 const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // The migrator (src/scheduler/migrator.rs): chunked LIST, then one JSON merge patch per object.
-    ("core.gardener.cloud", "shootstates", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("core.gardener.cloud", "shootstates", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("apps", "deployments", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("apps", "deployments", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("apps", "statefulsets", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("apps", "statefulsets", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("apps", "daemonsets", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("apps", "daemonsets", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("apps", "replicasets", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("apps", "replicasets", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("batch", "cronjobs", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("batch", "cronjobs", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("batch", "jobs", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("batch", "jobs", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("autoscaling", "horizontalpodautoscalers", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("autoscaling", "horizontalpodautoscalers", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("policy", "poddisruptionbudgets", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("policy", "poddisruptionbudgets", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("flowcontrol.apiserver.k8s.io", "flowschemas", "list", "src/scheduler/migrator.rs", "Method::GET"),
-    ("flowcontrol.apiserver.k8s.io", "flowschemas", "patch", "src/scheduler/migrator.rs", "Method::PATCH"),
-    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations", "list", "src/scheduler/migrator.rs", "Method::GET"),
+    ("core.gardener.cloud", "shootstates", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("core.gardener.cloud", "shootstates", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("apps", "deployments", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("apps", "deployments", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("apps", "statefulsets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("apps", "statefulsets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("apps", "daemonsets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("apps", "daemonsets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("apps", "replicasets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("apps", "replicasets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("batch", "cronjobs", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("batch", "cronjobs", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("batch", "jobs", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("batch", "jobs", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("autoscaling", "horizontalpodautoscalers", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("autoscaling", "horizontalpodautoscalers", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("policy", "poddisruptionbudgets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("policy", "poddisruptionbudgets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "prioritylevelconfigurations",
+        "list",
+        "src/scheduler/migrator/target.rs",
+        "Method::GET",
+    ),
     (
         "flowcontrol.apiserver.k8s.io",
         "prioritylevelconfigurations",
         "patch",
-        "src/scheduler/migrator.rs",
+        "src/scheduler/migrator/target.rs",
         "Method::PATCH",
     ),
     // Leader election among replicas (src/scheduler/election/lease.rs): one Lease in our namespace, read before
@@ -941,7 +947,7 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
         let source = std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(source.contains(needle), "{v} {r}.{g}: {file} no longer contains {needle:?}");
     }
-    let migrator = std::fs::read_to_string(repo().join("src/scheduler/migrator.rs")).expect("migrator");
+    let migrator = std::fs::read_to_string(repo().join("src/scheduler/migrator/target.rs")).expect("migrator");
     assert!(migrator.contains(MIGRATOR_PATCH_TYPE), "the migrator's no-op write is a merge patch: verb patch");
     let leases = find(&docs, "Role", "migration-apiserver-leader-election");
     assert_eq!(leases["metadata"]["namespace"], "migration-apiserver", "a Role in our namespace, not a ClusterRole");
