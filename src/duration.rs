@@ -101,11 +101,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_nanos(total))
 }
 
-/// [`parse_duration`] for clap's `value_parser`.
-pub fn duration_arg(text: &str) -> Result<Duration, String> {
-    parse_duration(text).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,20 +19,32 @@ pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(&digest[..8])
 }
 
+/// A `--storage-version` override that names no kind or no served version of it.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageVersionError {
+    #[error("--storage-version {resource}={version}: not a served version (served: {served})")]
+    NotServed { resource: String, version: String, served: String },
+    #[error("--storage-version {0}: no such resource (expected <plural>.<group>)")]
+    NoSuchResource(String),
+}
+
 /// The kind table. `storage_versions` overrides a kind's storage version (`--storage-version plural.group=version`).
-pub fn kinds(storage_versions: &std::collections::HashMap<String, String>) -> Result<Vec<Arc<dyn Strategy>>, String> {
+pub fn kinds(
+    storage_versions: &std::collections::HashMap<String, String>,
+) -> Result<Vec<Arc<dyn Strategy>>, StorageVersionError> {
     fn make<K: Kind>(
         overrides: &std::collections::HashMap<String, String>,
         default: &str,
-    ) -> Result<Arc<dyn Strategy>, String> {
+    ) -> Result<Arc<dyn Strategy>, StorageVersionError> {
         let info = K::info();
         let key = info.qualified_resource();
         let version = overrides.get(&key).map(String::as_str).unwrap_or(default);
         if !info.versions.contains(&version) {
-            return Err(format!(
-                "--storage-version {key}={version}: not a served version (served: {})",
-                info.versions.join(", ")
-            ));
+            return Err(StorageVersionError::NotServed {
+                resource: key,
+                version: version.to_string(),
+                served: info.versions.join(", "),
+            });
         }
         Ok(Arc::new(KindStrategy::<K>::new(version)))
     }
@@ -44,7 +56,7 @@ pub fn kinds(storage_versions: &std::collections::HashMap<String, String>) -> Re
     ];
     for key in storage_versions.keys() {
         if !all.iter().any(|k| &k.info().qualified_resource() == key) {
-            return Err(format!("--storage-version {key}: no such resource (expected <plural>.<group>)"));
+            return Err(StorageVersionError::NoSuchResource(key.clone()));
         }
     }
     Ok(all)

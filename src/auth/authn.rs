@@ -177,7 +177,7 @@ const PEER_MEMO_TTL: Duration = Duration::from_secs(60);
 #[async_trait::async_trait]
 pub trait TokenAuthenticator: Send + Sync + fmt::Debug {
     /// The user of `token` (without `system:authenticated`), `Ok(None)` if the token is not valid.
-    async fn authenticate_token(&self, token: &str) -> std::result::Result<Option<UserInfo>, String>;
+    async fn authenticate_token(&self, token: &str) -> Result<Option<UserInfo>>;
 }
 
 /// Authenticates requests from their client certificate, front-proxy headers or bearer token.
@@ -399,12 +399,12 @@ impl StaticTokens {
     /// are ignored. A token listed twice keeps its last entry, as in kube-apiserver.
     pub fn from_file(path: &Path) -> Result<Self> {
         let content = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::parse(&content).map_err(|e| Error::file(path, e))
+        Self::parse(&content).map_err(|e| Error::file(path, e.to_string()))
     }
 
     /// Parses the content of a token file (see [`from_file`](Self::from_file)). The error names
     /// the offending line.
-    pub fn parse(content: &str) -> std::result::Result<Self, String> {
+    pub fn parse(content: &str) -> Result<Self> {
         let mut tokens = StaticTokens::default();
         let content = content.strip_prefix('\u{feff}').unwrap_or(content);
         for (index, line) in content.lines().enumerate() {
@@ -413,19 +413,19 @@ impl StaticTokens {
             if trimmed.is_empty() || trimmed.starts_with('#') {
                 continue;
             }
-            let fields = parse_csv_line(trimmed).map_err(|e| format!("line {line_no}: {e}"))?;
+            let fields = parse_csv_line(trimmed).map_err(|e| Error::Invalid(format!("line {line_no}: {e}")))?;
             if fields.len() < 3 {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "line {line_no}: expected at least 3 columns (token, user name, uid), found {}",
                     fields.len()
-                ));
+                )));
             }
             let (token, name, uid) = (&fields[0], &fields[1], &fields[2]);
             if token.is_empty() {
-                return Err(format!("line {line_no}: empty token"));
+                return Err(Error::Invalid(format!("line {line_no}: empty token")));
             }
             if name.is_empty() {
-                return Err(format!("line {line_no}: empty user name"));
+                return Err(Error::Invalid(format!("line {line_no}: empty user name")));
             }
             let groups = fields
                 .get(3)
@@ -464,7 +464,7 @@ fn digest(token: &str) -> [u8; 32] {
 
 /// Splits one CSV line into fields. Quoted fields may contain commas and `""` escapes but no line
 /// breaks. Unquoted fields are trimmed.
-fn parse_csv_line(line: &str) -> std::result::Result<Vec<String>, String> {
+fn parse_csv_line(line: &str) -> Result<Vec<String>> {
     let mut fields = Vec::new();
     let mut chars = line.chars().peekable();
     loop {
@@ -477,7 +477,7 @@ fn parse_csv_line(line: &str) -> std::result::Result<Vec<String>, String> {
                     Some('"') if chars.next_if_eq(&'"').is_some() => field.push('"'),
                     Some('"') => break,
                     Some(c) => field.push(c),
-                    None => return Err(format!("field {field_no}: unterminated quoted field")),
+                    None => return Err(Error::Invalid(format!("field {field_no}: unterminated quoted field"))),
                 }
             }
             while chars.next_if(|c| *c == ' ' || *c == '\t').is_some() {}
@@ -485,7 +485,9 @@ fn parse_csv_line(line: &str) -> std::result::Result<Vec<String>, String> {
             match chars.next() {
                 None => return Ok(fields),
                 Some(',') => {}
-                Some(c) => return Err(format!("field {field_no}: unexpected {c:?} after closing quote")),
+                Some(c) => {
+                    return Err(Error::Invalid(format!("field {field_no}: unexpected {c:?} after closing quote")))
+                }
             }
         } else {
             let mut field = String::new();
@@ -496,7 +498,11 @@ fn parse_csv_line(line: &str) -> std::result::Result<Vec<String>, String> {
                         end = false;
                         break;
                     }
-                    '"' => return Err(format!("field {field_no}: bare \" in unquoted field (quote the whole field)")),
+                    '"' => {
+                        return Err(Error::Invalid(format!(
+                            "field {field_no}: bare \" in unquoted field (quote the whole field)"
+                        )))
+                    }
                     c => field.push(c),
                 }
             }

@@ -67,7 +67,7 @@ fn token_file_errors_name_the_line() {
         ("ok,user,uid\n,user,uid\n", 2, "empty token"),
         ("t,,uid\n", 1, "empty user name"),
     ] {
-        let err = StaticTokens::parse(content).expect_err(content);
+        let err = StaticTokens::parse(content).expect_err(content).to_string();
         assert!(err.starts_with(&format!("line {line}: ")), "{content:?}: {err}");
         assert!(err.contains(what), "{content:?}: {err}");
     }
@@ -286,11 +286,11 @@ struct Reviewer {
 
 #[async_trait::async_trait]
 impl TokenAuthenticator for Reviewer {
-    async fn authenticate_token(&self, token: &str) -> std::result::Result<Option<UserInfo>, String> {
+    async fn authenticate_token(&self, token: &str) -> crate::auth::Result<Option<UserInfo>> {
         self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         match token {
             "reviewed" => Ok(Some(user("dave", "d", &["team"]))),
-            "broken" => Err("connection refused".into()),
+            "broken" => Err(crate::auth::Error::Invalid("connection refused".into())),
             _ => Ok(None),
         }
     }

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::authn::{UserInfo, GROUP_MASTERS};
 use super::cache::TtlCache;
+use super::Result;
 use crate::error::{ApiError, Details};
 use crate::request_info::RequestInfo;
 
@@ -77,7 +78,7 @@ pub enum Decision {
 /// Asks kube-apiserver (or a stand-in) whether a user may do something.
 #[async_trait::async_trait]
 pub trait AccessReviewer: Send + Sync + fmt::Debug {
-    async fn review(&self, spec: &authorization::SubjectAccessReviewSpec) -> Result<Decision, String>;
+    async fn review(&self, spec: &authorization::SubjectAccessReviewSpec) -> Result<Decision>;
 }
 
 /// How requests of users outside `system:masters` are decided.
@@ -119,7 +120,7 @@ impl Authorizer {
 
     /// Whether `user` may do what `attrs` describe. An error means the authorizer could not be asked (the request
     /// then fails with 500, as in kube-apiserver).
-    pub async fn authorize(&self, user: &UserInfo, attrs: &RequestAttributes) -> Result<Decision, String> {
+    pub async fn authorize(&self, user: &UserInfo, attrs: &RequestAttributes) -> Result<Decision> {
         if user.in_group(GROUP_MASTERS) {
             return Ok(Decision::Allow);
         }
@@ -415,12 +416,12 @@ mod tests {
 
     #[async_trait::async_trait]
     impl AccessReviewer for Reviewer {
-        async fn review(&self, spec: &authorization::SubjectAccessReviewSpec) -> Result<Decision, String> {
+        async fn review(&self, spec: &authorization::SubjectAccessReviewSpec) -> Result<Decision> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             self.seen.lock().expect("lock").push(spec.clone());
             match spec.user.as_deref() {
                 Some("alice") => Ok(Decision::Allow),
-                Some("broken") => Err("connection refused".into()),
+                Some("broken") => Err(crate::auth::Error::Invalid("connection refused".into())),
                 _ => Ok(Decision::Deny { reason: "nope".into() }),
             }
         }
@@ -432,27 +433,30 @@ mod tests {
         let masters = user("root", &["system:masters", "system:authenticated"]);
         let bob = user("bob", &["system:authenticated"]);
         for mode in [AuthorizationMode::AlwaysAllow, AuthorizationMode::MastersOnly] {
-            assert_eq!(Authorizer::new(mode.clone()).authorize(&masters, &list).await, Ok(Decision::Allow));
+            assert_eq!(Authorizer::new(mode.clone()).authorize(&masters, &list).await.ok(), Some(Decision::Allow));
         }
-        assert_eq!(Authorizer::new(AuthorizationMode::AlwaysAllow).authorize(&bob, &list).await, Ok(Decision::Allow));
+        assert_eq!(
+            Authorizer::new(AuthorizationMode::AlwaysAllow).authorize(&bob, &list).await.ok(),
+            Some(Decision::Allow)
+        );
         assert!(matches!(
-            Authorizer::new(AuthorizationMode::MastersOnly).authorize(&bob, &list).await,
-            Ok(Decision::Deny { .. })
+            Authorizer::new(AuthorizationMode::MastersOnly).authorize(&bob, &list).await.ok(),
+            Some(Decision::Deny { .. })
         ));
 
         let reviewer = Arc::new(Reviewer::default());
         let authz = Authorizer::new(AuthorizationMode::Delegated(reviewer.clone()));
         let alice = user("alice", &["system:authenticated"]);
-        assert_eq!(authz.authorize(&masters, &list).await, Ok(Decision::Allow));
+        assert_eq!(authz.authorize(&masters, &list).await.ok(), Some(Decision::Allow));
         assert_eq!(reviewer.calls.load(Ordering::SeqCst), 0, "system:masters is not reviewed");
-        assert_eq!(authz.authorize(&alice, &list).await, Ok(Decision::Allow));
-        assert_eq!(authz.authorize(&alice, &list).await, Ok(Decision::Allow));
-        assert_eq!(authz.authorize(&bob, &list).await, Ok(Decision::Deny { reason: "nope".into() }));
-        assert_eq!(authz.authorize(&bob, &list).await, Ok(Decision::Deny { reason: "nope".into() }));
+        assert_eq!(authz.authorize(&alice, &list).await.ok(), Some(Decision::Allow));
+        assert_eq!(authz.authorize(&alice, &list).await.ok(), Some(Decision::Allow));
+        assert_eq!(authz.authorize(&bob, &list).await.ok(), Some(Decision::Deny { reason: "nope".into() }));
+        assert_eq!(authz.authorize(&bob, &list).await.ok(), Some(Decision::Deny { reason: "nope".into() }));
         assert_eq!(reviewer.calls.load(Ordering::SeqCst), 2, "both answers cached");
         // Other attributes are another question.
         let get = attrs(Method::GET, "/apis/migration.k8s.io/v1alpha1/storagestates/pods", None);
-        assert_eq!(authz.authorize(&alice, &get).await, Ok(Decision::Allow));
+        assert_eq!(authz.authorize(&alice, &get).await.ok(), Some(Decision::Allow));
         assert_eq!(reviewer.calls.load(Ordering::SeqCst), 3);
         // Errors are not cached.
         let broken = user("broken", &[]);

@@ -61,13 +61,13 @@ pub async fn kube_config(kubeconfig: Option<&Path>) -> Result<kube::Config> {
 pub fn review_client(mut config: kube::Config) -> Result<kube::Client> {
     config.read_timeout = Some(REVIEW_TIMEOUT);
     config.reset_reader_on_write = true;
-    kube::Client::try_from(config).map_err(|e| Error::Invalid(format!("kube client: {e}")))
+    kube::Client::try_from(config).map_err(|error| Error::Kube { what: "kube client", error })
 }
 
 /// A client for watches (no read timeout; the watch loop bounds each watch itself).
 pub fn watch_client(mut config: kube::Config) -> Result<kube::Client> {
     config.read_timeout = None;
-    kube::Client::try_from(config).map_err(|e| Error::Invalid(format!("kube client: {e}")))
+    kube::Client::try_from(config).map_err(|error| Error::Kube { what: "kube client", error })
 }
 
 /// Bound of the token cache.
@@ -90,7 +90,7 @@ impl TokenReviewAuthenticator {
 
 #[async_trait::async_trait]
 impl TokenAuthenticator for TokenReviewAuthenticator {
-    async fn authenticate_token(&self, token: &str) -> std::result::Result<Option<UserInfo>, String> {
+    async fn authenticate_token(&self, token: &str) -> Result<Option<UserInfo>> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(user) = self.cache.get(&key) {
             return Ok(user);
@@ -99,7 +99,11 @@ impl TokenAuthenticator for TokenReviewAuthenticator {
             spec: TokenReviewSpec { token: Some(token.to_string()), audiences: None },
             ..Default::default()
         };
-        let answer = self.api.create(&PostParams::default(), &review).await.map_err(|e| format!("TokenReview: {e}"))?;
+        let answer = self
+            .api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|error| Error::Kube { what: "TokenReview", error })?;
         let status = answer.status.unwrap_or_default();
         let user = match (status.authenticated, status.user) {
             (Some(true), Some(u)) if u.username.as_deref().is_some_and(|n| !n.is_empty()) => Some(UserInfo {
@@ -134,10 +138,13 @@ impl SubjectAccessReviewer {
 
 #[async_trait::async_trait]
 impl AccessReviewer for SubjectAccessReviewer {
-    async fn review(&self, spec: &SubjectAccessReviewSpec) -> std::result::Result<Decision, String> {
+    async fn review(&self, spec: &SubjectAccessReviewSpec) -> Result<Decision> {
         let review = SubjectAccessReview { spec: spec.clone(), ..Default::default() };
-        let answer =
-            self.api.create(&PostParams::default(), &review).await.map_err(|e| format!("SubjectAccessReview: {e}"))?;
+        let answer = self
+            .api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|error| Error::Kube { what: "SubjectAccessReview", error })?;
         let status = answer.status.unwrap_or_default();
         if let Some(e) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {
             tracing::debug!(error = %e, "SubjectAccessReview evaluation error");
@@ -165,12 +172,13 @@ pub struct AuthenticationConfig {
 impl AuthenticationConfig {
     /// Reads the ConfigMap's data; list values are JSON arrays in strings, as kube-apiserver writes them. Missing
     /// header lists get kube-apiserver's conventional names.
-    pub fn from_data(data: &BTreeMap<String, String>) -> std::result::Result<Self, String> {
+    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self> {
         let pem = |key: &str| data.get(key).filter(|v| !v.trim().is_empty()).cloned();
-        let list = |key: &str, default: &str| -> std::result::Result<Vec<String>, String> {
+        let list = |key: &str, default: &str| -> Result<Vec<String>> {
             match data.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) {
                 None => Ok(if default.is_empty() { Vec::new() } else { vec![default.to_string()] }),
-                Some(v) => serde_json::from_str(v).map_err(|e| format!("{key}: expected a JSON array of strings: {e}")),
+                Some(v) => serde_json::from_str(v)
+                    .map_err(|e| Error::Invalid(format!("{key}: expected a JSON array of strings: {e}"))),
             }
         };
         Ok(AuthenticationConfig {
@@ -202,7 +210,7 @@ impl ConfigMapTrust {
     }
 
     /// Applies one version of the ConfigMap. Errors name the part that was not applied.
-    pub fn apply(&self, cm: &ConfigMap) -> std::result::Result<(), String> {
+    pub fn apply(&self, cm: &ConfigMap) -> Result<()> {
         let config = AuthenticationConfig::from_data(&cm.data.clone().unwrap_or_default())?;
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         let previous = last.clone().unwrap_or_default();
@@ -254,7 +262,7 @@ impl ConfigMapTrust {
             *last = Some(config);
             Ok(())
         } else {
-            Err(errors.join("; "))
+            Err(Error::Invalid(errors.join("; ")))
         }
     }
 

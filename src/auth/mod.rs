@@ -39,12 +39,9 @@ pub fn install_default_crypto_provider() {
 /// Errors of the certificate, TLS and authentication setup.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The message names the I/O error (not a `source`, so that a chain is not printed twice).
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
     #[error("certificate generation failed: {0}")]
@@ -53,6 +50,9 @@ pub enum Error {
     Tls(#[from] rustls::Error),
     #[error("client certificate verifier: {0}")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
+    /// A request to kube-apiserver (TokenReview, SubjectAccessReview) or building its client failed.
+    #[error("{what}: {error}")]
+    Kube { what: &'static str, error: kube::Error },
     #[error("{0}")]
     Invalid(String),
 }
@@ -61,7 +61,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        Error::Io { path: path.to_path_buf(), source }
+        Error::Io { path: path.to_path_buf(), error: source }
     }
 
     pub(crate) fn file(path: &Path, message: impl Into<String>) -> Self {

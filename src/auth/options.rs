@@ -29,7 +29,7 @@ use super::delegated::{
 use super::tls::{crypto_provider, server_config_with, ReloadableCertResolver};
 use super::trust::{CaBundle, ClientTrust, RequestHeaderConfig};
 use super::{Error, Result};
-use crate::duration::duration_arg;
+use crate::duration::parse_duration;
 
 /// How often certificate and CA files are checked for new content.
 pub const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -69,7 +69,7 @@ pub struct AuthArgs {
     #[arg(long)]
     pub authentication_tolerate_lookup_failure: bool,
     /// How long TokenReview answers (valid and invalid tokens) are cached.
-    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authentication_token_webhook_cache_ttl: Duration,
     /// Kubeconfig of the cluster that authorizes for us (SubjectAccessReview). Default: in-cluster when running in
     /// a pod.
@@ -79,10 +79,10 @@ pub struct AuthArgs {
     #[arg(long, value_enum, default_value_t = AuthorizationModeArg::Webhook)]
     pub authorization_mode: AuthorizationModeArg,
     /// How long allowed SubjectAccessReview answers are cached.
-    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authorization_webhook_cache_authorized_ttl: Duration,
     /// How long denied SubjectAccessReview answers are cached.
-    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
     /// CA bundle of the front proxy's client certificates (kube-apiserver's --proxy-client-cert-file). Default: the
     /// ConfigMap's requestheader-client-ca-file when delegating. Reloaded when the file changes.
@@ -180,7 +180,7 @@ pub async fn build(
                     &args.requestheader_group_headers,
                     &args.requestheader_extra_headers_prefix,
                 )
-                .map_err(|e| Error::file(&path, e))
+                .map_err(|e| Error::file(&path, e.to_string()))
             }
         };
         trust.set_request_header(Some(load()?));

@@ -49,27 +49,27 @@ impl fmt::Debug for CaBundle {
 
 impl CaBundle {
     /// Parses a PEM bundle (at least one certificate).
-    pub fn from_pem(pem: &[u8]) -> std::result::Result<Self, String> {
+    pub fn from_pem(pem: &[u8]) -> Result<Self> {
         let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| format!("reading PEM certificates: {e}"))?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::Invalid(format!("reading PEM certificates: {e}")))?;
         if certs.is_empty() {
-            return Err("no PEM certificate found".into());
+            return Err(Error::Invalid("no PEM certificate found".into()));
         }
         let mut roots = RootCertStore::empty();
         for cert in &certs {
-            roots.add(cert.clone()).map_err(|e| format!("invalid CA certificate: {e}"))?;
+            roots.add(cert.clone()).map_err(|e| Error::Invalid(format!("invalid CA certificate: {e}")))?;
         }
         let subjects = roots.subjects();
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), super::crypto_provider())
             .build()
-            .map_err(|e| format!("CA bundle: {e}"))?;
+            .map_err(|e| Error::Invalid(format!("CA bundle: {e}")))?;
         Ok(CaBundle { digest: Sha256::digest(pem).into(), subjects, verifier, len: certs.len() })
     }
 
     pub fn from_file(path: &Path) -> Result<Self> {
         let pem = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        Self::from_pem(&pem).map_err(|e| Error::file(path, e))
+        Self::from_pem(&pem).map_err(|e| Error::file(path, e.to_string()))
     }
 
     /// Whether `chain` (end entity first) chains to this bundle now.
@@ -115,12 +115,12 @@ impl RequestHeaderConfig {
         uid_headers: &[String],
         group_headers: &[String],
         extra_prefixes: &[String],
-    ) -> std::result::Result<Self, String> {
-        let names = |list: &[String]| -> std::result::Result<Vec<HeaderName>, String> {
+    ) -> Result<Self> {
+        let names = |list: &[String]| -> Result<Vec<HeaderName>> {
             list.iter()
                 .map(|h| h.trim())
                 .filter(|h| !h.is_empty())
-                .map(|h| HeaderName::try_from(h).map_err(|_| format!("invalid header name {h:?}")))
+                .map(|h| HeaderName::try_from(h).map_err(|_| Error::Invalid(format!("invalid header name {h:?}"))))
                 .collect()
         };
         Ok(RequestHeaderConfig {

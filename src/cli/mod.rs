@@ -54,7 +54,7 @@ pub fn translate(args: TranslateArgs) -> anyhow::Result<()> {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input)?;
     let opts = crate::csi::document::Options { to_in_tree: args.to_in_tree, pod_namespace: args.pod_namespace };
-    let out = crate::csi::document::translate_text(&input, &opts).map_err(anyhow::Error::msg)?;
+    let out = crate::csi::document::translate_text(&input, &opts)?;
     std::io::stdout().write_all(out.as_bytes())?;
     Ok(())
 }
@@ -141,7 +141,7 @@ pub async fn storage(command: StorageCommand) -> anyhow::Result<()> {
             let config = a.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
             let etcd = a.etcd.enabled().then_some(&a.etcd);
             // Each value is read as the server reads it, so what it cannot read is marked with why.
-            let check = |value: &[u8]| crate::registry::decode::read_stored(value).map(|_| ());
+            let check = |value: &[u8]| crate::registry::decode::read_stored(value).map(|_| ()).map_err(Into::into);
             let mut entries = inspect::inspect_checked(&a.data_dir, etcd, config.as_ref(), &a.prefix, &check).await?;
             if a.unreadable {
                 entries.retain(|e| e.error.is_some());
@@ -198,14 +198,14 @@ pub struct CrdsArgs {
 
 /// `crds`: the CRDs generated from the kinds' types (see `server::crd`).
 pub fn crds(args: CrdsArgs) -> anyhow::Result<()> {
-    let kinds = kinds(&HashMap::new()).map_err(anyhow::Error::msg)?;
+    let kinds = kinds(&HashMap::new())?;
     match args.output_dir {
         Some(dir) => {
             for name in crate::server::crd::write(&kinds, &dir)? {
                 println!("{}", dir.join(name).display());
             }
         }
-        None => print!("{}", crate::server::crd::stream(&kinds).map_err(anyhow::Error::msg)?),
+        None => print!("{}", crate::server::crd::stream(&kinds)?),
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use crate::api::kinds;
 use crate::auth::certs::{ensure_dev_certs, DevCertOptions};
-use crate::duration::duration_arg;
+use crate::duration::parse_duration;
 use crate::registry::{Registry, RegistryConfig};
 use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
@@ -61,7 +61,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 100_000)]
     pub watch_history: usize,
     /// How often watches that allow bookmarks get one.
-    #[arg(long, default_value = "60s", value_parser = duration_arg)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub watch_bookmark_interval: Duration,
     /// Namespace the server runs in (for the in-cluster names in the generated serving certificate).
     #[arg(long, default_value = "migration-apiserver")]
@@ -84,7 +84,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub disable_trigger: bool,
     /// How often the trigger reads the target's discovery for storage version hashes.
-    #[arg(long, default_value = "10m", value_parser = duration_arg)]
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub discovery_interval: Duration,
     /// Finished migrations kept per resource.
     #[arg(long, default_value_t = 5)]
@@ -110,13 +110,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
     /// How long a leader's lease is valid without renewal: candidates wait this long before taking over.
-    #[arg(long, default_value = "15s", value_parser = duration_arg)]
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub leader_elect_lease_duration: Duration,
     /// A leader that has not renewed within this time stops the scheduler (shorter than the lease duration).
-    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub leader_elect_renew_deadline: Duration,
     /// How often candidates try to acquire the lease and the leader renews it.
-    #[arg(long, default_value = "2s", value_parser = duration_arg)]
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
     /// Name of the Lease (cluster mode) or of the etcd key `<--etcd-prefix>/leader-election/<name>`.
     #[arg(long, default_value = "migration-apiserver")]
@@ -162,12 +162,16 @@ impl ServeArgs {
     }
 }
 
-pub(super) fn parse_storage_version(s: &str) -> Result<(String, String), String> {
-    let (r, v) = s.split_once('=').ok_or_else(|| format!("expected <plural>.<group>=<version>, got {s:?}"))?;
-    if r.is_empty() || v.is_empty() {
-        return Err(format!("expected <plural>.<group>=<version>, got {s:?}"));
+/// A `--storage-version` value that is not `<plural>.<group>=<version>`.
+#[derive(Debug, thiserror::Error)]
+#[error("expected <plural>.<group>=<version>, got {0:?}")]
+pub struct StorageVersionFlagError(String);
+
+pub(super) fn parse_storage_version(s: &str) -> Result<(String, String), StorageVersionFlagError> {
+    match s.split_once('=') {
+        Some((r, v)) if !r.is_empty() && !v.is_empty() => Ok((r.to_string(), v.to_string())),
+        _ => Err(StorageVersionFlagError(s.to_string())),
     }
-    Ok((r.to_string(), v.to_string()))
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -227,7 +231,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => storage,
     };
     let overrides: HashMap<String, String> = args.storage_version.iter().cloned().collect();
-    let kinds = kinds(&overrides).map_err(anyhow::Error::msg)?;
+    let kinds = kinds(&overrides)?;
     let registry = Arc::new(Registry::new(
         storage,
         kinds,
@@ -357,7 +361,7 @@ pub(super) async fn start_scheduler(
     };
     if lock.is_some() {
         // Before anything starts: invalid timing fails the start.
-        econfig.validate().map_err(anyhow::Error::msg)?;
+        econfig.validate()?;
     }
     let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
     let (reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());

@@ -95,7 +95,7 @@ impl InTreePlugin for AwsElasticBlockStore {
             ebs.partition = Some(n as i32).filter(|p| *p != 0);
         }
         translate_topology_from_csi_to_in_tree(&mut pv, TOPOLOGY_KEY, Some(region_from_zones))
-            .map_err(|e| super::gce_pd::topology_error(&pv, &e))?;
+            .map_err(|e| super::gce_pd::topology_error(&pv, &e.0))?;
         let spec = spec_mut(&mut pv);
         spec.csi = None;
         spec.aws_elastic_block_store = Some(ebs);
@@ -117,25 +117,26 @@ fn is_ebs_volume_id(id: &str) -> bool {
 
 /// The EBS volume ID of a Kubernetes volume ID: `aws://<zone>/<id>` and `aws:///<id>` lose the URL around it; a
 /// bare ID is taken as it is.
-pub fn kubernetes_volume_id_to_ebs_volume_id(kubernetes_id: &str) -> std::result::Result<String, String> {
+pub fn kubernetes_volume_id_to_ebs_volume_id(kubernetes_id: &str) -> Result<String> {
     if !kubernetes_id.starts_with("aws://") {
         // Assumed to be a bare volume ID (vol-1234...).
         return Ok(kubernetes_id.to_string());
     }
-    let path = url_path(kubernetes_id)
-        .map_err(|e| format!("Invalid disk name ({kubernetes_id}): parse {}: {e}", go::quote(kubernetes_id)))?;
+    let path = url_path(kubernetes_id).map_err(|e| {
+        TranslationError::new(format!("Invalid disk name ({kubernetes_id}): parse {}: {e}", go::quote(kubernetes_id)))
+    })?;
     let aws_id = path.trim_matches('/');
     // The two known formats are vol-12345678 and vol-12345678abcdef01.
     if !is_ebs_volume_id(aws_id) {
-        return Err(format!("Invalid format for AWS volume ({kubernetes_id})"));
+        return Err(TranslationError::new(format!("Invalid format for AWS volume ({kubernetes_id})")));
     }
     Ok(aws_id.to_string())
 }
 
 /// The unescaped path of an `aws://` URL, with the checks of Go's `url.Parse` that such a URL can fail.
-fn url_path(raw: &str) -> std::result::Result<String, String> {
+fn url_path(raw: &str) -> Result<String> {
     if raw.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return Err("net/url: invalid control character in URL".into());
+        return Err(TranslationError::new("net/url: invalid control character in URL"));
     }
     let without_fragment = raw.split_once('#').map_or(raw, |(u, _)| u);
     let rest = &without_fragment["aws://".len()..];
@@ -149,7 +150,7 @@ fn url_path(raw: &str) -> std::result::Result<String, String> {
         if let Some(i) = host.rfind(':') {
             let port = &host[i..];
             if !port[1..].bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("invalid port {} after host", go::quote(port)));
+                return Err(TranslationError::new(format!("invalid port {} after host", go::quote(port))));
             }
         }
     }
@@ -158,7 +159,7 @@ fn url_path(raw: &str) -> std::result::Result<String, String> {
 }
 
 /// Go's `url.unescape` for a host or a path.
-fn unescape(s: &str, host: bool) -> std::result::Result<String, String> {
+fn unescape(s: &str, host: bool) -> Result<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -167,14 +168,17 @@ fn unescape(s: &str, host: bool) -> std::result::Result<String, String> {
             b'%' => {
                 if i + 2 >= b.len() || !b[i + 1].is_ascii_hexdigit() || !b[i + 2].is_ascii_hexdigit() {
                     let end = (i + 3).min(b.len());
-                    return Err(format!("invalid URL escape {}", go::quote(&s[i..end])));
+                    return Err(TranslationError::new(format!("invalid URL escape {}", go::quote(&s[i..end]))));
                 }
                 let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("00");
                 out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
                 i += 3;
             }
             c if host && c < 0x80 && !host_char(c) => {
-                return Err(format!("invalid character {} in host name", go::quote(&(c as char).to_string())));
+                return Err(TranslationError::new(format!(
+                    "invalid character {} in host name",
+                    go::quote(&(c as char).to_string())
+                )));
             }
             c => {
                 out.push(c);
@@ -192,9 +196,9 @@ fn host_char(c: u8) -> bool {
 
 /// The one region of AWS zones: `us-west-2a`, `us-gov-east-1a`, local zones (`us-west-2-lax-1a`) and wavelength
 /// zones (`us-east-1-wl1-bos-wlz-1`).
-pub fn region_from_zones(zones: &[String]) -> std::result::Result<String, String> {
+pub fn region_from_zones(zones: &[String]) -> Result<String> {
     if zones.is_empty() {
-        return Err("no zones specified".into());
+        return Err(TranslationError::new("no zones specified"));
     }
     let mut regions = BTreeSet::new();
     for zone in zones {
@@ -208,11 +212,14 @@ pub fn region_from_zones(zones: &[String]) -> std::result::Result<String, String
         } else if n == 5 || n == 7 {
             regions.insert(parts[..3].join("-"));
         } else {
-            return Err(format!("Unexpected zone format: {zone} is not a valid AWS zone"));
+            return Err(TranslationError::new(format!("Unexpected zone format: {zone} is not a valid AWS zone")));
         }
     }
     if regions.len() != 1 {
-        return Err(format!("multiple or no regions gotten from zones, got: {}", go::string_set(&regions)));
+        return Err(TranslationError::new(format!(
+            "multiple or no regions gotten from zones, got: {}",
+            go::string_set(&regions)
+        )));
     }
     Ok(regions.into_iter().next().unwrap_or_default())
 }
@@ -224,7 +231,7 @@ mod tests {
     #[test]
     fn volume_ids() {
         let ok = |s: &str| kubernetes_volume_id_to_ebs_volume_id(s).unwrap();
-        let err = |s: &str| kubernetes_volume_id_to_ebs_volume_id(s).unwrap_err();
+        let err = |s: &str| kubernetes_volume_id_to_ebs_volume_id(s).unwrap_err().to_string();
         assert_eq!(ok("vol-1234"), "vol-1234");
         assert_eq!(ok("aws:///vol-1234"), "vol-1234");
         assert_eq!(ok("aws://us-east-1a/vol-1234"), "vol-1234");
@@ -261,11 +268,11 @@ mod tests {
         assert_eq!(region_from_zones(&z(&["us-west-2-lax-1a"])).unwrap(), "us-west-2");
         assert_eq!(region_from_zones(&z(&["us-east-1-wl1-bos-wlz-1"])).unwrap(), "us-east-1");
         assert_eq!(
-            region_from_zones(&z(&["us-west-2a", "us-east-1a"])).unwrap_err(),
+            region_from_zones(&z(&["us-west-2a", "us-east-1a"])).unwrap_err().to_string(),
             "multiple or no regions gotten from zones, got: map[us-east-1:{} us-west-2:{}]"
         );
         assert_eq!(
-            region_from_zones(&z(&["uswest2a"])).unwrap_err(),
+            region_from_zones(&z(&["uswest2a"])).unwrap_err().to_string(),
             "Unexpected zone format: uswest2a is not a valid AWS zone"
         );
     }

@@ -5,6 +5,7 @@ use super::{
     is_inline_migratable, translate_csi_pv_to_in_tree, translate_in_tree_inline_volume_to_csi,
     translate_in_tree_pv_to_csi, translate_in_tree_storage_class_to_csi,
 };
+use super::{Result, TranslationError};
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Volume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
@@ -34,41 +35,45 @@ pub fn detect(text: &str) -> Format {
 }
 
 /// Translates every document of `text`; the output has the same format (YAML documents separated by `---`).
-pub fn translate_text(text: &str, opts: &Options) -> Result<String, String> {
+pub fn translate_text(text: &str, opts: &Options) -> Result<String> {
     match detect(text) {
         Format::Json => {
-            let doc: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+            let doc: Value =
+                serde_json::from_str(text).map_err(|e| TranslationError::new(format!("invalid JSON: {e}")))?;
             let out = translate_value(doc, opts)?;
-            let mut s = serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?;
+            let mut s = serde_json::to_string_pretty(&out).map_err(|e| TranslationError::new(e.to_string()))?;
             s.push('\n');
             Ok(s)
         }
         Format::Yaml => {
             let mut docs = Vec::new();
             for d in serde_yaml_ng::Deserializer::from_str(text) {
-                let v = Value::deserialize(d).map_err(|e| format!("invalid YAML: {e}"))?;
+                let v = Value::deserialize(d).map_err(|e| TranslationError::new(format!("invalid YAML: {e}")))?;
                 if !v.is_null() {
                     docs.push(v);
                 }
             }
             if docs.is_empty() {
-                return Err("no document on input".into());
+                return Err(TranslationError::new("no document on input"));
             }
             let mut out = Vec::with_capacity(docs.len());
             for d in docs {
-                out.push(serde_yaml_ng::to_string(&translate_value(d, opts)?).map_err(|e| e.to_string())?);
+                out.push(
+                    serde_yaml_ng::to_string(&translate_value(d, opts)?)
+                        .map_err(|e| TranslationError::new(e.to_string()))?,
+                );
             }
             Ok(out.join("---\n"))
         }
     }
 }
 
-fn typed<T: DeserializeOwned>(v: Value, what: &str) -> Result<T, String> {
-    serde_json::from_value(v).map_err(|e| format!("invalid {what}: {e}"))
+fn typed<T: DeserializeOwned>(v: Value, what: &str) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| TranslationError::new(format!("invalid {what}: {e}")))
 }
 
-fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, String> {
-    serde_json::to_value(t).map_err(|e| e.to_string())
+fn to_value<T: serde::Serialize>(t: &T) -> Result<Value> {
+    serde_json::to_value(t).map_err(|e| TranslationError::new(e.to_string()))
 }
 
 /// Whether a kind-less document is a pod's volume: a name and exactly one source.
@@ -78,13 +83,13 @@ fn looks_like_volume(v: &Value) -> bool {
 
 /// Translates one document: a PersistentVolume (either way), a StorageClass (to CSI, by its provisioner), a Pod (its
 /// in-tree inline volumes, to a List of PersistentVolumes), a pod's inline Volume (no kind), or a List of those.
-pub fn translate_value(doc: Value, opts: &Options) -> Result<Value, String> {
+pub fn translate_value(doc: Value, opts: &Options) -> Result<Value> {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
     let only_to_csi = |what: &str| {
         if opts.to_in_tree {
-            Err(format!(
+            Err(TranslationError::new(format!(
                 "{what} cannot be translated to in-tree: only PersistentVolumes translate from CSI back to in-tree"
-            ))
+            )))
         } else {
             Ok(())
         }
@@ -93,12 +98,12 @@ pub fn translate_value(doc: Value, opts: &Options) -> Result<Value, String> {
         "PersistentVolume" => {
             let pv: PersistentVolume = typed(doc, "PersistentVolume")?;
             let out = if opts.to_in_tree { translate_csi_pv_to_in_tree(&pv) } else { translate_in_tree_pv_to_csi(&pv) };
-            to_value(&out.map_err(|e| e.0)?)
+            to_value(&out?)
         }
         "StorageClass" => {
             only_to_csi("a StorageClass")?;
             let sc: StorageClass = typed(doc, "StorageClass")?;
-            to_value(&translate_in_tree_storage_class_to_csi(&sc.provisioner, &sc).map_err(|e| e.0)?)
+            to_value(&translate_in_tree_storage_class_to_csi(&sc.provisioner, &sc)?)
         }
         "Pod" => {
             only_to_csi("a Pod")?;
@@ -107,35 +112,35 @@ pub fn translate_value(doc: Value, opts: &Options) -> Result<Value, String> {
             let mut items = Vec::new();
             for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).filter(|v| is_inline_migratable(v)) {
                 let pv = translate_in_tree_inline_volume_to_csi(v, &namespace)
-                    .map_err(|e| format!("volume {:?}: {}", v.name, e.0))?;
+                    .map_err(|e| TranslationError::new(format!("volume {:?}: {}", v.name, e.0)))?;
                 items.push(to_value(&pv)?);
             }
             if items.is_empty() {
-                return Err(format!(
+                return Err(TranslationError::new(format!(
                     "pod {:?} has no in-tree volume with migration logic",
                     pod.metadata.name.unwrap_or_default()
-                ));
+                )));
             }
             Ok(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}))
         }
         "List" => {
             let items = doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
-            let items = items.into_iter().map(|i| translate_value(i, opts)).collect::<Result<Vec<_>, _>>()?;
+            let items = items.into_iter().map(|i| translate_value(i, opts)).collect::<Result<Vec<_>>>()?;
             Ok(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}))
         }
         "" if looks_like_volume(&doc) => {
             only_to_csi("an inline volume")?;
             let v: Volume = typed(doc, "Volume")?;
-            let pv = translate_in_tree_inline_volume_to_csi(&v, opts.pod_namespace.as_deref().unwrap_or_default())
-                .map_err(|e| e.0)?;
+            let pv = translate_in_tree_inline_volume_to_csi(&v, opts.pod_namespace.as_deref().unwrap_or_default())?;
             to_value(&pv)
         }
-        "" => Err("the document has no kind: expected a PersistentVolume, a StorageClass, a Pod or a pod's inline \
-                   volume (name and volume source)"
-            .into()),
-        other => Err(format!(
-            "cannot translate a {other}: expected a PersistentVolume, a StorageClass, a Pod or a pod's inline volume"
+        "" => Err(TranslationError::new(
+            "the document has no kind: expected a PersistentVolume, a StorageClass, a Pod or a pod's inline volume \
+             (name and volume source)",
         )),
+        other => Err(TranslationError::new(format!(
+            "cannot translate a {other}: expected a PersistentVolume, a StorageClass, a Pod or a pod's inline volume"
+        ))),
     }
 }
 
@@ -153,6 +158,9 @@ mod tests {
         let json = translate_text(r#"{"name":"v","gcePersistentDisk":{"pdName":"d"}}"#, &Options::default()).unwrap();
         let v: Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v["spec"]["csi"]["volumeHandle"], "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d");
-        assert!(translate_text("kind: ConfigMap\n", &Options::default()).unwrap_err().contains("ConfigMap"));
+        assert!(translate_text("kind: ConfigMap\n", &Options::default())
+            .unwrap_err()
+            .to_string()
+            .contains("ConfigMap"));
     }
 }

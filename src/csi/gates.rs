@@ -22,12 +22,24 @@ fn known_name(name: &str) -> Option<&'static str> {
     known_gates().into_iter().map(|(n, _)| n).find(|n| *n == name)
 }
 
+/// A `--feature-gates` value that does not parse, in component-base's words.
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("malformed pair, expect string=bool")]
+    MalformedPair,
+    /// `value` quoted as Go's strconv.ParseBool quotes it.
+    #[error("invalid value of {key}={value}, err: strconv.ParseBool: parsing {}: invalid syntax", super::go::quote(.value))]
+    InvalidValue { key: String, value: String },
+    #[error("unrecognized feature gate: {key} (known gates: {known})")]
+    Unrecognized { key: String, known: String },
+}
+
 /// Go's `strconv.ParseBool`.
-fn parse_bool(s: &str) -> Result<bool, String> {
+fn parse_bool(s: &str) -> Option<bool> {
     match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("strconv.ParseBool: parsing {}: invalid syntax", super::go::quote(s))),
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
     }
 }
 
@@ -36,18 +48,19 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 pub struct GateSettings(pub Vec<(&'static str, bool)>);
 
 impl FromStr for GateSettings {
-    type Err = String;
-    fn from_str(value: &str) -> Result<Self, String> {
+    type Err = GateError;
+    fn from_str(value: &str) -> Result<Self, GateError> {
         let mut out = Vec::new();
         for pair in value.split(',').filter(|s| !s.is_empty()) {
             let Some((k, v)) = pair.split_once('=') else {
-                return Err("malformed pair, expect string=bool".into());
+                return Err(GateError::MalformedPair);
             };
             let (k, v) = (k.trim(), v.trim());
-            let b = parse_bool(v).map_err(|e| format!("invalid value of {k}={v}, err: {e}"))?;
+            let b =
+                parse_bool(v).ok_or_else(|| GateError::InvalidValue { key: k.to_string(), value: v.to_string() })?;
             let Some(name) = known_name(k) else {
                 let known: Vec<&str> = known_gates().into_iter().map(|(n, _)| n).collect();
-                return Err(format!("unrecognized feature gate: {k} (known gates: {})", known.join(", ")));
+                return Err(GateError::Unrecognized { key: k.to_string(), known: known.join(", ") });
             };
             out.push((name, b));
         }
@@ -68,8 +81,8 @@ impl Default for FeatureGates {
 }
 
 impl FromStr for FeatureGates {
-    type Err = String;
-    fn from_str(value: &str) -> Result<Self, String> {
+    type Err = GateError;
+    fn from_str(value: &str) -> Result<Self, GateError> {
         Ok(FeatureGates::from_settings(&[value.parse()?]))
     }
 }
@@ -125,10 +138,17 @@ mod tests {
         assert_eq!(g.migrated_plugins(), ["kubernetes.io/aws-ebs", "kubernetes.io/gce-pd"]);
         let off: FeatureGates = "CSIMigrationGCE=true,CSIMigration=false".parse().unwrap();
         assert!(off.migrated_plugins().is_empty());
-        assert!("Foo=true".parse::<FeatureGates>().unwrap_err().starts_with("unrecognized feature gate: Foo"));
-        assert_eq!("CSIMigrationGCE".parse::<FeatureGates>().unwrap_err(), "malformed pair, expect string=bool");
+        assert!("Foo=true"
+            .parse::<FeatureGates>()
+            .unwrap_err()
+            .to_string()
+            .starts_with("unrecognized feature gate: Foo"));
         assert_eq!(
-            "CSIMigrationGCE=yes".parse::<FeatureGates>().unwrap_err(),
+            "CSIMigrationGCE".parse::<FeatureGates>().unwrap_err().to_string(),
+            "malformed pair, expect string=bool"
+        );
+        assert_eq!(
+            "CSIMigrationGCE=yes".parse::<FeatureGates>().unwrap_err().to_string(),
             r#"invalid value of CSIMigrationGCE=yes, err: strconv.ParseBool: parsing "yes": invalid syntax"#
         );
         let merged = FeatureGates::from_settings(&[

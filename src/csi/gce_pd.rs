@@ -58,20 +58,25 @@ pub fn backward_compatible_access_modes(modes: Option<&Vec<String>>) -> Option<V
 }
 
 /// The one region of GCE zones (`<locale>-<region>-<zone>`).
-pub fn region_from_zones(zones: &[String]) -> std::result::Result<String, String> {
+pub fn region_from_zones(zones: &[String]) -> Result<String> {
     if zones.is_empty() {
-        return Err("no zones specified".into());
+        return Err(TranslationError::new("no zones specified"));
     }
     let mut regions = BTreeSet::new();
     for zone in zones {
         let parts: Vec<&str> = zone.split('-').collect();
         if parts.len() != 3 {
-            return Err(format!("zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {zone}"));
+            return Err(TranslationError::new(format!(
+                "zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {zone}"
+            )));
         }
         regions.insert(parts[..2].join("-"));
     }
     if regions.len() != 1 {
-        return Err(format!("multiple or no regions gotten from zones, got: {}", go::string_set(&regions)));
+        return Err(TranslationError::new(format!(
+            "multiple or no regions gotten from zones, got: {}",
+            go::string_set(&regions)
+        )));
     }
     Ok(regions.into_iter().next().unwrap_or_default())
 }
@@ -182,7 +187,7 @@ impl InTreePlugin for GcePersistentDisk {
             }
         }
         translate_topology_from_csi_to_in_tree(&mut pv, TOPOLOGY_KEY, Some(region_from_zones))
-            .map_err(|e| topology_error(&pv, &e))?;
+            .map_err(|e| topology_error(&pv, &e.0))?;
         let spec = spec_mut(&mut pv);
         spec.csi = None;
         spec.gce_persistent_disk = Some(pd);
@@ -268,14 +273,14 @@ mod tests {
         let z = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(region_from_zones(&z(&["us-central1-a", "us-central1-b"])).unwrap(), "us-central1");
         assert_eq!(
-            region_from_zones(&z(&["us-central1-a", "europe-west1-b"])).unwrap_err(),
+            region_from_zones(&z(&["us-central1-a", "europe-west1-b"])).unwrap_err().to_string(),
             "multiple or no regions gotten from zones, got: map[europe-west1:{} us-central1:{}]"
         );
         assert_eq!(
-            region_from_zones(&z(&["us-central1"])).unwrap_err(),
+            region_from_zones(&z(&["us-central1"])).unwrap_err().to_string(),
             "zone in unexpected format, expected: {locale}-{region}-{zone}, got: us-central1"
         );
-        assert_eq!(region_from_zones(&[]).unwrap_err(), "no zones specified");
+        assert_eq!(region_from_zones(&[]).unwrap_err().to_string(), "no zones specified");
     }
 
     #[test]

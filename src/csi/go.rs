@@ -1,6 +1,7 @@
 //! How Go renders values inside the library's error messages (`%q`, `strconv` errors, a `sets.String`), so that our
 //! messages read exactly like csi-translation-lib's.
 
+use super::{Result, TranslationError};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -33,13 +34,14 @@ pub fn quote(s: &str) -> String {
 }
 
 /// `strconv.Atoi` on a 64-bit platform, with its error text.
-pub fn atoi(s: &str) -> Result<i64, String> {
-    let syntax = || format!("strconv.Atoi: parsing {}: invalid syntax", quote(s));
+pub fn atoi(s: &str) -> Result<i64> {
+    let syntax = || TranslationError::new(format!("strconv.Atoi: parsing {}: invalid syntax", quote(s)));
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(syntax());
     }
-    s.parse::<i64>().map_err(|_| format!("strconv.Atoi: parsing {}: value out of range", quote(s)))
+    s.parse::<i64>()
+        .map_err(|_| TranslationError::new(format!("strconv.Atoi: parsing {}: value out of range", quote(s))))
 }
 
 /// Go's `%v` of a `sets.String` (a map with empty struct values, keys sorted).
@@ -57,10 +59,10 @@ mod tests {
         assert_eq!(quote("a\"b\n"), r#""a\"b\n""#);
         assert_eq!(atoi("12"), Ok(12));
         assert_eq!(atoi("+3"), Ok(3));
-        assert_eq!(atoi("x1").unwrap_err(), r#"strconv.Atoi: parsing "x1": invalid syntax"#);
-        assert_eq!(atoi("").unwrap_err(), r#"strconv.Atoi: parsing "": invalid syntax"#);
+        assert_eq!(atoi("x1").unwrap_err().to_string(), r#"strconv.Atoi: parsing "x1": invalid syntax"#);
+        assert_eq!(atoi("").unwrap_err().to_string(), r#"strconv.Atoi: parsing "": invalid syntax"#);
         assert_eq!(
-            atoi("99999999999999999999").unwrap_err(),
+            atoi("99999999999999999999").unwrap_err().to_string(),
             r#"strconv.Atoi: parsing "99999999999999999999": value out of range"#
         );
         let set: BTreeSet<String> = ["us-east1".to_string(), "europe-west1".to_string()].into();

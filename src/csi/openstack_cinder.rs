@@ -83,7 +83,7 @@ impl InTreePlugin for Cinder {
             secret_ref: None,
         };
         translate_topology_from_csi_to_in_tree(&mut pv, TOPOLOGY_KEY, None)
-            .map_err(|e| super::gce_pd::topology_error(&pv, &e))?;
+            .map_err(|e| super::gce_pd::topology_error(&pv, &e.0))?;
         let spec = spec_mut(&mut pv);
         spec.csi = None;
         spec.cinder = Some(cinder);

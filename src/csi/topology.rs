@@ -2,6 +2,7 @@
 //! node affinity and labels (GA `topology.kubernetes.io/*` and beta `failure-domain.beta.kubernetes.io/*`), multi-zone
 //! label values joined with `__`, and the allowed topologies of a StorageClass.
 
+use super::{Result, TranslationError};
 use k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, TopologySelectorLabelRequirement,
     TopologySelectorTerm, VolumeNodeAffinity,
@@ -16,7 +17,7 @@ pub const LABEL_FAILURE_DOMAIN_BETA_REGION: &str = "failure-domain.beta.kubernet
 pub const LABEL_MULTI_ZONE_DELIMITER: &str = "__";
 
 /// Derives a region from the zones of one node selector term (per cloud's zone naming).
-pub type RegionParser = fn(&[String]) -> Result<String, String>;
+pub type RegionParser = fn(&[String]) -> Result<String>;
 
 fn terms(pv: &PersistentVolume) -> &[NodeSelectorTerm] {
     pv.spec
@@ -59,10 +60,10 @@ pub fn topology_values(pv: &PersistentVolume, key: &str) -> Vec<String> {
 }
 
 /// Appends `key In zones` (trimmed, non-empty, unique, sorted) to every term, creating the node affinity if needed.
-pub fn add_topology(pv: &mut PersistentVolume, key: &str, zones: &[String]) -> Result<(), String> {
+pub fn add_topology(pv: &mut PersistentVolume, key: &str, zones: &[String]) -> Result<()> {
     let zones: BTreeSet<String> = zones.iter().map(|z| z.trim().to_string()).filter(|z| !z.is_empty()).collect();
     if zones.is_empty() {
-        return Err("there are no valid zones to add to pv".into());
+        return Err(TranslationError::new("there are no valid zones to add to pv"));
     }
     let spec = pv.spec.get_or_insert_with(Default::default);
     let affinity = spec.node_affinity.get_or_insert_with(VolumeNodeAffinity::default);
@@ -135,11 +136,12 @@ pub fn translate_topology_from_csi_to_in_tree(
     pv: &mut PersistentVolume,
     csi_key: &str,
     region_parser: Option<RegionParser>,
-) -> Result<(), String> {
+) -> Result<()> {
     let (zone_label, _) = topology_labels(pv);
     replace_topology(pv, csi_key, zone_label);
     if let Some(parser) = region_parser {
-        region_topology_handler(pv, parser).map_err(|e| format!("Failed to handle region topology. error: {e}"))?;
+        region_topology_handler(pv, parser)
+            .map_err(|e| TranslationError::new(format!("Failed to handle region topology. error: {e}")))?;
     }
     let zones = topology_values(pv, zone_label);
     if !zones.is_empty() {
@@ -150,7 +152,7 @@ pub fn translate_topology_from_csi_to_in_tree(
 
 /// Adds a region expression, derived from the term's zones, to every term that has none; labels the PV with the
 /// region when there is exactly one.
-pub fn region_topology_handler(pv: &mut PersistentVolume, parser: RegionParser) -> Result<(), String> {
+pub fn region_topology_handler(pv: &mut PersistentVolume, parser: RegionParser) -> Result<()> {
     if terms(pv).is_empty() {
         return Ok(());
     }
@@ -270,7 +272,10 @@ mod tests {
     #[test]
     fn region_parser_errors_are_wrapped() {
         let mut p = pv(&[], vec![vec![req("csi/zone", &["a"])]]);
-        let e = translate_topology_from_csi_to_in_tree(&mut p, "csi/zone", Some(|_| Err("nope".into()))).unwrap_err();
+        let e =
+            translate_topology_from_csi_to_in_tree(&mut p, "csi/zone", Some(|_| Err(TranslationError::new("nope"))))
+                .unwrap_err()
+                .to_string();
         assert_eq!(e, "Failed to handle region topology. error: nope");
     }
 }

@@ -85,17 +85,28 @@ pub fn starts_object(json: &[u8]) -> bool {
     json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
+/// Why a stored value cannot be read as an object.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("the stored object does not decode as JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the stored object is not a JSON object")]
+    NotAnObject,
+    #[error("the stored object's metadata is not a JSON object")]
+    MetadataNotAnObject,
+}
+
 /// A stored object as every read of it decodes it: a JSON object whose metadata, when present, is an object.
 /// What is not is unreadable (corrupt, or written by something other than this server), and why.
-pub fn read_stored(value: &[u8]) -> Result<Map<String, Value>, String> {
+pub fn read_stored(value: &[u8]) -> Result<Map<String, Value>, Unreadable> {
     let obj = match serde_json::from_slice(value) {
         Ok(Value::Object(o)) => o,
-        Ok(_) => return Err("the stored object is not a JSON object".into()),
-        Err(e) => return Err(format!("the stored object does not decode as JSON: {e}")),
+        Ok(_) => return Err(Unreadable::NotAnObject),
+        Err(e) => return Err(Unreadable::NotJson(e)),
     };
     match obj.get("metadata") {
         None | Some(Value::Object(_)) => Ok(obj),
-        Some(_) => Err("the stored object's metadata is not a JSON object".into()),
+        Some(_) => Err(Unreadable::MetadataNotAnObject),
     }
 }
 

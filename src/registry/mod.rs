@@ -284,7 +284,8 @@ impl Resource {
     /// A stored value that is not a JSON object with object metadata cannot be served: a store read error naming
     /// its key (corruption, or data written by something other than this server).
     fn decode_stored_at(&self, key: &str, value: &[u8], revision: u64, version: &str) -> ApiResult<Value> {
-        let mut o = decode::read_stored(value).map_err(|why| ApiError::from(StorageError::corrupt(key, why)))?;
+        let mut o =
+            decode::read_stored(value).map_err(|why| ApiError::from(StorageError::corrupt(key, why.to_string())))?;
         let i = self.info();
         o.insert("apiVersion".into(), Value::String(i.api_version(version)));
         o.insert("kind".into(), Value::String(i.kind.into()));

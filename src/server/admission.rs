@@ -53,25 +53,30 @@ impl Answer {
     }
 }
 
+/// A review of a kind we do not serve: admitted unchecked, with a warning naming the kind.
+#[derive(Debug, thiserror::Error)]
+#[error("migration-apiserver does not serve {0}: admitted unchecked (check the rules of the webhook configuration)")]
+struct Unserved(String);
+
 /// The served resource the review is about (by `request.kind`, else `request.resource`), with the version its
 /// objects are in; Err(warning) when it is not ours.
-fn target<'a, O>(registry: &'a Registry, req: &'a AdmissionRequest<O>) -> Result<(&'a Arc<Resource>, &'a str), String> {
-    let unserved = |what: String| {
-        format!("migration-apiserver does not serve {what}: admitted unchecked (check the rules of the webhook configuration)")
-    };
+fn target<'a, O>(
+    registry: &'a Registry,
+    req: &'a AdmissionRequest<O>,
+) -> Result<(&'a Arc<Resource>, &'a str), Unserved> {
     if let Some(k) = req.kind.as_ref().filter(|k| !k.kind.is_empty()) {
         let gv = if k.group.is_empty() { k.version.to_string() } else { format!("{}/{}", k.group, k.version) };
         return registry
             .resource_for_kind(&k.group, &k.version, &k.kind)
             .map(|r| (r, &*k.version))
-            .ok_or_else(|| unserved(format!("{gv}, Kind={}", k.kind)));
+            .ok_or_else(|| Unserved(format!("{gv}, Kind={}", k.kind)));
     }
     let r =
-        req.resource.as_ref().filter(|r| !r.resource.is_empty()).ok_or_else(|| unserved("an unnamed kind".into()))?;
+        req.resource.as_ref().filter(|r| !r.resource.is_empty()).ok_or_else(|| Unserved("an unnamed kind".into()))?;
     registry
         .resource(&r.group, &r.version, &r.resource)
         .map(|res| (res, &*r.version))
-        .ok_or_else(|| unserved(format!("{}/{}, Resource={}", r.group, r.version, r.resource)))
+        .ok_or_else(|| Unserved(format!("{}/{}, Resource={}", r.group, r.version, r.resource)))
 }
 
 /// The answer to `req`, whose objects it takes.
@@ -84,7 +89,7 @@ fn decide(registry: &Registry, req: &AdmissionRequest<Box<RawValue>>, mode: Mode
     };
     let (res, version) = match target(registry, req) {
         Ok(t) => t,
-        Err(warning) => return Answer::allow(vec![warning]),
+        Err(unserved) => return Answer::allow(vec![unserved.to_string()]),
     };
     let info = res.strategy.info();
     let status = match &*req.sub_resource {

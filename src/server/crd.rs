@@ -57,10 +57,31 @@ fn is_null_schema(v: &Value) -> bool {
     v.get("type") == Some(&json!("null")) || v.get("enum") == Some(&json!([null]))
 }
 
+/// Why a kind's schema has no CRD form.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    #[error("schema nests too deep (recursive type?)")]
+    TooDeep,
+    #[error("unresolved schema reference {0}")]
+    UnresolvedReference(String),
+    #[error("{key} with {count} schemas has no structural form")]
+    NotStructural { key: &'static str, count: usize },
+    #[error("a node of types {0} has no structural form")]
+    MixedTypes(String),
+    #[error("no schema {0}")]
+    NoSchema(String),
+    #[error("{kind}: {error}")]
+    OfKind { kind: &'static str, error: Box<CrdError> },
+    #[error("{0}: the schema has no properties")]
+    NoProperties(&'static str),
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+}
+
 /// One schema node in structural form, references resolved against `defs`.
-fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<Value, String> {
+fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<Value, CrdError> {
     if depth > 64 {
-        return Err("schema nests too deep (recursive type?)".into());
+        return Err(CrdError::TooDeep);
     }
     let m = match node {
         Value::Object(m) if !m.is_empty() => m,
@@ -75,7 +96,7 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         base = Some(if name == OBJECT_META {
             json!({"type": "object"})
         } else {
-            let def = defs.get(name).ok_or_else(|| format!("unresolved schema reference {r}"))?;
+            let def = defs.get(name).ok_or_else(|| CrdError::UnresolvedReference(r.to_string()))?;
             structural(def, defs, depth + 1)?
         });
     }
@@ -83,7 +104,7 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         if let Some(Value::Array(list)) = m.get(key) {
             let inner: Vec<&Value> = list.iter().filter(|v| !is_null_schema(v)).collect();
             if inner.len() != 1 || (key == "allOf" && list.len() != 1) {
-                return Err(format!("{key} with {} schemas has no structural form", list.len()));
+                return Err(CrdError::NotStructural { key, count: list.len() });
             }
             base = Some(structural(inner[0], defs, depth + 1)?);
         }
@@ -102,7 +123,7 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
                 [t] => {
                     out.insert("type".into(), (*t).clone());
                 }
-                _ => return Err(format!("a node of types {ts:?} has no structural form")),
+                _ => return Err(CrdError::MixedTypes(format!("{ts:?}"))),
             }
         }
         _ => {}
@@ -145,13 +166,14 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
 }
 
 /// The kind's `openAPIV3Schema`.
-pub fn schema(kind: &dyn Strategy) -> Result<Value, String> {
+pub fn schema(kind: &dyn Strategy) -> Result<Value, CrdError> {
     let (name, defs) = kind.schemas();
-    let root = defs.get(&name).ok_or_else(|| format!("no schema {name}"))?;
-    let mut s = structural(root, &defs, 0).map_err(|e| format!("{}: {e}", kind.info().kind))?;
+    let root = defs.get(&name).ok_or_else(|| CrdError::NoSchema(name.clone()))?;
+    let mut s =
+        structural(root, &defs, 0).map_err(|e| CrdError::OfKind { kind: kind.info().kind, error: Box::new(e) })?;
     s["type"] = json!("object");
     let props = s.as_object_mut().and_then(|o| o.get_mut("properties")).and_then(Value::as_object_mut);
-    let Some(props) = props else { return Err(format!("{}: the schema has no properties", kind.info().kind)) };
+    let Some(props) = props else { return Err(CrdError::NoProperties(kind.info().kind)) };
     props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"}));
     props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}));
     let meta_description = props.get("metadata").and_then(|m| m.get("description")).cloned();
@@ -185,7 +207,7 @@ fn printer_columns(kind: &dyn Strategy) -> Vec<Value> {
 }
 
 /// The CustomResourceDefinition of one kind: every served version (the same schema), the storage version stored.
-pub fn crd(kind: &dyn Strategy) -> Result<Value, String> {
+pub fn crd(kind: &dyn Strategy) -> Result<Value, CrdError> {
     let i = kind.info();
     let schema = schema(kind)?;
     let columns = printer_columns(kind);
@@ -235,8 +257,8 @@ pub fn file_name(kind: &dyn Strategy) -> String {
     format!("{}_{}.yaml", kind.info().group, kind.info().plural)
 }
 
-fn yaml(v: &Value) -> Result<String, String> {
-    serde_yaml_ng::to_string(v).map_err(|e| e.to_string())
+fn yaml(v: &Value) -> Result<String, CrdError> {
+    Ok(serde_yaml_ng::to_string(v)?)
 }
 
 /// The kinds that have a CRD form: create-only virtual kinds store nothing, so kube-apiserver has nothing to keep.
@@ -245,7 +267,7 @@ pub fn stored(kinds: &[Arc<dyn Strategy>]) -> impl Iterator<Item = &Arc<dyn Stra
 }
 
 /// Every generated file of `manifests/crds/` (name, content): one CRD per kind and the kustomization listing them.
-pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Vec<(String, String)>, String> {
+pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Vec<(String, String)>, CrdError> {
     let mut out = Vec::new();
     for k in stored(kinds) {
         out.push((file_name(k.as_ref()), format!("{GENERATED_HEADER}{}", yaml(&crd(k.as_ref())?)?)));
@@ -261,7 +283,7 @@ pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Vec<(String, String)>, Strin
 }
 
 /// All CRDs as one YAML stream (for `kubectl apply -f -`).
-pub fn stream(kinds: &[Arc<dyn Strategy>]) -> Result<String, String> {
+pub fn stream(kinds: &[Arc<dyn Strategy>]) -> Result<String, CrdError> {
     let mut out = String::from(GENERATED_HEADER);
     for (i, k) in stored(kinds).enumerate() {
         if i > 0 {
@@ -275,7 +297,7 @@ pub fn stream(kinds: &[Arc<dyn Strategy>]) -> Result<String, String> {
 /// Writes [`files`] into `dir` (created if missing).
 pub fn write(kinds: &[Arc<dyn Strategy>], dir: &Path) -> anyhow::Result<Vec<String>> {
     std::fs::create_dir_all(dir)?;
-    let files = files(kinds).map_err(anyhow::Error::msg)?;
+    let files = files(kinds)?;
     let mut names = Vec::new();
     for (name, content) in files {
         std::fs::write(dir.join(&name), content)?;

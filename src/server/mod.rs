@@ -208,7 +208,7 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
             }
             Err(e) => {
                 tracing::warn!(error = %e, user = %user.name, path = %attrs.path, "authorization failed");
-                return ApiError::internal(e).into_response();
+                return ApiError::internal(e.to_string()).into_response();
             }
         }
     }

@@ -29,7 +29,7 @@ pub struct EtcdArgs {
     pub keyfile: Option<PathBuf>,
     /// How often this server compacts etcd's history (as kube-apiserver's flag; 0 disables, for an etcd that
     /// others compact).
-    #[arg(long = "etcd-compaction-interval", id = "etcd_compaction_interval", default_value = "5m", value_parser = crate::duration::duration_arg)]
+    #[arg(long = "etcd-compaction-interval", id = "etcd_compaction_interval", default_value = "5m", value_parser = crate::duration::parse_duration)]
     pub compaction_interval: Duration,
 }
 
@@ -448,6 +448,15 @@ struct Feed {
     compacted: Arc<AtomicU64>,
 }
 
+/// Why one etcd watch stream ended (the watch resumes from the last revision).
+#[derive(Debug, thiserror::Error)]
+enum WatchBroke {
+    #[error(transparent)]
+    Etcd(#[from] etcd_client::Error),
+    #[error("watch canceled: {0}")]
+    Canceled(String),
+}
+
 impl Feed {
     async fn run(mut self, mut last: Revision) {
         let mut backoff = Duration::from_millis(100);
@@ -462,13 +471,13 @@ impl Feed {
     }
 
     /// Follows one watch stream until it breaks, publishing its events and progress.
-    async fn stream(&mut self, last: &mut Revision, backoff: &mut Duration) -> std::result::Result<(), String> {
+    async fn stream(&mut self, last: &mut Revision, backoff: &mut Duration) -> std::result::Result<(), WatchBroke> {
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(*last as i64 + 1)
             .with_prev_key()
             .with_progress_notify();
-        let mut stream = self.watch.watch(format!("{}/", self.prefix), Some(opts)).await.map_err(|e| e.to_string())?;
+        let mut stream = self.watch.watch(format!("{}/", self.prefix), Some(opts)).await?;
         // Bookmarks need etcd's word that nothing is pending; ask for it when etcd's revision moved without events
         // of ours (writes elsewhere in etcd).
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -477,17 +486,17 @@ impl Feed {
                 msg = stream.message() => msg,
                 _ = tick.tick() => {
                     if self.current.load(Ordering::Acquire) > self.hub.progress_revision() {
-                        stream.request_progress().await.map_err(|e| e.to_string())?;
+                        stream.request_progress().await?;
                     }
                     continue;
                 }
             };
-            let Some(resp) = msg.map_err(|e| e.to_string())? else { return Ok(()) };
+            let Some(resp) = msg? else { return Ok(()) };
             *backoff = Duration::from_millis(100);
             if resp.canceled() {
                 let c = rev(resp.compact_revision());
                 if c == 0 {
-                    return Err(format!("watch canceled: {}", resp.cancel_reason()));
+                    return Err(WatchBroke::Canceled(resp.cancel_reason().to_string()));
                 }
                 // The events between `last` and the compaction are gone: watchers must re-list.
                 tracing::warn!(

@@ -35,7 +35,7 @@ pub fn inspect(data_dir: &Path, config: Option<&EncryptionConfig>, prefix: &str)
 }
 
 /// How the layer above reads a plaintext value: `Err` with why it cannot (set as the entry's `error`).
-pub type ReadCheck<'a> = &'a dyn Fn(&[u8]) -> Result<(), String>;
+pub type ReadCheck<'a> = &'a dyn Fn(&[u8]) -> Result<(), Box<dyn std::error::Error>>;
 
 /// [`inspect`] (or [`inspect_etcd`] with `etcd`) with every plaintext value also given to `check`.
 pub async fn inspect_checked(
@@ -89,14 +89,14 @@ fn describe(stored: Vec<super::KeyValue>, config: Option<&EncryptionConfig>, che
             match (config, encoding) {
                 (None, Encoding::Identity) => {
                     entry.api_version = api_version(&kv.value);
-                    entry.error = check(&kv.value).err();
+                    entry.error = check(&kv.value).err().map(|e| e.to_string());
                 }
                 (None, _) => entry.api_version = "<encrypted>".into(),
                 (Some(c), _) => match c.decrypt(&kv.key, &kv.value) {
                     Ok(d) => {
                         entry.api_version = api_version(&d.value);
                         entry.stale = Some(d.stale);
-                        entry.error = check(&d.value).err();
+                        entry.error = check(&d.value).err().map(|e| e.to_string());
                     }
                     Err(e) => {
                         entry.api_version = "<error>".into();

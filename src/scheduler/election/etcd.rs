@@ -8,7 +8,7 @@
 //! its last renewal, and a holder cut off from etcd stops leading after the renew deadline, before that.
 //! Releasing revokes the lease, which deletes the key at once.
 
-use super::LeaderLock;
+use super::{LeaderLock, LockError};
 use etcd_client::{Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse};
 use k8s_openapi::jiff::Timestamp;
 use std::time::Duration;
@@ -73,8 +73,8 @@ impl EtcdLock {
         .unwrap_or_default()
     }
 
-    async fn acquire(&mut self) -> Result<bool, String> {
-        let lease = self.client.lease_grant(self.ttl_seconds, None).await.map_err(|e| e.to_string())?.id();
+    async fn acquire(&mut self) -> Result<bool, LockError> {
+        let lease = self.client.lease_grant(self.ttl_seconds, None).await?.id();
         let txn = Txn::new()
             .when([Compare::create_revision(self.key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(self.key.as_str(), self.record(), Some(PutOptions::new().with_lease(lease)))])
@@ -83,7 +83,7 @@ impl EtcdLock {
             Ok(r) => r,
             Err(e) => {
                 let _ = self.client.lease_revoke(lease).await;
-                return Err(e.to_string());
+                return Err(e.into());
             }
         };
         if resp.succeeded() {
@@ -106,12 +106,12 @@ impl EtcdLock {
     }
 
     /// One keep-alive of the held lease: Ok(false) when it expired, or the key is no longer attached to it.
-    async fn renew(&mut self) -> Result<bool, String> {
+    async fn renew(&mut self) -> Result<bool, LockError> {
         let Some(held) = self.held.as_mut() else { return Ok(false) };
         // A fresh keep-alive stream every time: an attempt cut off at the renew deadline may have left an answer
         // buffered in the old one, which a later renewal would take for its own.
         held.keep_alive = None;
-        held.keep_alive = Some(self.client.lease_keep_alive(held.lease).await.map_err(|e| e.to_string())?);
+        held.keep_alive = Some(self.client.lease_keep_alive(held.lease).await?);
         let lease = held.lease;
         let ttl = match keep_alive_once(held.keep_alive.as_mut()).await {
             Ok(ttl) => ttl,
@@ -126,7 +126,7 @@ impl EtcdLock {
             return Ok(false);
         }
         let check = Txn::new().when([Compare::lease(self.key.as_str(), CompareOp::Equal, lease)]);
-        let ours = self.client.txn(check).await.map_err(|e| e.to_string())?.succeeded();
+        let ours = self.client.txn(check).await?.succeeded();
         if !ours {
             // Deleted by hand, or etcd restored from a backup: give the lease up and compete again.
             self.held = None;
@@ -136,27 +136,27 @@ impl EtcdLock {
     }
 }
 
-async fn keep_alive_once(ka: Option<&mut (LeaseKeeper, LeaseKeepAliveStream)>) -> Result<i64, String> {
-    let Some((keeper, stream)) = ka else { return Err("no keep-alive stream".into()) };
-    keeper.keep_alive().await.map_err(|e| e.to_string())?;
-    match stream.message().await.map_err(|e| e.to_string())? {
+async fn keep_alive_once(ka: Option<&mut (LeaseKeeper, LeaseKeepAliveStream)>) -> Result<i64, LockError> {
+    let Some((keeper, stream)) = ka else { return Err(LockError::KeepAliveClosed) };
+    keeper.keep_alive().await?;
+    match stream.message().await? {
         Some(resp) => Ok(resp.ttl()),
-        None => Err("keep-alive stream closed".into()),
+        None => Err(LockError::KeepAliveClosed),
     }
 }
 
 #[async_trait::async_trait]
 impl LeaderLock for EtcdLock {
-    async fn try_acquire_or_renew(&mut self) -> Result<bool, String> {
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, LockError> {
         if self.held.is_some() {
             return self.renew().await;
         }
         self.acquire().await
     }
 
-    async fn release(&mut self) -> Result<(), String> {
+    async fn release(&mut self) -> Result<(), LockError> {
         if let Some(held) = self.held.take() {
-            self.client.lease_revoke(held.lease).await.map_err(|e| e.to_string())?;
+            self.client.lease_revoke(held.lease).await?;
             self.holder = None;
         }
         Ok(())

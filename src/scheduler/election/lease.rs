@@ -7,7 +7,7 @@
 //! for leaseDurationSeconds since this process last saw it change. Comparing another machine's renewTime with our
 //! clock would make clock skew decide who leads. A record with no holder (released) is free at once.
 
-use super::LeaderLock;
+use super::{LeaderLock, LockError};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -132,15 +132,11 @@ impl LeaseLock {
     }
 }
 
-fn err(e: kube::Error) -> String {
-    e.to_string()
-}
-
 #[async_trait::async_trait]
 impl LeaderLock for LeaseLock {
-    async fn try_acquire_or_renew(&mut self) -> Result<bool, String> {
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, LockError> {
         // The leader election of client-go reads before every write: a renewal never blindly overwrites.
-        let current = self.api.get_opt(&self.name).await.map_err(err)?;
+        let current = self.api.get_opt(&self.name).await?;
         let now = Instant::now();
         let spec = current.as_ref().and_then(|l| l.spec.clone()).unwrap_or_default();
         if current.is_some() {
@@ -187,11 +183,11 @@ impl LeaderLock for LeaseLock {
             }
             // Another candidate wrote first (409 on update, 409 AlreadyExists on create).
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(err(e)),
+            Err(e) => Err(e.into()),
         }
     }
 
-    async fn release(&mut self) -> Result<(), String> {
+    async fn release(&mut self) -> Result<(), LockError> {
         let Some(mut lease) = self.last.clone() else { return Ok(()) };
         let Some(spec) = lease.spec.as_ref().filter(|s| s.holder_identity.as_deref() == Some(&self.identity)) else {
             return Ok(());
@@ -204,7 +200,7 @@ impl LeaderLock for LeaseLock {
             }
             // Written by another since our last write: it is no longer ours to release.
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(err(e)),
+            Err(e) => Err(e.into()),
         }
     }
 

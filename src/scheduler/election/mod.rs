@@ -35,22 +35,46 @@ pub struct ElectionConfig {
 /// client-go's JitterFactor: candidates wait retry_period * [1, 1.2) between attempts.
 const JITTER: f64 = 1.2;
 
+/// A leader election configuration that cannot work (client-go's checks).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline")]
+    LeaseNotLongerThanRenewDeadline,
+    #[error("--leader-elect-renew-deadline must be greater than {JITTER} x --leader-elect-retry-period")]
+    RenewDeadlineTooShort,
+    #[error("--leader-elect-retry-period must be positive")]
+    NoRetryPeriod,
+    #[error("the leader election identity must not be empty")]
+    NoIdentity,
+}
+
+/// Why a lock could not be taken, renewed or released (the election goes on: the next attempt may succeed).
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Etcd(#[from] etcd_client::Error),
+    #[error("the etcd lease keep-alive stream closed")]
+    KeepAliveClosed,
+    #[error("the lock's store is unreachable")]
+    Unreachable,
+}
+
 impl ElectionConfig {
     /// client-go's checks: lease duration > renew deadline > jitter * retry period.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.lease_duration <= self.renew_deadline {
-            return Err("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline".into());
+            return Err(ConfigError::LeaseNotLongerThanRenewDeadline);
         }
         if self.renew_deadline.as_secs_f64() <= JITTER * self.retry_period.as_secs_f64() {
-            return Err(format!(
-                "--leader-elect-renew-deadline must be greater than {JITTER} x --leader-elect-retry-period"
-            ));
+            return Err(ConfigError::RenewDeadlineTooShort);
         }
         if self.retry_period.is_zero() {
-            return Err("--leader-elect-retry-period must be positive".into());
+            return Err(ConfigError::NoRetryPeriod);
         }
         if self.identity.is_empty() {
-            return Err("the leader election identity must not be empty".into());
+            return Err(ConfigError::NoIdentity);
         }
         Ok(())
     }
@@ -74,9 +98,9 @@ pub fn identity() -> String {
 pub trait LeaderLock: Send {
     /// One attempt to acquire the lock, or to renew it when we hold it. Ok(true): we hold it now (and, as of the
     /// start of this call, for the lease duration); Ok(false): someone else does.
-    async fn try_acquire_or_renew(&mut self) -> Result<bool, String>;
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, LockError>;
     /// Gives the lock up so that another candidate takes over at its next attempt (graceful shutdown).
-    async fn release(&mut self) -> Result<(), String>;
+    async fn release(&mut self) -> Result<(), LockError>;
     /// The current holder as last observed (for logs).
     fn holder(&self) -> Option<String>;
     /// What the lock is, for logs: `lease migration-apiserver/migration-apiserver`, `etcd key /registry/...`.
@@ -298,8 +322,8 @@ mod tests {
     #[test]
     fn timing_is_validated_like_client_go() {
         assert!(config(15, 10, 2).validate().is_ok());
-        assert!(config(10, 10, 2).validate().unwrap_err().contains("lease-duration"));
-        assert!(config(15, 2, 2).validate().unwrap_err().contains("renew-deadline"));
+        assert!(config(10, 10, 2).validate().unwrap_err().to_string().contains("lease-duration"));
+        assert!(config(15, 2, 2).validate().unwrap_err().to_string().contains("renew-deadline"));
         let mut c = config(15, 10, 2);
         c.identity.clear();
         assert!(c.validate().is_err());
@@ -346,9 +370,9 @@ mod tests {
 
     #[async_trait::async_trait]
     impl LeaderLock for MemoryLock {
-        async fn try_acquire_or_renew(&mut self) -> Result<bool, String> {
+        async fn try_acquire_or_renew(&mut self) -> Result<bool, LockError> {
             if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err("unreachable".into());
+                return Err(LockError::Unreachable);
             }
             let mut h = self.holder.lock().expect("lock");
             let now = Instant::now();
@@ -360,7 +384,7 @@ mod tests {
                 }
             }
         }
-        async fn release(&mut self) -> Result<(), String> {
+        async fn release(&mut self) -> Result<(), LockError> {
             let mut h = self.holder.lock().expect("lock");
             if h.as_ref().is_some_and(|(w, _)| *w == self.me) {
                 *h = None;

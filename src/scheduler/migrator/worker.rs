@@ -147,7 +147,7 @@ impl Worker {
                 r.err()
             }
             Ok(Err(failure)) => {
-                let message = truncate(&failure, 32000);
+                let message = truncate(&failure.to_string(), 32000);
                 let r = self
                     .save(true, |s| {
                         set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
@@ -179,7 +179,7 @@ impl Worker {
         &mut self,
         gvr: &GroupVersionResource,
         label: &str,
-    ) -> Result<Result<i64, String>, Stop> {
+    ) -> Result<Result<i64, Failure>, Stop> {
         if is_finished(&self.svm) {
             return Err(Stop::FinishedElsewhere(self.svm.phase()));
         }
@@ -203,9 +203,9 @@ impl Worker {
         let mut next_seq = 0u64;
         // The token to list next; None after the last chunk was listed.
         let mut to_list: Option<Option<String>> = Some(token);
-        let mut listing: Option<BoxFuture<'_, Result<Listed, String>>> = None;
+        let mut listing: Option<BoxFuture<'_, Result<Listed, Failure>>> = None;
         let mut expired_in_a_row = 0;
-        let mut in_flight: FuturesUnordered<BoxFuture<'_, (u64, Result<Rewrite, String>)>> = FuturesUnordered::new();
+        let mut in_flight: FuturesUnordered<BoxFuture<'_, (u64, Result<Rewrite, Failure>)>> = FuturesUnordered::new();
         loop {
             if cancelled(&cancel) {
                 return Err(Stop::Cancelled);
@@ -243,7 +243,7 @@ impl Worker {
             }
             if listing.is_none() && in_flight.is_empty() {
                 // Nothing is left to list or to write, yet no chunk ended the migration: cannot happen.
-                return Ok(Err(format!("LIST {}: the list ended without a final chunk", m.qualified)));
+                return Ok(Err(Failure::ListEnded { resource: m.qualified.clone() }));
             }
             tokio::select! {
                 Some((seq, r)) = in_flight.next(), if !in_flight.is_empty() => {
@@ -281,10 +281,10 @@ impl Worker {
                         Ok(Listed::Expired(next)) => {
                             expired_in_a_row += 1;
                             if expired_in_a_row >= ctx.target.config.max_attempts.max(1) {
-                                return Ok(Err(format!(
-                                    "LIST {}: the continue token expired {expired_in_a_row} times in a row",
-                                    m.qualified
-                                )));
+                                return Ok(Err(Failure::TokenExpired {
+                                    resource: m.qualified.clone(),
+                                    times: expired_in_a_row,
+                                }));
                             }
                             tracing::info!(migration = %self.name, restart = next.is_none(),
                                 "continue token expired (410): resuming with the inconsistent continue token");

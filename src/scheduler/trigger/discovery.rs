@@ -197,28 +197,43 @@ pub fn migratable_resources(
         .collect()
 }
 
+/// A resource name that discovery does not resolve to one resource (kubectl's words).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// `failed`: the groups whose discovery failed, which may have served it.
+    #[error("the server doesn't have a resource type \"{name}\"{}", failed_groups(.failed))]
+    NotFound { name: String, failed: Vec<String> },
+    #[error("\"{name}\" is ambiguous, use one of: {}", .candidates.join(", "))]
+    Ambiguous { name: String, candidates: Vec<String> },
+}
+
+fn failed_groups(groups: &[String]) -> String {
+    match groups.is_empty() {
+        true => String::new(),
+        false => format!(" (discovery failed for: {})", groups.join(", ")),
+    }
+}
+
 /// Finds `<resource>.<group>` (or `<resource>` for the core group) in discovery; a bare resource name that no core
 /// resource has matches when exactly one group serves it (as kubectl resolves `deployments`).
-pub fn resolve_resource<'a>(discovery: &'a Discovery, name: &str) -> Result<&'a DiscoveredResource, String> {
+pub fn resolve_resource<'a>(discovery: &'a Discovery, name: &str) -> Result<&'a DiscoveredResource, ResolveError> {
     if let Some(r) = discovery.resources.iter().find(|r| r.qualified() == name) {
         return Ok(r);
     }
     let candidates: Vec<&DiscoveredResource> = discovery.resources.iter().filter(|r| r.resource == name).collect();
     match candidates.as_slice() {
         [one] => Ok(one),
-        [] => {
-            let failed = if discovery.failed.is_empty() {
-                String::new()
-            } else {
-                let groups: Vec<&str> =
-                    discovery.failed.keys().map(|g| if g.is_empty() { "core" } else { g.as_str() }).collect();
-                format!(" (discovery failed for: {})", groups.join(", "))
-            };
-            Err(format!("the server doesn't have a resource type \"{name}\"{failed}"))
-        }
-        many => Err(format!(
-            "\"{name}\" is ambiguous, use one of: {}",
-            many.iter().map(|r| r.qualified()).collect::<Vec<_>>().join(", ")
-        )),
+        [] => Err(ResolveError::NotFound {
+            name: name.to_string(),
+            failed: discovery
+                .failed
+                .keys()
+                .map(|g| if g.is_empty() { "core" } else { g.as_str() }.to_string())
+                .collect(),
+        }),
+        many => Err(ResolveError::Ambiguous {
+            name: name.to_string(),
+            candidates: many.iter().map(|r| r.qualified()).collect(),
+        }),
     }
 }

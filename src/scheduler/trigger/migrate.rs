@@ -52,7 +52,7 @@ pub async fn request_migrations<S: MigrationStore + ?Sized>(
         MigrateRequest::Resources(names) => {
             let mut out = Vec::new();
             for n in names {
-                out.push(resolve_resource(&discovery, n).map_err(anyhow::Error::msg)?.clone());
+                out.push(resolve_resource(&discovery, n)?.clone());
             }
             out
         }

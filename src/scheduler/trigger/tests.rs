@@ -458,7 +458,10 @@ async fn discovery_reports_failing_groups_and_keeps_the_rest() {
     assert_eq!(d.failed.keys().collect::<Vec<_>>(), ["broken.io"]);
     assert!(d.failed["broken.io"].contains("unable to handle"), "{:?}", d.failed);
     // `migrate` names the failed groups when a resource is not found.
-    assert!(resolve_resource(&d, "things.broken.io").unwrap_err().contains("discovery failed for: broken.io"));
+    assert!(resolve_resource(&d, "things.broken.io")
+        .unwrap_err()
+        .to_string()
+        .contains("discovery failed for: broken.io"));
     // Without the group list there is nothing to work with.
     let router = axum::Router::new();
     let err = discover(&crate::scheduler::in_process_client(router), Duration::from_secs(5)).await.unwrap_err();
@@ -481,5 +484,5 @@ fn resolve_by_qualified_or_unique_name() {
     assert_eq!(resolve_resource(&d, "deployments").expect("found").group, "apps");
     assert_eq!(resolve_resource(&d, "pods").expect("found").group, "");
     assert_eq!(resolve_resource(&d, "pods.metrics.k8s.io").expect("found").group, "metrics.k8s.io");
-    assert!(resolve_resource(&d, "widgets").unwrap_err().contains("doesn't have a resource type"));
+    assert!(resolve_resource(&d, "widgets").unwrap_err().to_string().contains("doesn't have a resource type"));
 }

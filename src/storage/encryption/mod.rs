@@ -146,13 +146,32 @@ struct DataKey {
     cipher: Cipher,
 }
 
+/// A key of a size its provider does not take.
+#[derive(Debug, thiserror::Error)]
+#[error("key must be {sizes} bytes, got {got} bytes")]
+struct KeySizeError {
+    sizes: &'static str,
+    got: usize,
+}
+
+/// A `resources` entry that is not `<resource>.<group>`, `*.<group>` or `*.*`.
+#[derive(Debug, thiserror::Error)]
+enum PatternError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("{0:?} must be lowercase (resource.group, as in shootstates.core.gardener.cloud)")]
+    NotLowercase(String),
+    #[error("{0:?} is not a resource: use <resource>.<group>, *.<group> or *.*")]
+    NotAResource(String),
+}
+
 impl DataKey {
-    fn new(provider: Provider, name: &str, secret: &[u8]) -> std::result::Result<Self, String> {
+    fn new(provider: Provider, name: &str, secret: &[u8]) -> std::result::Result<Self, KeySizeError> {
         let sizes = match provider {
             Provider::AesGcm | Provider::AesCbc => "16, 24 or 32",
             Provider::Secretbox => "32",
         };
-        let wrong_size = || format!("key must be {sizes} bytes, got {} bytes", secret.len());
+        let wrong_size = || KeySizeError { sizes, got: secret.len() };
         let cipher = match (provider, secret.len()) {
             (Provider::AesGcm, 16) => {
                 Cipher::Gcm128(Box::new(Aes128Gcm::new_from_slice(secret).map_err(|_| wrong_size())?))
@@ -349,19 +368,19 @@ enum Pattern {
 }
 
 impl Pattern {
-    fn parse(s: &str) -> std::result::Result<Pattern, String> {
+    fn parse(s: &str) -> std::result::Result<Pattern, PatternError> {
         if s.is_empty() {
-            return Err("must not be empty".into());
+            return Err(PatternError::Empty);
         }
         if s != s.to_ascii_lowercase() {
-            return Err(format!("{s:?} must be lowercase (resource.group, as in shootstates.core.gardener.cloud)"));
+            return Err(PatternError::NotLowercase(s.to_string()));
         }
         if s == "*.*" {
             return Ok(Pattern::All);
         }
         let (resource, group) = s.split_once('.').unwrap_or((s, ""));
         if group.contains('*') || (resource.contains('*') && resource != "*") || resource.is_empty() {
-            return Err(format!("{s:?} is not a resource: use <resource>.<group>, *.<group> or *.*"));
+            return Err(PatternError::NotAResource(s.to_string()));
         }
         if resource == "*" {
             return Ok(Pattern::Group(group.to_owned()));
@@ -445,7 +464,7 @@ impl EncryptionConfig {
             }
             let mut patterns = Vec::new();
             for (j, r) in entry.resources.iter().enumerate() {
-                let p = Pattern::parse(r).map_err(|m| invalid(format!("{field}.resources[{j}]"), m))?;
+                let p = Pattern::parse(r).map_err(|m| invalid(format!("{field}.resources[{j}]"), m.to_string()))?;
                 if patterns.contains(&p) {
                     return Err(invalid(format!("{field}.resources[{j}]"), format!("{r:?} is listed twice")));
                 }
