@@ -24,51 +24,67 @@ use axum::Router;
 use base64::Engine;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// How long an installed CSIDriver is remembered (drivers are rarely uninstalled; PVs are created in bursts).
 const DRIVER_CACHE_TTL: Duration = Duration::from_secs(30);
 /// Time for one CSIDriver lookup, well inside the webhook's 10 s.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why the cluster could not say whether a CSI driver is installed.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("no answer from the cluster in {}s", .0.as_secs())]
+    Timeout(Duration),
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
 /// Whether a CSI driver is installed in the cluster.
 #[async_trait::async_trait]
 pub trait CsiDriverLookup: Send + Sync {
     /// Ok(true) when a CSIDriver named `name` exists.
-    async fn installed(&self, name: &str) -> Result<bool, String>;
+    async fn installed(&self, name: &str) -> Result<bool, LookupError>;
 }
+
+/// A review admitted without a decision, and the warning that says why: a kind the webhook does not handle, or an
+/// object it cannot read.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Unchecked(String);
+
+/// How many installed CSIDrivers are remembered (a cluster has a handful).
+const DRIVER_CACHE_CAPACITY: u64 = 1024;
 
 /// CSIDriver objects (storage.k8s.io/v1) read through the cluster client, installed ones cached briefly.
 pub struct ClusterCsiDrivers {
     client: kube::Client,
-    seen: Mutex<HashMap<String, Instant>>,
+    installed: moka::sync::Cache<String, ()>,
 }
 
 impl ClusterCsiDrivers {
     pub fn new(client: kube::Client) -> Self {
-        ClusterCsiDrivers { client, seen: Mutex::new(HashMap::new()) }
+        let installed =
+            moka::sync::Cache::builder().max_capacity(DRIVER_CACHE_CAPACITY).time_to_live(DRIVER_CACHE_TTL).build();
+        ClusterCsiDrivers { client, installed }
     }
 }
 
 #[async_trait::async_trait]
 impl CsiDriverLookup for ClusterCsiDrivers {
-    async fn installed(&self, name: &str) -> Result<bool, String> {
-        let fresh = |seen: &HashMap<String, Instant>| seen.get(name).is_some_and(|t| t.elapsed() < DRIVER_CACHE_TTL);
-        if self.seen.lock().is_ok_and(|s| fresh(&s)) {
+    async fn installed(&self, name: &str) -> Result<bool, LookupError> {
+        if self.installed.contains_key(name) {
             return Ok(true);
         }
         let api: kube::Api<k8s_openapi::api::storage::v1::CSIDriver> = kube::Api::all(self.client.clone());
         let found = tokio::time::timeout(LOOKUP_TIMEOUT, api.get_opt(name))
             .await
-            .map_err(|_| format!("no answer from the cluster in {}s", LOOKUP_TIMEOUT.as_secs()))?
-            .map_err(|e| e.to_string())?
+            .map_err(|_| LookupError::Timeout(LOOKUP_TIMEOUT))??
             .is_some();
         if found {
-            if let Ok(mut seen) = self.seen.lock() {
-                seen.insert(name.to_string(), Instant::now());
-            }
+            self.installed.insert(name.to_string(), ());
         }
         Ok(found)
     }
@@ -98,18 +114,18 @@ enum Target {
 }
 
 /// A PV or PVC review, by `request.kind` (else `request.resource`); Err(warning) for anything else.
-fn target(req: &AdmissionRequest) -> Result<Target, String> {
+fn target(req: &AdmissionRequest) -> Result<Target, Unchecked> {
     let by_kind = req.kind.as_ref().filter(|k| !k.kind.is_empty()).map(|k| (k.group.as_str(), k.kind.as_str()));
     let by_resource =
         req.resource.as_ref().filter(|r| !r.resource.is_empty()).map(|r| (r.group.as_str(), r.resource.as_str()));
     match (by_kind, by_resource) {
         (Some(("", "PersistentVolume")), _) | (None, Some(("", "persistentvolumes"))) => Ok(Target::Volume),
         (Some(("", "PersistentVolumeClaim")), _) | (None, Some(("", "persistentvolumeclaims"))) => Ok(Target::Claim),
-        (k, r) => Err(format!(
+        (k, r) => Err(Unchecked(format!(
             "the CSI migration webhook of migration-apiserver handles PersistentVolumes and PersistentVolumeClaims, \
              not {}: admitted unchanged (check the rules of the webhook configuration)",
             k.or(r).map(|(g, n)| if g.is_empty() { n.to_string() } else { format!("{n}.{g}") }).unwrap_or_default()
-        )),
+        ))),
     }
 }
 
@@ -145,22 +161,22 @@ pub fn annotation_patch(plan: MigrationAnnotation, object: &Value) -> Vec<Value>
     }
 }
 
-fn decode_volume(object: &Value) -> Result<PersistentVolume, String> {
+fn decode_volume(object: &Value) -> Result<PersistentVolume, Unchecked> {
     serde_json::from_value(object.clone())
-        .map_err(|e| format!("the PersistentVolume cannot be read ({e}): admitted unchanged"))
+        .map_err(|e| Unchecked(format!("the PersistentVolume cannot be read ({e}): admitted unchanged")))
 }
 
 /// The mutating decision.
 fn mutation(gates: &FeatureGates, req: &AdmissionRequest) -> Answer {
     let Some(object) = written_object(req) else { return Answer::allow(vec![]) };
     let plan = match target(req) {
-        Err(warning) => return Answer::allow(vec![warning]),
+        Err(warning) => return Answer::allow(vec![warning.to_string()]),
         Ok(Target::Claim) => {
             annotations::for_claim(string_map(object.pointer("/metadata/annotations")).as_ref(), gates)
         }
         Ok(Target::Volume) => match decode_volume(object) {
             Ok(pv) => annotations::for_volume(&pv, gates),
-            Err(warning) => return Answer::allow(vec![warning]),
+            Err(warning) => return Answer::allow(vec![warning.to_string()]),
         },
     };
     let ops = annotation_patch(plan, object);
@@ -181,12 +197,12 @@ fn mutation(gates: &FeatureGates, req: &AdmissionRequest) -> Answer {
 async fn validation(csi: &CsiMigration, req: &AdmissionRequest) -> Answer {
     let object = match (req.operation.as_str(), written_object(req), target(req)) {
         ("CREATE", Some(o), Ok(Target::Volume)) => o,
-        (_, _, Err(warning)) => return Answer::allow(vec![warning]),
+        (_, _, Err(warning)) => return Answer::allow(vec![warning.to_string()]),
         _ => return Answer::allow(vec![]),
     };
     let pv = match decode_volume(object) {
         Ok(pv) => pv,
-        Err(warning) => return Answer::allow(vec![warning]),
+        Err(warning) => return Answer::allow(vec![warning.to_string()]),
     };
     let Ok(plugin) = crate::csi::in_tree_plugin_name_from_spec(Some(&pv), None) else {
         return Answer::allow(vec![]);
@@ -270,7 +286,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl CsiDriverLookup for Drivers {
-        async fn installed(&self, name: &str) -> Result<bool, String> {
+        async fn installed(&self, name: &str) -> Result<bool, LookupError> {
             Ok(self.0.contains(&name))
         }
     }

@@ -213,12 +213,17 @@ mod tests {
 
     #[test]
     fn backoff_grows_is_capped_and_honours_retry_after() {
+        use backon::BackoffBuilder;
         let (base, max) = (Duration::from_millis(100), Duration::from_secs(2));
-        let delays: Vec<_> = (1..=7).map(|a| backoff(a, base, max, None)).collect();
+        // Eight attempts: seven waits.
+        let delays: Vec<_> = backoff(base, max, 8).build().collect();
         assert_eq!(delays.iter().map(|d| d.as_millis()).collect::<Vec<_>>(), [100, 200, 400, 800, 1600, 2000, 2000]);
-        assert_eq!(backoff(1, base, max, Some(Duration::from_secs(5))), Duration::from_secs(5));
-        assert_eq!(backoff(40, base, max, None), max);
-        assert_eq!(backoff(1, base, max, Some(Duration::from_secs(86_400))), MAX_RETRY_AFTER);
+        assert_eq!(next_delay(Some(base), Some(Duration::from_secs(5))), Some(Duration::from_secs(5)));
+        assert_eq!(backoff(base, max, 41).build().last(), Some(max));
+        assert_eq!(next_delay(Some(base), Some(Duration::from_secs(86_400))), Some(MAX_RETRY_AFTER));
+        // No attempt left: a Retry-After does not add one.
+        assert_eq!(next_delay(None, Some(Duration::from_secs(5))), None);
+        assert_eq!(backoff(base, max, 1).build().next(), None);
     }
 
     #[test]

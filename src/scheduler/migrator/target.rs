@@ -4,9 +4,11 @@ use super::*;
 use crate::api::storage_version_migration::GroupVersionResource;
 use crate::scheduler::ratelimit::RateLimiter;
 use crate::scheduler::SchedulerConfig;
+use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::Deserialize;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// What to do with a response to a request to the target.
@@ -31,14 +33,25 @@ pub fn classify(code: u16) -> Disposition {
     }
 }
 
-/// The delay before attempt `attempt + 1` after `attempt` failed (1-based): the server's Retry-After when it sent
-/// one, else `base * 2^(attempt-1)` capped at `max`.
-pub fn backoff(attempt: u32, base: Duration, max: Duration, retry_after: Option<Duration>) -> Duration {
-    if let Some(ra) = retry_after {
-        return ra.min(MAX_RETRY_AFTER);
-    }
-    let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(30));
-    base.saturating_mul(factor).min(max)
+/// The retries of a request: `attempts` in all, waiting `base * 2^(n-1)` (capped at `max`) after the n-th failure.
+pub fn backoff(base: Duration, max: Duration, attempts: u32) -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(base)
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .with_max_times(attempts.saturating_sub(1) as usize)
+}
+
+/// The wait before the next attempt: the server's Retry-After when it sent one (capped), else the backoff's;
+/// `None` (no more attempts) stays `None`.
+pub fn next_delay(backoff: Option<Duration>, retry_after: Option<Duration>) -> Option<Duration> {
+    backoff.map(|d| retry_after.map_or(d, |ra| ra.min(MAX_RETRY_AFTER)))
+}
+
+/// A failed attempt that may be retried: why, and the server's Retry-After.
+struct Transient {
+    why: String,
+    retry_after: Option<Duration>,
 }
 
 /// A response read to the end.
@@ -90,6 +103,44 @@ pub(super) struct Target {
     pub(super) config: SchedulerConfig,
 }
 
+/// Why a request to the target got no answer to interpret.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Build(#[from] axum::http::Error),
+    #[error(transparent)]
+    Send(#[from] kube::Error),
+    #[error("reading the response: {0}")]
+    Read(kube::Error),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// `last`: the last attempt's transport error or retryable answer.
+    #[error("gave up after {attempts} attempts: {last}")]
+    GaveUp { attempts: u32, last: String },
+}
+
+/// Why a migration failed: the message of its Failed condition.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error("LIST {resource}: {error}")]
+    List { resource: String, error: RequestError },
+    #[error("LIST {resource}: decoding the response: {error}")]
+    ListDecode { resource: String, error: serde_json::Error },
+    /// `answer`: the target's answer, described.
+    #[error("LIST {resource}: {answer}")]
+    ListRefused { resource: String, answer: String },
+    #[error("LIST {resource}: {answer} (the target does not serve {plural} in {group_version})")]
+    NotServed { resource: String, answer: String, plural: String, group_version: String },
+    #[error("LIST {resource}: the list ended without a final chunk")]
+    ListEnded { resource: String },
+    #[error("LIST {resource}: the continue token expired {times} times in a row")]
+    TokenExpired { resource: String, times: u32 },
+    #[error("rewriting {object}: {error}")]
+    Rewrite { object: String, error: RequestError },
+    #[error("rewriting {object}: {answer}")]
+    RewriteRefused { object: String, answer: String },
+}
+
 impl Target {
     /// One request, rate limited and with a timeout; Err is a transport failure (retryable).
     pub(super) async fn send_once(
@@ -97,7 +148,7 @@ impl Target {
         method: &axum::http::Method,
         path: &str,
         body: &Option<Vec<u8>>,
-    ) -> Result<Reply, String> {
+    ) -> Result<Reply, RequestError> {
         self.limiter.acquire().await;
         let mut req = axum::http::Request::builder()
             .method(method.clone())
@@ -106,18 +157,18 @@ impl Target {
         if body.is_some() {
             req = req.header(axum::http::header::CONTENT_TYPE, "application/merge-patch+json");
         }
-        let req = req.body(kube::client::Body::from(body.clone().unwrap_or_default())).map_err(|e| e.to_string())?;
+        let req = req.body(kube::client::Body::from(body.clone().unwrap_or_default()))?;
         let exchange = async {
-            let resp = self.client.send(req).await.map_err(|e| e.to_string())?;
+            let resp = self.client.send(req).await?;
             let code = resp.status().as_u16();
             let headers = resp.headers().clone();
-            let body = resp.into_body().collect().await.map_err(|e| format!("reading the response: {e}"))?.to_bytes();
+            let body = resp.into_body().collect().await.map_err(RequestError::Read)?.to_bytes();
             let retry_after = if classify(code) == Disposition::Retry { retry_after(&headers, &body) } else { None };
             Ok(Reply { code, retry_after, body })
         };
         match tokio::time::timeout(self.config.request_timeout, exchange).await {
             Ok(r) => r,
-            Err(_) => Err(format!("timed out after {:?}", self.config.request_timeout)),
+            Err(_) => Err(RequestError::Timeout(self.config.request_timeout)),
         }
     }
 
@@ -128,23 +179,27 @@ impl Target {
         method: axum::http::Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<Reply, String> {
-        let max = self.config.max_attempts.max(1);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let (why, ra) = match self.send_once(&method, path, &body).await {
-                Ok(reply) if classify(reply.code) != Disposition::Retry => return Ok(reply),
-                Ok(reply) => (reply.describe(), reply.retry_after),
-                Err(e) => (e, None),
-            };
-            if attempt >= max {
-                return Err(format!("gave up after {attempt} attempts: {why}"));
+    ) -> Result<Reply, RequestError> {
+        let attempts = AtomicU32::new(0);
+        let attempt = || async {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            match self.send_once(&method, path, &body).await {
+                Ok(reply) if classify(reply.code) != Disposition::Retry => Ok(reply),
+                Ok(reply) => Err(Transient { why: reply.describe(), retry_after: reply.retry_after }),
+                Err(e) => Err(Transient { why: e.to_string(), retry_after: None }),
             }
-            let delay = backoff(attempt, self.config.retry_base, self.config.retry_max, ra);
-            tracing::debug!(%method, path, attempt, ?delay, error = %why, "retrying a request to the target");
-            tokio::time::sleep(delay).await;
-        }
+        };
+        let policy = backoff(self.config.retry_base, self.config.retry_max, self.config.max_attempts.max(1));
+        attempt
+            .retry(policy)
+            .sleep(tokio::time::sleep)
+            .adjust(|t: &Transient, delay| next_delay(delay, t.retry_after))
+            .notify(|t: &Transient, delay| {
+                tracing::debug!(%method, path, attempt = attempts.load(Ordering::Relaxed), ?delay, error = %t.why,
+                    "retrying a request to the target")
+            })
+            .await
+            .map_err(|t| RequestError::GaveUp { attempts: attempts.load(Ordering::Relaxed), last: t.why })
     }
 }
 
@@ -236,7 +291,7 @@ pub(super) struct Migrating<'a> {
 }
 
 impl Migrating<'_> {
-    pub(super) async fn list(&self, token: Option<&str>) -> Result<Listed, String> {
+    pub(super) async fn list(&self, token: Option<&str>) -> Result<Listed, Failure> {
         let mut path = format!(
             "{}/{}?limit={}",
             group_version_path(self.gvr),
@@ -251,27 +306,26 @@ impl Migrating<'_> {
             .target
             .send(axum::http::Method::GET, &path, None)
             .await
-            .map_err(|e| format!("LIST {}: {e}", self.qualified))?;
+            .map_err(|error| Failure::List { resource: self.qualified.clone(), error })?;
         match reply.code {
             200..=299 => serde_json::from_slice::<ListChunk>(&reply.body)
                 .map(Listed::Chunk)
-                .map_err(|e| format!("LIST {}: decoding the response: {e}", self.qualified)),
+                .map_err(|error| Failure::ListDecode { resource: self.qualified.clone(), error }),
             410 => {
                 let meta = serde_json::from_slice::<ListChunk>(&reply.body).unwrap_or_default().metadata;
                 Ok(Listed::Expired(meta.continue_token.filter(|t| !t.is_empty())))
             }
-            404 => Err(format!(
-                "LIST {}: {} (the target does not serve {} in {})",
-                self.qualified,
-                reply.describe(),
-                self.gvr.resource,
-                group_version_path(self.gvr).trim_start_matches('/'),
-            )),
-            _ => Err(format!("LIST {}: {}", self.qualified, reply.describe())),
+            404 => Err(Failure::NotServed {
+                resource: self.qualified.clone(),
+                answer: reply.describe(),
+                plural: self.gvr.resource.clone(),
+                group_version: group_version_path(self.gvr).trim_start_matches('/').to_string(),
+            }),
+            _ => Err(Failure::ListRefused { resource: self.qualified.clone(), answer: reply.describe() }),
         }
     }
 
-    pub(super) async fn rewrite(&self, item: &ItemMeta) -> Result<Rewrite, String> {
+    pub(super) async fn rewrite(&self, item: &ItemMeta) -> Result<Rewrite, Failure> {
         let ns = match item.namespace.as_deref().filter(|n| !n.is_empty()) {
             Some(ns) => format!("/namespaces/{}", segment(ns)),
             None => String::new(),
@@ -284,14 +338,14 @@ impl Migrating<'_> {
             .target
             .send(axum::http::Method::PATCH, &path, Some(body))
             .await
-            .map_err(|e| format!("rewriting {}: {e}", what()))?;
+            .map_err(|error| Failure::Rewrite { object: what(), error })?;
         match classify(reply.code) {
             Disposition::Success => Ok(Rewrite::Done),
             Disposition::Skip => {
                 tracing::debug!(object = %item.display(), code = reply.code, "skipped: deleted or rewritten meanwhile");
                 Ok(Rewrite::Skipped)
             }
-            _ => Err(format!("rewriting {}: {}", what(), reply.describe())),
+            _ => Err(Failure::RewriteRefused { object: what(), answer: reply.describe() }),
         }
     }
 }
