@@ -192,6 +192,8 @@ fn human_bytes(n: usize) -> String {
     }
 }
 
+crate::kube_resource!(ShootState, kube::core::NamespaceResourceScope);
+
 impl Kind for ShootState {
     fn info() -> &'static KindInfo {
         &INFO

@@ -140,6 +140,8 @@ impl StorageState {
     }
 }
 
+crate::kube_resource!(StorageState, kube::core::ClusterResourceScope);
+
 impl Kind for StorageState {
     const CELLS_READ_METADATA: bool = false;
     fn info() -> &'static KindInfo {

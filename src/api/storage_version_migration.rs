@@ -198,6 +198,8 @@ static INFO: KindInfo = KindInfo {
     create_only: false,
 };
 
+crate::kube_resource!(StorageVersionMigration, kube::core::ClusterResourceScope);
+
 impl Kind for StorageVersionMigration {
     const CELLS_READ_METADATA: bool = false;
     fn info() -> &'static KindInfo {

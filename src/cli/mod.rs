@@ -80,7 +80,7 @@ pub struct MigrateArgs {
 
 /// `migrate`: prints each migration created, as kubectl does.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    use crate::scheduler::trigger::{request_migrations, MigrateRequest, RemoteMigrations};
+    use crate::scheduler::trigger::{request_migrations, MigrateRequest, OwnObjects};
     crate::auth::tls::install_default_crypto_provider();
     let api = crate::scheduler::target_client(Some(&args.kubeconfig)).await?;
     let target = match &args.target_kubeconfig {
@@ -88,7 +88,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         None => api.clone(),
     };
     let request = if args.all { MigrateRequest::All } else { MigrateRequest::Resources(args.resources) };
-    let created = request_migrations(&target, &RemoteMigrations::new(api), &request).await?;
+    let created = request_migrations(&target, &OwnObjects::new(api), &request).await?;
     if created.is_empty() {
         eprintln!("No resources to migrate.");
     }

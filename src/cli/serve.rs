@@ -274,7 +274,7 @@ pub(super) struct RunningScheduler {
     /// Stopped before our reports are withdrawn, so that no late report puts them back.
     pub(super) reporter: Option<tokio::task::JoinHandle<()>>,
     /// Our reports are withdrawn on shutdown when other replicas share the StorageStates.
-    pub(super) withdraw: Option<(crate::scheduler::own::OwnApi, String)>,
+    pub(super) withdraw: Option<(crate::scheduler::trigger::OwnObjects, String)>,
 }
 
 impl RunningScheduler {
@@ -363,7 +363,7 @@ pub(super) async fn start_scheduler(
         // Before anything starts: invalid timing fails the start.
         econfig.validate()?;
     }
-    let own = crate::scheduler::own::OwnApi::new(state.registry.clone());
+    let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
     let (reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
     let withdraw =
         (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));

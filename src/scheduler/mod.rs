@@ -1,13 +1,13 @@
 //! The embedded migration scheduler: the trigger (discovery poll -> StorageState -> StorageVersionMigration) and the
 //! migrator (chunked LIST + no-op writes, rate limited). It talks to the target through a Kubernetes client (a
 //! cluster via kubeconfig, or this server itself through an in-process client over the same HTTP API), and to its
-//! own state (StorageState, StorageVersionMigration) through the registry, never storage: validation,
-//! resourceVersions and watch events apply to its own writes too.
+//! own state (StorageState, StorageVersionMigration) through `kube::Api` over the in-process client, never the
+//! registry or storage: authentication, validation, resourceVersions and watch events apply to its own writes as
+//! to any client's, and kube-runtime's watchers follow them.
 
 pub mod election;
 pub mod metrics;
 pub mod migrator;
-pub mod own;
 pub mod ratelimit;
 pub mod report;
 pub mod trigger;
@@ -113,7 +113,7 @@ pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Resu
 pub fn start_reporter(
     config: &SchedulerConfig,
     target: kube::Client,
-    own: own::OwnApi,
+    own: trigger::OwnObjects,
 ) -> (Option<tokio::task::JoinHandle<()>>, trigger::Local) {
     if !config.trigger {
         return (None, trigger::Local::default());
@@ -127,7 +127,7 @@ pub fn start_reporter(
 pub fn start(
     config: SchedulerConfig,
     target: kube::Client,
-    own: own::OwnApi,
+    own: trigger::OwnObjects,
     metrics: std::sync::Arc<metrics::SchedulerMetrics>,
     local: trigger::Local,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -135,6 +135,6 @@ pub fn start(
     if config.trigger {
         tasks.push(trigger::spawn(config.clone(), own.clone(), local));
     }
-    tasks.push(migrator::spawn(config, target, own, metrics));
+    tasks.push(migrator::spawn(config, target, own.migrations, metrics));
     tasks
 }

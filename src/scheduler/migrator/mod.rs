@@ -16,11 +16,12 @@
 //! of storageversionmigrations) and interrupts the work on the target.
 
 use super::metrics::{resource_label, SchedulerMetrics};
-use super::own::OwnApi;
 use super::ratelimit::RateLimiter;
 use super::SchedulerConfig;
 use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_RUNNING};
-use crate::registry::{WatchOut, WatchParams};
+use futures::StreamExt;
+use kube::api::{Api, ListParams};
+use kube::runtime::{watcher, WatchStreamExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,17 +53,18 @@ const REASON_FAILED: &str = "MigrationFailed";
 pub fn spawn(
     config: SchedulerConfig,
     target: kube::Client,
-    own: OwnApi,
+    migrations: Api<StorageVersionMigration>,
     metrics: Arc<SchedulerMetrics>,
 ) -> tokio::task::JoinHandle<()> {
     let limiter = RateLimiter::new(config.qps, config.burst);
-    let ctx = Arc::new(Ctx { target: Target { client: target, limiter, config }, own, metrics });
+    let ctx = Arc::new(Ctx { target: Target { client: target, limiter, config }, migrations, metrics });
     tokio::spawn(Scheduler { ctx, running: HashMap::new(), workers: JoinSet::new() }.run())
 }
 
 struct Ctx {
     target: Target,
-    own: OwnApi,
+    /// The migrations, through this server's in-process client (as any client writes them).
+    migrations: Api<StorageVersionMigration>,
     metrics: Arc<SchedulerMetrics>,
 }
 
@@ -82,28 +84,14 @@ struct Scheduler {
 }
 
 /// Wakes the scheduler on every change of a storageversionmigration, so new ones start without waiting for the
-/// next scan.
-async fn watch_migrations(own: OwnApi, wake: Arc<Notify>) {
-    let info = <StorageVersionMigration as crate::registry::strategy::Kind>::info();
-    let version = info.versions[0];
-    loop {
-        if let Some(resource) = own.registry().resource(info.group, version, info.plural) {
-            let params = WatchParams { send_initial_events: Some(false), ..Default::default() };
-            match resource.watch(None, version, params).await {
-                Ok(mut rx) => {
-                    while let Some(ev) = rx.recv().await {
-                        if let WatchOut::Error(e) = ev {
-                            tracing::debug!(error = %e, "storageversionmigrations watch ended");
-                            break;
-                        }
-                        wake.notify_one();
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "cannot watch storageversionmigrations"),
-            }
+/// next scan (kube-runtime's watcher: it lists again, with backoff, when the watch breaks).
+async fn watch_migrations(migrations: Api<StorageVersionMigration>, wake: Arc<Notify>) {
+    let mut events = watcher(migrations, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        if let Err(e) = event {
+            tracing::debug!(error = %e, "storageversionmigrations watch");
         }
         wake.notify_one();
-        tokio::time::sleep(RESCAN).await;
     }
 }
 
@@ -128,7 +116,8 @@ impl Scheduler {
             "migrator started"
         );
         let wake = Arc::new(Notify::new());
-        let _watch = AbortOnDrop(tokio::spawn(watch_migrations(self.ctx.own.clone(), wake.clone())).abort_handle());
+        let _watch =
+            AbortOnDrop(tokio::spawn(watch_migrations(self.ctx.migrations.clone(), wake.clone())).abort_handle());
         loop {
             self.reconcile().await;
             tokio::select! {
@@ -142,8 +131,8 @@ impl Scheduler {
 
     async fn reconcile(&mut self) {
         self.running.retain(|_, r| !r.task.is_finished());
-        let all = match self.ctx.own.list::<StorageVersionMigration>(None, "").await {
-            Ok(all) => all,
+        let all = match self.ctx.migrations.list(&ListParams::default()).await {
+            Ok(all) => all.items,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list storageversionmigrations");
                 return;

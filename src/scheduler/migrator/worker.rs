@@ -8,6 +8,7 @@ use crate::api::storage_version_migration::{
 use crate::scheduler::metrics::resource_label;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
+use kube::api::PostParams;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,13 +94,17 @@ impl Worker {
         loop {
             let mut next = self.svm.clone();
             edit(&mut next);
-            let res = if status { self.ctx.own.update_status(&next).await } else { self.ctx.own.update(&next).await };
+            let (api, pp) = (&self.ctx.migrations, PostParams::default());
+            let res = match status {
+                true => api.replace_status(&self.name, &pp, &next).await,
+                false => api.replace(&self.name, &pp, &next).await,
+            };
             let err = match res {
                 Ok(saved) => {
                     self.svm = saved;
                     return Ok(());
                 }
-                Err(e) if e.code == 409 => match self.ctx.own.get::<StorageVersionMigration>(None, &self.name).await {
+                Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&self.name).await {
                     Ok(None) => return Err(Stop::Gone),
                     Ok(Some(fresh)) if is_finished(&fresh) => return Err(Stop::FinishedElsewhere(fresh.phase())),
                     Ok(Some(fresh)) => {
@@ -108,7 +113,7 @@ impl Worker {
                     }
                     Err(e) => e,
                 },
-                Err(e) if e.code == 404 => return Err(Stop::Gone),
+                Err(kube::Error::Api(e)) if e.code == 404 => return Err(Stop::Gone),
                 Err(e) => e,
             };
             failures += 1;

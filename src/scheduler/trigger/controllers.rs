@@ -4,22 +4,20 @@ use super::*;
 use crate::api::storage_state::StorageState;
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::error::qualified;
-use crate::registry::strategy::Kind;
-use crate::registry::{WatchOut, WatchParams};
-use crate::scheduler::own::OwnApi;
 use crate::scheduler::SchedulerConfig;
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::jiff::Timestamp;
-use serde_json::Value;
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// Starts the reporter: every `--discovery-interval` it reads the target's discovery and reports the hashes.
 /// Returns the task and the versions it found (for the decider).
 pub fn spawn_reporter(
     config: SchedulerConfig,
     target: kube::Client,
-    own: OwnApi,
+    own: OwnObjects,
 ) -> (tokio::task::JoinHandle<()>, Local) {
     let local = Local::default();
     let s = local.served.clone();
@@ -63,16 +61,44 @@ pub fn spawn_reporter(
 }
 
 /// Starts the decider (leader only).
-pub fn spawn(config: SchedulerConfig, own: OwnApi, local: Local) -> tokio::task::JoinHandle<()> {
+pub fn spawn(config: SchedulerConfig, own: OwnObjects, local: Local) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let decider = Decider::new(std::sync::Arc::new(own.clone()), &config, local.served.clone());
         run_decider(decider, own, config.discovery_interval, local).await
     })
 }
 
+/// What a watch event asks of the decider.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Wake {
+    /// A decision about this StorageState.
+    Decide(String),
+    /// A decision about every StorageState: the watch listed again, so events may have been missed.
+    All,
+    Nothing,
+}
+
+/// The watcher of `api`'s objects as [`Wake`]s: an added or modified object by `interest`, a list after the first
+/// one (the watch broke and kube-runtime listed again) as a full round; deletions need nothing.
+fn wakes<K>(api: kube::Api<K>, interest: fn(&K) -> Option<String>) -> impl Stream<Item = Wake> + Send
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut listed = false;
+    watcher(api, watcher::Config::default()).default_backoff().map(move |event| match event {
+        Ok(Event::Apply(object)) => interest(&object).map_or(Wake::Nothing, Wake::Decide),
+        Ok(Event::InitDone) if std::mem::replace(&mut listed, true) => Wake::All,
+        Ok(_) => Wake::Nothing,
+        Err(e) => {
+            tracing::debug!(error = %e, "trigger: watch");
+            Wake::Nothing
+        }
+    })
+}
+
 /// The decider's events: a periodic round every interval, and single decisions when a StorageState changes (a
 /// replica reported) or a migration finishes.
-pub(super) async fn run_decider(mut decider: Decider<OwnApi>, own: OwnApi, interval: Duration, local: Local) {
+pub(super) async fn run_decider(mut decider: Decider<OwnObjects>, own: OwnObjects, interval: Duration, local: Local) {
     // With several replicas every reporter checks at its own start ([`recreate_stale`]).
     if decider.replicas == Replicas::One {
         if let Err(e) = decider.reset_stale(Timestamp::now()).await {
@@ -80,12 +106,13 @@ pub(super) async fn run_decider(mut decider: Decider<OwnApi>, own: OwnApi, inter
         }
     }
     local.startup_checked.send_replace(true);
-    let mut states = watch_kind::<StorageState>(&own).await;
-    let mut migrations = watch_kind::<StorageVersionMigration>(&own).await;
+    let mut events = futures::stream::select(
+        wakes(own.states.clone(), state_changed).boxed(),
+        wakes(own.migrations.clone(), migration_finished).boxed(),
+    );
     let mut next_round = tokio::time::Instant::now();
     loop {
-        let mut changed: BTreeSet<String> = BTreeSet::new();
-        let mut lost = false;
+        let mut wakes = Vec::new();
         tokio::select! {
             _ = tokio::time::sleep_until(next_round) => {
                 if let Err(e) = decider.round(Timestamp::now()).await {
@@ -94,27 +121,18 @@ pub(super) async fn run_decider(mut decider: Decider<OwnApi>, own: OwnApi, inter
                 next_round = tokio::time::Instant::now() + interval;
                 continue;
             }
-            ev = recv(&mut states) => collect(ev, &mut changed, &mut lost, state_changed),
-            ev = recv(&mut migrations) => collect(ev, &mut changed, &mut lost, migration_finished),
+            Some(wake) = events.next() => wakes.push(wake),
         }
-        if let Some(rx) = states.as_mut() {
-            while let Ok(ev) = rx.try_recv() {
-                collect(Some(ev), &mut changed, &mut lost, state_changed);
-            }
+        // Everything already waiting is decided together.
+        while let Some(Some(wake)) = events.next().now_or_never() {
+            wakes.push(wake);
         }
-        if let Some(rx) = migrations.as_mut() {
-            while let Ok(ev) = rx.try_recv() {
-                collect(Some(ev), &mut changed, &mut lost, migration_finished);
-            }
-        }
-        if lost {
-            // Events may have been missed: watch again and decide everything.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            states = watch_kind::<StorageState>(&own).await;
-            migrations = watch_kind::<StorageVersionMigration>(&own).await;
+        if wakes.contains(&Wake::All) {
             next_round = tokio::time::Instant::now();
             continue;
         }
+        let changed: BTreeSet<String> =
+            wakes.into_iter().filter_map(|w| if let Wake::Decide(name) = w { Some(name) } else { None }).collect();
         for name in changed {
             if let Err(e) = decider.resource(&name, Timestamp::now()).await {
                 tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying next period");
@@ -123,52 +141,12 @@ pub(super) async fn run_decider(mut decider: Decider<OwnApi>, own: OwnApi, inter
     }
 }
 
-pub(super) async fn watch_kind<K: Kind>(own: &OwnApi) -> Option<mpsc::Receiver<WatchOut>> {
-    let info = K::info();
-    let resource = own.registry().resource(info.group, info.versions[0], info.plural)?;
-    let params = WatchParams { send_initial_events: Some(false), ..Default::default() };
-    match resource.watch(None, info.versions[0], params).await {
-        Ok(rx) => Some(rx),
-        Err(e) => {
-            tracing::warn!(error = %e.message, resource = info.plural, "trigger: watching");
-            None
-        }
-    }
-}
-
-pub(super) async fn recv(watch: &mut Option<mpsc::Receiver<WatchOut>>) -> Option<WatchOut> {
-    match watch {
-        Some(rx) => rx.recv().await,
-        // No watch (it could not be opened): fall back to a short wait, then a full round.
-        None => {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            None
-        }
-    }
-}
-
-/// The StorageState a watch event concerns, if it calls for a decision.
-pub(super) type Interest = fn(&Value) -> Option<String>;
-
-/// A StorageState changed: its name (DELETED ones need nothing).
-pub(super) fn state_changed(object: &Value) -> Option<String> {
-    object["metadata"]["name"].as_str().map(str::to_string)
+/// A StorageState changed: its name.
+pub(super) fn state_changed(state: &StorageState) -> Option<String> {
+    state.metadata.name.clone()
 }
 
 /// A migration finished: the StorageState of its resource.
-pub(super) fn migration_finished(object: &Value) -> Option<String> {
-    let m = serde_json::from_value::<StorageVersionMigration>(object.clone()).ok()?;
-    is_finished(&m).then(|| qualified(&m.spec.resource.resource, &m.spec.resource.group))
-}
-
-pub(super) fn collect(ev: Option<WatchOut>, changed: &mut BTreeSet<String>, lost: &mut bool, interest: Interest) {
-    match ev {
-        Some(WatchOut::Event { kind, object }) if kind != "DELETED" => {
-            if let Some(name) = interest(&object) {
-                changed.insert(name);
-            }
-        }
-        Some(WatchOut::Event { .. }) | Some(WatchOut::Bookmark { .. }) => {}
-        Some(WatchOut::Error(_)) | None => *lost = true,
-    }
+pub(super) fn migration_finished(m: &StorageVersionMigration) -> Option<String> {
+    is_finished(m).then(|| qualified(&m.spec.resource.resource, &m.spec.resource.group))
 }

@@ -1,15 +1,12 @@
-//! Where migrations and StorageStates are written: the registry (in the server), a remote migration-apiserver (the CLI), or memory (the HA walkthrough test).
+//! Where migrations and StorageStates are written: through kube's typed client to this server (the scheduler) or a
+//! remote one (`migrate`), or memory (the HA walkthrough test, which runs the decider on simulated time: the two
+//! small traits are that seam).
 
 use super::*;
 use crate::api::storage_state::StorageState;
 use crate::api::storage_version_migration::{GroupVersionResource, StorageVersionMigration};
-use crate::error::ApiError;
-use crate::registry::strategy::Kind;
-use crate::scheduler::own::OwnApi;
-use axum::http::{header, Method, Request};
 use k8s_openapi::jiff::Timestamp;
-use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 
 /// An error of a [`MigrationStore`]: the HTTP status code (0 when there was no response) and message.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -25,12 +22,6 @@ impl StoreError {
     }
     pub fn is_not_found(&self) -> bool {
         self.code == 404
-    }
-}
-
-impl From<ApiError> for StoreError {
-    fn from(e: ApiError) -> Self {
-        StoreError { code: e.code, message: e.message }
     }
 }
 
@@ -56,100 +47,49 @@ pub trait MigrationStore: Send + Sync {
     async fn delete_migration(&self, name: &str) -> Result<(), StoreError>;
 }
 
-#[async_trait::async_trait]
-impl MigrationStore for OwnApi {
-    async fn list_migrations(&self) -> Result<Vec<StorageVersionMigration>, StoreError> {
-        Ok(self.list(None, "").await?)
-    }
-    async fn get_migration(&self, name: &str) -> Result<Option<StorageVersionMigration>, StoreError> {
-        Ok(self.get(None, name).await?)
-    }
-    async fn create_migration(&self, m: &StorageVersionMigration) -> Result<StorageVersionMigration, StoreError> {
-        Ok(self.create(m).await?)
-    }
-    async fn update_migration_status(
-        &self,
-        m: &StorageVersionMigration,
-    ) -> Result<StorageVersionMigration, StoreError> {
-        Ok(self.update_status(m).await?)
-    }
-    async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
-        Ok(self.delete::<StorageVersionMigration>(None, name).await?)
-    }
+/// The scheduler's own objects through kube's typed client: this server's in-process client (the scheduler), or a
+/// remote migration-apiserver's (`migrate`). Its writes are API requests like any client's: authentication,
+/// validation, resourceVersion preconditions and watch events apply to them.
+#[derive(Clone)]
+pub struct OwnObjects {
+    pub migrations: Api<StorageVersionMigration>,
+    pub states: Api<StorageState>,
 }
 
-/// The StorageVersionMigrations of a migration-apiserver reached over the network.
-pub struct RemoteMigrations {
-    client: kube::Client,
-}
-
-pub(super) const SVM_PATH: &str = "/apis/migration.k8s.io/v1alpha1/storageversionmigrations";
-
-impl RemoteMigrations {
+impl OwnObjects {
     pub fn new(client: kube::Client) -> Self {
-        RemoteMigrations { client }
+        OwnObjects { migrations: Api::all(client.clone()), states: Api::all(client) }
     }
+}
 
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<T, StoreError> {
-        let bytes = match body {
-            Some(v) => serde_json::to_vec(&v).map_err(|e| StoreError { code: 0, message: e.to_string() })?,
-            None => Vec::new(),
-        };
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(header::ACCEPT, "application/json")
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(bytes)
-            .map_err(|e| StoreError { code: 0, message: e.to_string() })?;
-        Ok(self.client.request::<T>(req).await?)
-    }
-
-    fn body(m: &StorageVersionMigration) -> Result<Value, StoreError> {
-        let mut v = serde_json::to_value(m).map_err(|e| StoreError { code: 0, message: e.to_string() })?;
-        v["apiVersion"] = json!("migration.k8s.io/v1alpha1");
-        v["kind"] = json!(StorageVersionMigration::info().kind);
-        Ok(v)
+/// Ok(None) for a 404.
+fn found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, StoreError> {
+    match r {
+        Ok(t) => Ok(Some(t)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
 #[async_trait::async_trait]
-impl MigrationStore for RemoteMigrations {
+impl MigrationStore for OwnObjects {
     async fn list_migrations(&self) -> Result<Vec<StorageVersionMigration>, StoreError> {
-        #[derive(serde::Deserialize)]
-        struct List {
-            #[serde(default)]
-            items: Vec<StorageVersionMigration>,
-        }
-        Ok(self.call::<List>(Method::GET, SVM_PATH, None).await?.items)
+        Ok(self.migrations.list(&ListParams::default()).await?.items)
     }
     async fn get_migration(&self, name: &str) -> Result<Option<StorageVersionMigration>, StoreError> {
-        match self.call(Method::GET, &format!("{SVM_PATH}/{name}"), None).await {
-            Ok(m) => Ok(Some(m)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        Ok(self.migrations.get_opt(name).await?)
     }
     async fn create_migration(&self, m: &StorageVersionMigration) -> Result<StorageVersionMigration, StoreError> {
-        self.call(Method::POST, SVM_PATH, Some(Self::body(m)?)).await
+        Ok(self.migrations.create(&PostParams::default(), m).await?)
     }
     async fn update_migration_status(
         &self,
         m: &StorageVersionMigration,
     ) -> Result<StorageVersionMigration, StoreError> {
-        self.call(Method::PUT, &format!("{SVM_PATH}/{}/status", name_of(m)), Some(Self::body(m)?)).await
+        Ok(self.migrations.replace_status(name_of(m), &PostParams::default(), m).await?)
     }
     async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
-        match self.call::<Value>(Method::DELETE, &format!("{SVM_PATH}/{name}"), None).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        found(self.migrations.delete(name, &DeleteParams::default()).await).map(|_| ())
     }
 }
 
@@ -231,23 +171,29 @@ pub trait StateStore: Send + Sync {
 }
 
 #[async_trait::async_trait]
-impl StateStore for OwnApi {
+impl StateStore for OwnObjects {
     async fn list_states(&self) -> Result<Vec<StorageState>, StoreError> {
-        Ok(self.list(None, "").await?)
+        Ok(self.states.list(&ListParams::default()).await?.items)
     }
     async fn get_state(&self, name: &str) -> Result<Option<StorageState>, StoreError> {
-        Ok(self.get(None, name).await?)
+        Ok(self.states.get_opt(name).await?)
     }
     async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError> {
-        Ok(self.create(s).await?)
+        Ok(self.states.create(&PostParams::default(), s).await?)
     }
     async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError> {
-        Ok(self.update_status(s).await?)
+        let name = s.metadata.name.as_deref().unwrap_or_default();
+        Ok(self.states.replace_status(name, &PostParams::default(), s).await?)
     }
     async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError> {
         let m = &s.metadata;
-        let name = m.name.as_deref().unwrap_or_default();
-        Ok(self.delete_unchanged::<StorageState>(None, name, m.uid.clone(), m.resource_version.clone()).await?)
+        let preconditions = Preconditions { uid: m.uid.clone(), resource_version: m.resource_version.clone() };
+        let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
+        match self.states.delete(m.name.as_deref().unwrap_or_default(), &params).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
