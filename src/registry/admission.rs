@@ -7,22 +7,30 @@
 //! kube-apiserver writes and checks it, and nothing of ours reads it.
 
 use super::default_patch::default_patch;
-use super::strategy::{drop_storing_server_metadata, not_an_object, Decoded};
+use super::object_meta::validate_object_meta;
+use super::strategy::{drop_storing_server_metadata, not_an_object, Admitted};
 use super::{Registry, Resource};
 use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// A write to admit, with the object(s) as kube-apiserver sent them (JSON text).
+/// An object as kube-apiserver sent it: its JSON text, or the JSON value read with the review.
+#[derive(Debug)]
+pub enum Sent<'a> {
+    Text(&'a str),
+    Value(Value),
+}
+
+/// A write to admit, with the object(s) as kube-apiserver sent them.
 #[derive(Debug)]
 pub enum AdmissionWrite<'a> {
     Create {
-        object: &'a str,
+        object: Sent<'a>,
     },
     /// `status`: the write is to the `/status` subresource.
     Update {
-        object: &'a str,
-        old_object: &'a str,
+        object: Sent<'a>,
+        old_object: Sent<'a>,
         status: bool,
     },
 }
@@ -30,11 +38,11 @@ pub enum AdmissionWrite<'a> {
 impl<'a> AdmissionWrite<'a> {
     /// A create of the object whose JSON text is `object`.
     pub fn create(object: &'a str) -> Self {
-        AdmissionWrite::Create { object }
+        AdmissionWrite::Create { object: Sent::Text(object) }
     }
     /// An update from `old_object` to `object` (JSON texts).
     pub fn update(object: &'a str, old_object: &'a str, status: bool) -> Self {
-        AdmissionWrite::Update { object, old_object, status }
+        AdmissionWrite::Update { object: Sent::Text(object), old_object: Sent::Text(old_object), status }
     }
 }
 
@@ -79,8 +87,8 @@ impl Resource {
     }
 
     /// Validating admission: the steps of [`Resource::create`] (decode with defaults, status dropped, create
-    /// preparation, metadata and kind validation) on create; the kind's update validation (or its `/status`
-    /// validation) on update. A denial is the 422 Invalid the aggregated API would answer, listing every invalid
+    /// preparation, metadata and kind validation) on create, on the typed object ([`Strategy::admit`](super::strategy::Strategy::admit)); the kind's
+    /// update validation (or its `/status` validation) on update. A denial is the 422 Invalid the aggregated API would answer, listing every invalid
     /// field; Ok carries warnings.
     pub fn admission_validate(
         &self,
@@ -88,43 +96,34 @@ impl Resource {
         namespace: Option<&str>,
         write: AdmissionWrite<'_>,
     ) -> ApiResult<Vec<String>> {
-        let decode = |text: &str| self.strategy.decode(self.admitted(text, version)?);
-        let (object, errors, unknown_fields) = match write {
-            AdmissionWrite::Create { object } => {
-                let Decoded { mut object, unknown_fields } = decode(object)?;
-                if self.info().has_status {
-                    if let Some(o) = object.as_object_mut() {
-                        o.remove("status");
-                    }
-                }
-                self.strategy.prepare_for_create(&mut object)?;
-                self.check_namespace(&mut object, namespace)?;
-                let errors = self.strategy.validate(&object)?;
-                (object, errors, unknown_fields)
-            }
+        let (object, update) = match write {
+            AdmissionWrite::Create { object } => (self.admitted(object, version)?, None),
             AdmissionWrite::Update { object, old_object, status } => {
-                let Decoded { mut object, unknown_fields } = decode(object)?;
-                let mut old = decode(old_object)?.object;
-                self.check_namespace(&mut object, namespace)?;
-                self.check_namespace(&mut old, namespace)?;
-                let errors = self.strategy.validate_update(&object, &old, status)?;
-                (object, errors, unknown_fields)
+                (self.admitted(object, version)?, Some((self.admitted(old_object, version)?, status)))
             }
         };
-        let mut errs = self.validate_meta(&object)?;
+        let Admitted { mut metadata, old_namespace, errors, unknown_fields } =
+            self.strategy.admit(&object, update.as_ref().map(|(old, status)| (old, *status)))?;
+        self.check_namespace_of(&mut metadata.namespace, namespace)?;
+        if let Some(mut old_namespace) = old_namespace {
+            self.check_namespace_of(&mut old_namespace, namespace)?;
+        }
+        let mut errs = validate_object_meta(&metadata, self.info().namespaced, self.info().name_rule);
         errs.extend(errors);
         if !errs.is_empty() {
-            let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-            return Err(self.invalid(name, errs));
+            return Err(self.invalid(metadata.name.as_deref().unwrap_or_default(), errs));
         }
         Ok(unknown_field_warnings(unknown_fields))
     }
 
-    /// An object of a review as admission reads it: JSON text holding an object of this kind in `version`, without
-    /// the metadata that is the storing server's.
-    fn admitted(&self, text: &str, version: &str) -> ApiResult<Value> {
-        let mut obj: Value = serde_json::from_str(text)
-            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+    /// An object of a review as admission reads it: JSON holding an object of this kind in `version`, without the
+    /// metadata that is the storing server's.
+    fn admitted(&self, sent: Sent<'_>, version: &str) -> ApiResult<Value> {
+        let mut obj: Value = match sent {
+            Sent::Value(v) => v,
+            Sent::Text(text) => serde_json::from_str(text)
+                .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?,
+        };
         if !obj.is_object() {
             return Err(not_an_object(self.info().kind));
         }

@@ -110,9 +110,53 @@ pub trait Kind: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'stati
     fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
 }
 
+/// `kube::Resource` for a kind, from its [`KindInfo`] (the preferred version), so that `kube::Api<K>` reaches it
+/// through any client: the scheduler's in-process one, `migrate`'s remote one, the tests'. `$scope`: kube's
+/// `ClusterResourceScope` or `NamespaceResourceScope`, as [`KindInfo::namespaced`] says.
+#[macro_export]
+macro_rules! kube_resource {
+    ($kind:ty, $scope:ty) => {
+        impl kube::Resource for $kind {
+            type DynamicType = ();
+            type Scope = $scope;
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as $crate::registry::strategy::Kind>::info().kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as $crate::registry::strategy::Kind>::info().group.into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as $crate::registry::strategy::Kind>::info().versions[0].into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as $crate::registry::strategy::Kind>::info().plural.into()
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
 /// An object decoded from a request: canonical JSON plus the fields the decoder did not know.
 pub struct Decoded {
     pub object: Value,
+    pub unknown_fields: Vec<String>,
+}
+
+/// What validating admission needs of an object, from the kind's typed steps.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The object's metadata as decoded (and prepared, on create), for the registry's metadata checks.
+    pub metadata: ObjectMeta,
+    /// On update, the namespace of the object before it.
+    pub old_namespace: Option<Option<String>>,
+    /// The kind's own validation errors.
+    pub errors: Vec<FieldError>,
+    /// Fields of the object the decoder did not know.
     pub unknown_fields: Vec<String>,
 }
 
@@ -136,6 +180,11 @@ pub trait Strategy: Send + Sync {
     /// What mutating admission needs: `obj` decoded as [`decode`](Self::decode) decodes it, before and after its
     /// defaults (and, on create, [`prepare_for_create`](Self::prepare_for_create)).
     fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError>;
+    /// Validating admission: the steps a REST write runs, on the typed object — [`decode`](Self::decode) with its
+    /// defaults, then on create status cleared (kinds with `/status`) and [`prepare_for_create`](Self::prepare_for_create),
+    /// and the kind's validation; on update (`update`: the old object, and whether the write is to `/status`) the
+    /// update (or `/status`) validation against the old object decoded the same way.
+    fn admit(&self, obj: &Value, update: Option<(&Value, bool)>) -> Result<Admitted, ApiError>;
     /// The response to a create of a create-only kind, computed in place.
     fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
@@ -288,6 +337,24 @@ impl<K: Kind> Strategy for KindStrategy<K> {
             }
         }
         Ok(Decoded { object, unknown_fields })
+    }
+    fn admit(&self, obj: &Value, update: Option<(&Value, bool)>) -> Result<Admitted, ApiError> {
+        let (mut typed, unknown_fields) = Self::decode_typed(obj)?;
+        let (errors, old_namespace) = match update {
+            None => {
+                if K::info().has_status {
+                    typed.clear_status();
+                }
+                Self::prepare(&mut typed);
+                (typed.validate(), None)
+            }
+            Some((old, status)) => {
+                let (old, _) = Self::decode_typed(old)?;
+                let errors = if status { typed.validate_status_update(&old) } else { typed.validate_update(&old) };
+                (errors, Some(old.into_metadata().namespace))
+            }
+        };
+        Ok(Admitted { metadata: typed.into_metadata(), old_namespace, errors, unknown_fields })
     }
     fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError> {
         let (mut typed, unknown_fields) = Self::read_typed(obj)?;

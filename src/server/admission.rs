@@ -13,7 +13,7 @@
 
 use super::admission_review::{parse_review, review_body, AdmissionRequest, Answer};
 use super::AppState;
-use crate::registry::admission::AdmissionWrite;
+use crate::registry::admission::{AdmissionWrite, Sent};
 use crate::registry::{Registry, Resource};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -22,7 +22,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use base64::Engine;
-use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// `/mutate` and `/validate` (behind the server's authentication, like every non-public path).
@@ -59,11 +58,8 @@ impl Answer {
 struct Unserved(String);
 
 /// The served resource the review is about (by `request.kind`, else `request.resource`), with the version its
-/// objects are in; Err(warning) when it is not ours.
-fn target<'a, O>(
-    registry: &'a Registry,
-    req: &'a AdmissionRequest<O>,
-) -> Result<(&'a Arc<Resource>, &'a str), Unserved> {
+/// objects are in; Err when it is not ours.
+fn target<'a>(registry: &'a Registry, req: &'a AdmissionRequest) -> Result<(&'a Arc<Resource>, &'a str), Unserved> {
     if let Some(k) = req.kind.as_ref().filter(|k| !k.kind.is_empty()) {
         let gv = if k.group.is_empty() { k.version.to_string() } else { format!("{}/{}", k.group, k.version) };
         return registry
@@ -80,9 +76,9 @@ fn target<'a, O>(
 }
 
 /// The answer to `req`, whose objects it takes.
-fn decide(registry: &Registry, req: &AdmissionRequest<Box<RawValue>>, mode: Mode) -> Answer {
+fn decide(registry: &Registry, req: &mut AdmissionRequest, mode: Mode) -> Answer {
     // Deletes and connects carry nothing to default or validate.
-    let (object, old_object) = match (req.operation.as_str(), req.object.as_deref(), req.old_object.as_deref()) {
+    let (object, old_object) = match (req.operation.as_str(), req.object.take(), req.old_object.take()) {
         ("CREATE", Some(o), _) => (o, None),
         ("UPDATE", Some(o), Some(old)) => (o, Some(old)),
         _ => return Answer::allow(Vec::new()),
@@ -104,8 +100,10 @@ fn decide(registry: &Registry, req: &AdmissionRequest<Box<RawValue>>, mode: Mode
         }
     };
     let write = match old_object {
-        None => AdmissionWrite::create(object.get()),
-        Some(old_object) => AdmissionWrite::update(object.get(), old_object.get(), status),
+        None => AdmissionWrite::Create { object: Sent::Value(object) },
+        Some(old_object) => {
+            AdmissionWrite::Update { object: Sent::Value(object), old_object: Sent::Value(old_object), status }
+        }
     };
     match mode {
         Mode::Mutate => match res.admission_default(version, write) {
@@ -132,11 +130,11 @@ async fn admit(st: &AppState, req: Request, mode: Mode) -> Response {
         Ok(raw) => raw,
         Err(r) => return r,
     };
-    let req = match parse_review::<Box<RawValue>>(&raw) {
+    let mut req = match parse_review(&raw) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let answer = decide(&st.registry, &req, mode);
+    let answer = decide(&st.registry, &mut req, mode);
     tracing::debug!(
         uid = %req.uid,
         operation = %req.operation,
@@ -158,10 +156,10 @@ mod tests {
 
     #[test]
     fn malformed_reviews_say_why() {
-        let msg = |body: &str| parse_review::<Box<RawValue>>(body.as_bytes()).unwrap_err().message;
+        let msg = |body: &str| parse_review(body.as_bytes()).unwrap_err().message;
         assert!(msg("{").contains("invalid JSON"));
         // Not UTF-8: the text path is skipped, and the byte path says where.
-        let e = parse_review::<Box<RawValue>>(b"{\"apiVersion\":\"\xff\"}").unwrap_err().message;
+        let e = parse_review(b"{\"apiVersion\":\"\xff\"}").unwrap_err().message;
         assert!(e.contains("invalid JSON") && e.contains("column"), "{e}");
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#).contains("apiVersion"));
         assert!(msg(r#"{"apiVersion":"admission.k8s.io/v1","kind":"Review"}"#).contains("kind must be"));

@@ -8,9 +8,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::registry::decode::starts_object;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -36,12 +35,10 @@ pub struct GroupVersionResource {
     pub resource: String,
 }
 
-/// The fields of `AdmissionRequest` we act on. `O` is how its objects are held: as JSON text (our kinds, decoded by
-/// their strategies) or as a `Value` (the CSI webhooks).
+/// The fields of `AdmissionRequest` we act on, its objects read as JSON values with the review.
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
-#[serde(bound(deserialize = "O: DeserializeOwned"))]
-pub struct AdmissionRequest<O = Value> {
+pub struct AdmissionRequest {
     #[serde(default)]
     pub uid: String,
     #[serde(default)]
@@ -57,9 +54,9 @@ pub struct AdmissionRequest<O = Value> {
     #[serde(default)]
     pub operation: String,
     #[serde(default)]
-    pub object: Option<O>,
+    pub object: Option<Value>,
     #[serde(default)]
-    pub old_object: Option<O>,
+    pub old_object: Option<Value>,
     /// Read for the log only: without side effects a dry run is answered like any other review.
     #[serde(default)]
     pub dry_run: Option<bool>,
@@ -67,31 +64,13 @@ pub struct AdmissionRequest<O = Value> {
 
 /// An AdmissionReview and its request.
 #[derive(Deserialize)]
-#[serde(bound(deserialize = "O: DeserializeOwned"))]
-struct AdmissionReview<O> {
+struct AdmissionReview {
     #[serde(rename = "apiVersion", default)]
     api_version: Option<Value>,
     #[serde(default)]
     kind: Option<Value>,
     #[serde(default)]
-    request: Option<AdmissionRequest<O>>,
-}
-
-/// An object of a review, however it is held.
-pub trait ReviewObject {
-    fn is_json_object(&self) -> bool;
-}
-
-impl ReviewObject for Value {
-    fn is_json_object(&self) -> bool {
-        self.is_object()
-    }
-}
-
-impl ReviewObject for Box<RawValue> {
-    fn is_json_object(&self) -> bool {
-        starts_object(self.get().as_bytes())
-    }
+    request: Option<AdmissionRequest>,
 }
 
 fn malformed(detail: impl std::fmt::Display) -> ApiError {
@@ -100,20 +79,26 @@ fn malformed(detail: impl std::fmt::Display) -> ApiError {
 
 /// The review's request, or the 400 that says what is wrong with the review (the path of a field that does not
 /// decode).
-pub fn parse_review<O: ReviewObject + DeserializeOwned>(raw: &[u8]) -> ApiResult<AdmissionRequest<O>> {
+pub fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
     if !starts_object(raw) {
         return Err(match serde_json::from_slice::<IgnoredAny>(raw) {
             Ok(_) => malformed("the body must be a JSON object"),
             Err(e) => malformed(format!("invalid JSON: {e}")),
         });
     }
-    let mut de = serde_json::Deserializer::from_slice(raw);
-    let review: AdmissionReview<O> = serde_path_to_error::deserialize(&mut de)
-        .map_err(|e| match e.inner().is_syntax() || e.inner().is_eof() {
-            true => malformed(format!("invalid JSON: {}", e.inner())),
-            false => malformed(format!("{}: {}", e.path(), e.inner())),
-        })
-        .and_then(|r| de.end().map(|_| r).map_err(|e| malformed(format!("invalid JSON: {e}"))))?;
+    // Reviews that decode (nearly all) take one pass; the path of an error is found by decoding again.
+    let review: AdmissionReview = match serde_json::from_slice(raw) {
+        Ok(review) => review,
+        Err(_) => {
+            let mut de = serde_json::Deserializer::from_slice(raw);
+            let e = match serde_path_to_error::deserialize::<_, AdmissionReview>(&mut de) {
+                Ok(_) => de.end().err().map(|e| format!("invalid JSON: {e}")),
+                Err(e) if e.inner().is_syntax() || e.inner().is_eof() => Some(format!("invalid JSON: {}", e.inner())),
+                Err(e) => Some(format!("{}: {}", e.path(), e.inner())),
+            };
+            return Err(malformed(e.unwrap_or_else(|| "the review does not decode".into())));
+        }
+    };
     check_type(&review.api_version, &review.kind)?;
     check_request(review.request.ok_or_else(|| malformed("request is missing"))?)
 }
@@ -134,7 +119,7 @@ fn check_type(api_version: &Option<Value>, kind: &Option<Value>) -> ApiResult<()
 }
 
 /// The checks of a decoded request that its type cannot express.
-fn check_request<O: ReviewObject>(req: AdmissionRequest<O>) -> ApiResult<AdmissionRequest<O>> {
+fn check_request(req: AdmissionRequest) -> ApiResult<AdmissionRequest> {
     if req.uid.is_empty() {
         return Err(malformed("request.uid is missing"));
     }
@@ -144,10 +129,10 @@ fn check_request<O: ReviewObject>(req: AdmissionRequest<O>) -> ApiResult<Admissi
             "request.operation: Unsupported value: {op:?}: supported values: \"CREATE\", \"UPDATE\", \"DELETE\", \"CONNECT\""
         )));
     }
-    if matches!(op, "CREATE" | "UPDATE") && !req.object.as_ref().is_some_and(ReviewObject::is_json_object) {
+    if matches!(op, "CREATE" | "UPDATE") && !req.object.as_ref().is_some_and(Value::is_object) {
         return Err(malformed(format!("request.object is required for {op}")));
     }
-    if op == "UPDATE" && !req.old_object.as_ref().is_some_and(ReviewObject::is_json_object) {
+    if op == "UPDATE" && !req.old_object.as_ref().is_some_and(Value::is_object) {
         return Err(malformed("request.oldObject is required for UPDATE"));
     }
     let has_kind = req.kind.as_ref().is_some_and(|k| !k.kind.is_empty());
