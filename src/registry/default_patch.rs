@@ -17,9 +17,11 @@ use serde_json::Value;
 /// The JSON Patch that adds to `sent` what defaulting added to `before` to make `after`; `None` when nothing is
 /// added.
 pub fn default_patch(sent: &Value, before: &Value, after: &Value) -> Option<Patch> {
-    let mut targets: Vec<Vec<String>> = changed_paths(before, after)
-        .into_iter()
-        .filter_map(|tokens| added_at(before, tokens))
+    let mut targets: Vec<Vec<String>> = json_patch::diff(before, after)
+        .0
+        .iter()
+        .filter(|op| matches!(op, PatchOperation::Add(_) | PatchOperation::Replace(_)))
+        .filter_map(|op| added_at(before, op.path().tokens().map(|t| t.decoded().into_owned()).collect()))
         .filter_map(|tokens| in_sent(sent, tokens))
         .collect();
     // One operation per filled value: those inside it are dropped.
@@ -38,29 +40,6 @@ pub fn default_patch(sent: &Value, before: &Value, after: &Value) -> Option<Patc
         })
         .collect();
     (!ops.is_empty()).then_some(Patch(ops))
-}
-
-/// The paths (as tokens) where `after` adds or replaces a value of `before`: `json_patch::diff`'s operations, run
-/// only on the top-level fields that differ (defaults touch a few; most of an object is the same in both).
-fn changed_paths(before: &Value, after: &Value) -> Vec<Vec<String>> {
-    let tokens_of = |op: &PatchOperation| op.path().tokens().map(|t| t.decoded().into_owned()).collect::<Vec<_>>();
-    let added = |op: &&PatchOperation| matches!(op, PatchOperation::Add(_) | PatchOperation::Replace(_));
-    let (Value::Object(b), Value::Object(a)) = (before, after) else {
-        return json_patch::diff(before, after).0.iter().filter(added).map(tokens_of).collect();
-    };
-    let mut out = Vec::new();
-    for (key, value) in a {
-        match b.get(key) {
-            Some(old) if old == value => {}
-            Some(old) => out.extend(json_patch::diff(old, value).0.iter().filter(added).map(|op| {
-                let mut tokens = vec![key.clone()];
-                tokens.extend(tokens_of(op));
-                tokens
-            })),
-            None => out.push(vec![key.clone()]),
-        }
-    }
-    out
 }
 
 /// Where a change at `tokens` adds a value: the shallowest point on its path where `before` has none. `None` when
