@@ -54,7 +54,7 @@ pub(super) enum Stop {
     /// Interrupted by the scheduler (the migration was finished or deleted elsewhere, or the scheduler stopped).
     Cancelled,
     /// Our own API kept failing: the scheduler resumes it from the saved token later.
-    OwnApi(String),
+    Save(String),
 }
 
 impl std::fmt::Display for Stop {
@@ -63,7 +63,7 @@ impl std::fmt::Display for Stop {
             Stop::Gone => write!(f, "deleted"),
             Stop::FinishedElsewhere(phase) => write!(f, "{phase} elsewhere"),
             Stop::Cancelled => write!(f, "interrupted by the scheduler"),
-            Stop::OwnApi(e) => write!(f, "cannot save its state: {e}"),
+            Stop::Save(e) => write!(f, "cannot save its state: {e}"),
         }
     }
 }
@@ -118,7 +118,7 @@ impl Worker {
             };
             failures += 1;
             if failures >= SAVE_ATTEMPTS {
-                return Err(Stop::OwnApi(err.to_string()));
+                return Err(Stop::Save(err.to_string()));
             }
             tracing::warn!(migration = %self.name, error = %err, "saving the migration failed; retrying");
             tokio::time::sleep(Duration::from_millis(200 * u64::from(failures))).await;
@@ -170,7 +170,7 @@ impl Worker {
         };
         match stop {
             None => {}
-            Some(stop @ Stop::OwnApi(_)) => {
+            Some(stop @ Stop::Save(_)) => {
                 tracing::warn!(migration = %self.name, resource = %gvr.display(), migrated, reason = %stop,
                     "migration interrupted; it resumes from its saved token")
             }
