@@ -87,8 +87,9 @@ impl Resource {
     }
 
     /// Validating admission: the steps of [`Resource::create`] (decode with defaults, status dropped, create
-    /// preparation, metadata and kind validation) on create, on the typed object ([`Strategy::admit`](super::strategy::Strategy::admit)); the kind's
-    /// update validation (or its `/status` validation) on update. A denial is the 422 Invalid the aggregated API would answer, listing every invalid
+    /// preparation, metadata and kind validation) on create, on the typed object
+    /// ([`Strategy::admit`](super::strategy::Strategy::admit)); the kind's update validation (or its `/status`
+    /// validation) on update. A denial is the 422 Invalid the aggregated API would answer, listing every invalid
     /// field; Ok carries warnings.
     pub fn admission_validate(
         &self,
