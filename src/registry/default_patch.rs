@@ -65,7 +65,7 @@ fn in_sent(sent: &Value, tokens: Vec<String>) -> Option<Vec<String>> {
     for (i, token) in tokens[..tokens.len().saturating_sub(1)].iter().enumerate() {
         match child(at, token) {
             Some(v) if v.is_object() || v.is_array() => at = v,
-            _ if at.is_array() && child(at, token).is_none() => return None,
+            None if at.is_array() => return None,
             _ => return Some(tokens[..=i].to_vec()),
         }
     }
