@@ -65,9 +65,32 @@ pub fn kinds(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::strategy::KindInfo;
 
     #[test]
     fn storage_version_hash_matches_kube_apiserver() {
         assert_eq!(storage_version_hash("apps", "v1", "Deployment"), "8aSe+NMegvE=");
+    }
+
+    /// The comparison says yes exactly for the apiVersion the kind writes, in the core group too.
+    #[test]
+    fn is_api_version_agrees_with_api_version() {
+        let grouped = storage_state::StorageState::info();
+        let core = KindInfo { group: "", ..*grouped };
+        for info in [grouped, &core] {
+            for candidate in
+                ["v1", "v1alpha1", "migration.k8s.io/v1alpha1", "migration.k8s.io/v1", "/v1alpha1", "x/v1alpha1", ""]
+            {
+                for version in ["v1", "v1alpha1"] {
+                    let expected = info.api_version(version) == candidate;
+                    assert_eq!(
+                        info.is_api_version(candidate, version),
+                        expected,
+                        "{:?} {candidate} {version}",
+                        info.group
+                    );
+                }
+            }
+        }
     }
 }
