@@ -8,7 +8,7 @@
 
 use super::default_patch::default_patch;
 use super::object_meta::validate_object_meta;
-use super::strategy::{drop_storing_server_metadata, not_an_object, Admitted};
+use super::strategy::{drop_storing_server_metadata, Admitted};
 use super::{Registry, Resource};
 use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
@@ -125,9 +125,6 @@ impl Resource {
             Sent::Text(text) => serde_json::from_str(text)
                 .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?,
         };
-        if !obj.is_object() {
-            return Err(not_an_object(self.info().kind));
-        }
         self.check_type_meta(&obj, version)?;
         drop_storing_server_metadata(&mut obj);
         Ok(obj)

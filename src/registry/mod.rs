@@ -319,26 +319,16 @@ impl Resource {
         Ok(Bytes::from(bytes))
     }
 
-    /// A request body is a JSON object whose apiVersion and kind, when set, are this kind's in `version`.
+    /// A request body is a JSON object whose apiVersion and kind, when set (non-empty), are this kind's in
+    /// `version`.
     pub(crate) fn check_type_meta(&self, body: &Value, version: &str) -> ApiResult<()> {
         let i = self.info();
         if !body.is_object() {
             return Err(strategy::not_an_object(i.kind));
         }
         // A value that is not a string is refused at the HTTP edge; here (admission) it counts as absent.
-        let text = |k: &str| body.get(k).and_then(Value::as_str);
-        self.check_type_strs(text("apiVersion"), text("kind"), version)
-    }
-
-    /// apiVersion and kind, when set (non-empty), must be this kind's in `version`.
-    pub(crate) fn check_type_strs(
-        &self,
-        api_version: Option<&str>,
-        kind: Option<&str>,
-        version: &str,
-    ) -> ApiResult<()> {
-        let i = self.info();
-        if let Some(av) = api_version.filter(|s| !s.is_empty()) {
+        let text = |k: &str| body.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+        if let Some(av) = text("apiVersion") {
             if !i.is_api_version(av, version) {
                 let want_av = i.api_version(version);
                 return Err(ApiError::bad_request(format!(
@@ -346,7 +336,7 @@ impl Resource {
                 )));
             }
         }
-        if let Some(k) = kind.filter(|s| !s.is_empty()) {
+        if let Some(k) = text("kind") {
             if k != i.kind {
                 return Err(ApiError::bad_request(format!(
                     "the kind in the data ({k}) does not match the expected kind ({})",
