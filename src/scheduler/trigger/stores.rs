@@ -62,15 +62,6 @@ impl OwnObjects {
     }
 }
 
-/// Ok(None) for a 404.
-fn found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, StoreError> {
-    match r {
-        Ok(t) => Ok(Some(t)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 #[async_trait::async_trait]
 impl MigrationStore for OwnObjects {
     async fn list_migrations(&self) -> Result<Vec<StorageVersionMigration>, StoreError> {
@@ -89,7 +80,11 @@ impl MigrationStore for OwnObjects {
         Ok(self.migrations.replace_status(name_of(m), &PostParams::default(), m).await?)
     }
     async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
-        found(self.migrations.delete(name, &DeleteParams::default()).await).map(|_| ())
+        match self.migrations.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
