@@ -9,7 +9,7 @@
 use super::default_patch::default_patch;
 use super::object_meta::validate_object_meta;
 use super::strategy::{drop_storing_server_metadata, Admitted};
-use super::{Registry, Resource};
+use super::{unknown_field_warnings, Registry, Resource};
 use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
 use std::sync::Arc;
@@ -64,10 +64,6 @@ impl Registry {
     }
 }
 
-fn unknown_field_warnings(fields: Vec<String>) -> Vec<String> {
-    fields.into_iter().map(|f| format!("unknown field {f:?}")).collect()
-}
-
 impl Resource {
     /// Mutating admission: the kind's defaults, as the aggregated API applies them — decode defaults plus
     /// `prepare_for_create` on create, decode defaults on update (main resource and `/status`). Idempotent: the
@@ -83,7 +79,7 @@ impl Resource {
             Some(p) => Some(serde_json::to_vec(&p).map_err(|e| ApiError::internal(e.to_string()))?),
             None => None,
         };
-        Ok(Defaulted { patch, warnings: unknown_field_warnings(d.unknown_fields) })
+        Ok(Defaulted { patch, warnings: unknown_field_warnings(&d.unknown_fields) })
     }
 
     /// Validating admission: the steps of [`Resource::create`] (decode with defaults, status dropped, create
@@ -114,7 +110,7 @@ impl Resource {
         if !errs.is_empty() {
             return Err(self.invalid(metadata.name.as_deref().unwrap_or_default(), errs));
         }
-        Ok(unknown_field_warnings(unknown_fields))
+        Ok(unknown_field_warnings(&unknown_fields))
     }
 
     /// An object of a review as admission reads it: JSON holding an object of this kind in `version`, without the

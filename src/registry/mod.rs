@@ -231,6 +231,11 @@ fn expired_continue(prefix: &str, start_after: &Option<String>) -> ApiError {
     e
 }
 
+/// The warnings (kube-apiserver's words) for fields a decode did not know.
+fn unknown_field_warnings(fields: &[String]) -> Vec<String> {
+    fields.iter().map(|f| format!("unknown field {f:?}")).collect()
+}
+
 fn parse_rv(s: &str) -> ApiResult<u64> {
     s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))
 }
@@ -358,7 +363,7 @@ impl Resource {
         self.check_type_meta(&body, version)?;
         let i = self.info();
         let decoded = self.strategy.decode(body)?;
-        let mut problems: Vec<String> = decoded.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
+        let mut problems = unknown_field_warnings(&decoded.unknown_fields);
         problems.extend(dups.iter().map(|f| format!("duplicate field {f:?}")));
         let warnings = match fv {
             FieldValidation::Strict if !problems.is_empty() => {
