@@ -17,7 +17,7 @@ pub const TO_CSI: &str = "ToCSI";
 pub const TO_IN_TREE: &str = "ToInTree";
 
 /// A translation between an in-tree volume plugin and its CSI driver, computed on create and never stored.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "io.k8s.migration.v1alpha1.CSITranslation")]
 pub struct CSITranslation {
@@ -33,7 +33,7 @@ pub struct CSITranslation {
 }
 
 /// What to translate.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "io.k8s.migration.v1alpha1.CSITranslationSpec")]
 pub struct CSITranslationSpec {
@@ -148,16 +148,15 @@ impl CSITranslation {
     }
 }
 
+crate::kube_resource!(CSITranslation, kube::core::ClusterResourceScope);
+
 impl Kind for CSITranslation {
     const CELLS_READ_METADATA: bool = false;
     fn info() -> &'static KindInfo {
         &INFO
     }
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn into_metadata(self) -> ObjectMeta {
-        self.metadata
+    fn clear_status(&mut self) {
+        self.status = None;
     }
     fn defaults(&mut self) {
         if self.spec.direction.as_deref().unwrap_or_default().is_empty() {

@@ -8,7 +8,8 @@ pub mod shoot_state;
 pub mod storage_state;
 pub mod storage_version_migration;
 
-use crate::registry::strategy::{Kind, KindStrategy, Strategy};
+use crate::registry::store::Store;
+use crate::registry::strategy::{Kind, Strategy};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -46,7 +47,7 @@ pub fn kinds(
                 served: info.versions.join(", "),
             });
         }
-        Ok(Arc::new(KindStrategy::<K>::new(version)))
+        Ok(Arc::new(Store::<K>::new(version)))
     }
     let all = vec![
         make::<storage_version_migration::StorageVersionMigration>(storage_versions, "v1alpha1")?,

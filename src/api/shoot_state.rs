@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 
 /// ShootState contains the state of a Shoot cluster required to migrate the Shoot's control plane to a new Seed.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ShootState")]
 pub struct ShootState {
@@ -197,12 +197,6 @@ crate::kube_resource!(ShootState, kube::core::NamespaceResourceScope);
 impl Kind for ShootState {
     fn info() -> &'static KindInfo {
         &INFO
-    }
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn into_metadata(self) -> ObjectMeta {
-        self.metadata
     }
     fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();

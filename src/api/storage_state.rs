@@ -13,7 +13,7 @@ use serde_json::Value;
 pub const UNKNOWN_HASH: &str = "Unknown";
 
 /// The state of the storage of a specific resource.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageState")]
 pub struct StorageState {
@@ -147,14 +147,11 @@ impl Kind for StorageState {
     fn info() -> &'static KindInfo {
         &INFO
     }
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn into_metadata(self) -> ObjectMeta {
-        self.metadata
-    }
     fn clear_status(&mut self) {
         self.status = None;
+    }
+    fn swap_status(&mut self, other: &mut Self) {
+        std::mem::swap(&mut self.status, &mut other.status);
     }
     fn defaults(&mut self) {
         if let Some(s) = &mut self.status {

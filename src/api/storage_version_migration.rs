@@ -14,7 +14,7 @@ pub const CONDITION_FAILED: &str = "Failed";
 const MAX_MESSAGE: usize = 32768;
 
 /// StorageVersionMigration represents a migration of stored data to the latest storage version.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigration")]
 pub struct StorageVersionMigration {
@@ -205,14 +205,11 @@ impl Kind for StorageVersionMigration {
     fn info() -> &'static KindInfo {
         &INFO
     }
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn into_metadata(self) -> ObjectMeta {
-        self.metadata
-    }
     fn clear_status(&mut self) {
         self.status = None;
+    }
+    fn swap_status(&mut self, other: &mut Self) {
+        std::mem::swap(&mut self.status, &mut other.status);
     }
     fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();

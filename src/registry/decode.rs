@@ -116,6 +116,12 @@ const READER_DEPTH: usize = 127;
 /// Whether JSON text nests no deeper than [`read_stored`] reads, by a scan of its brackets: for the paths that
 /// copy stored text to clients without reading it whole, so that they serve exactly what a read would.
 pub fn reads_within_depth(text: &[u8]) -> bool {
+    nests_within(text, READER_DEPTH)
+}
+
+/// Whether JSON text nests no deeper than `max` levels (an object or list at the top is the first), by a scan of
+/// its brackets.
+pub fn nests_within(text: &[u8], max: usize) -> bool {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in text {
         if in_string {
@@ -131,7 +137,7 @@ pub fn reads_within_depth(text: &[u8]) -> bool {
             b'"' => in_string = true,
             b'{' | b'[' => {
                 depth += 1;
-                if depth > READER_DEPTH {
+                if depth > max {
                     return false;
                 }
             }

@@ -7,23 +7,22 @@ pub mod admission;
 pub mod continue_token;
 pub mod decode;
 pub mod default_patch;
+mod delete;
 mod json_patch;
 pub mod object_meta;
 mod read;
 pub mod selectors;
 mod splice;
+pub mod store;
 pub mod strategy;
 pub use splice::{splice_metadata, splice_stored};
 mod write;
 
 use crate::error::{ApiError, ApiResult, FieldError};
 use crate::storage::{KeyValue, Storage, StorageError};
-use bytes::Bytes;
 use continue_token::ContinueToken;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use object_meta::validate_object_meta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use selectors::{FieldSelector, LabelSelector};
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +102,22 @@ pub enum PatchType {
     Merge,
 }
 
+/// The object a write names, and the version the client speaks.
+#[derive(Clone, Copy, Debug)]
+pub struct ObjectRef<'a> {
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+    pub version: &'a str,
+}
+
+/// What an update asks for: the object (PUT, with the paths of its duplicate fields), or a patch of the current
+/// one.
+#[derive(Debug)]
+pub enum Change {
+    Replace { body: Value, dups: Vec<String> },
+    Patch { patch_type: PatchType, patch: Value },
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct WatchParams {
     pub label_selector: LabelSelector,
@@ -169,18 +184,16 @@ impl Registry {
     }
 }
 
-fn now_rfc3339() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+/// Now, to the second, as object metadata records time.
+fn now() -> Time {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
 /// kube-apiserver's generateName suffix alphabet: no vowels, no confusable characters.
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     uuid::Uuid::new_v4().as_bytes()[..5].iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
-}
-
-fn meta(obj: &Value) -> Option<&Map<String, Value>> {
-    obj.get("metadata").and_then(Value::as_object)
 }
 
 fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
@@ -191,30 +204,6 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
         Some(Value::Object(m)) => m,
         _ => unreachable!("metadata was just made an object"),
     }
-}
-
-fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
-        .unwrap_or_default()
-}
-
-/// Everything but metadata and status: what a generation bump is about.
-fn spec_equal(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(o) = v.as_object_mut() {
-            for k in ["metadata", "status", "apiVersion", "kind"] {
-                o.remove(k);
-            }
-        }
-        v
-    };
-    strip(a) == strip(b)
 }
 
 /// The 422 cause for an object nested deeper than it may be stored (see [`decode::MAX_NESTING_DEPTH`]).
@@ -299,31 +288,6 @@ impl Resource {
         Ok(obj)
     }
 
-    /// The stored encoding: the storage version, without resourceVersion (the revision is the resourceVersion).
-    fn encode(&self, obj: &Value) -> ApiResult<Bytes> {
-        if let Some(path) = decode::too_deep(obj) {
-            return Err(self.invalid(meta_str(obj, "name"), vec![too_deep_error(path)]));
-        }
-        let mut o = obj.clone();
-        let i = self.info();
-        if let Some(m) = o.as_object_mut() {
-            m.insert("apiVersion".into(), Value::String(i.api_version(self.strategy.storage_version())));
-            m.insert("kind".into(), Value::String(i.kind.into()));
-        }
-        meta_mut(&mut o).remove("resourceVersion");
-        let bytes = serde_json::to_vec(&o).map_err(|e| ApiError::internal(e.to_string()))?;
-        if bytes.len() > self.config.max_object_bytes {
-            return Err(ApiError::too_large(format!(
-                "{} {:?} is too large: the encoded object is {} bytes, the limit is {} bytes",
-                i.qualified_resource(),
-                meta_str(obj, "name"),
-                bytes.len(),
-                self.config.max_object_bytes
-            )));
-        }
-        Ok(Bytes::from(bytes))
-    }
-
     /// A request body is a JSON object whose apiVersion and kind, when set (non-empty), are this kind's in
     /// `version`.
     pub(crate) fn check_type_meta(&self, body: &Value, version: &str) -> ApiResult<()> {
@@ -352,45 +316,8 @@ impl Resource {
         Ok(())
     }
 
-    /// Decodes a request body for this kind: version/kind checks, typed round trip, field validation.
-    fn decode_body(
-        &self,
-        body: Value,
-        dups: &[String],
-        version: &str,
-        fv: FieldValidation,
-    ) -> ApiResult<(Value, Vec<String>)> {
-        self.check_type_meta(&body, version)?;
-        let i = self.info();
-        let decoded = self.strategy.decode(body)?;
-        let mut problems = unknown_field_warnings(&decoded.unknown_fields);
-        problems.extend(dups.iter().map(|f| format!("duplicate field {f:?}")));
-        let warnings = match fv {
-            FieldValidation::Strict if !problems.is_empty() => {
-                // kube-apiserver's wording, which clients and tools match on.
-                return Err(ApiError::bad_request(format!(
-                    "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-                    problems.join(", "),
-                    kind = i.kind
-                )));
-            }
-            FieldValidation::Warn => problems,
-            _ => Vec::new(),
-        };
-        let mut obj = decoded.object;
-        self.set_type_meta(&mut obj, version);
-        Ok((obj, warnings))
-    }
-
-    /// apiVersion and kind of this kind in `version`.
-    pub(crate) fn set_type_meta(&self, obj: &mut Value, version: &str) {
-        if let Some(o) = obj.as_object_mut() {
-            o.insert("apiVersion".into(), Value::String(self.info().api_version(version)));
-            o.insert("kind".into(), Value::String(self.info().kind.into()));
-        }
-    }
-
-    /// [`check_namespace`](Self::check_namespace) of a decoded object's `metadata.namespace`.
+    /// A decoded object's `metadata.namespace` against the request's: set from it when empty, refused when it
+    /// differs; none for cluster-scoped kinds.
     pub(crate) fn check_namespace_of(&self, ns: &mut Option<String>, namespace: Option<&str>) -> ApiResult<()> {
         if !self.info().namespaced {
             *ns = None;
@@ -409,31 +336,66 @@ impl Resource {
         }
     }
 
-    fn check_namespace(&self, obj: &mut Value, namespace: Option<&str>) -> ApiResult<()> {
-        let m = meta_mut(obj);
-        let mut ns = m.get("namespace").and_then(Value::as_str).map(str::to_string);
-        self.check_namespace_of(&mut ns, namespace)?;
-        match ns {
-            Some(ns) => m.insert("namespace".into(), Value::String(ns)),
-            None => m.remove("namespace"),
-        };
-        Ok(())
-    }
-
-    /// Metadata validation of a decoded object (canonical JSON, so its metadata always reads as `ObjectMeta`).
-    fn validate_meta(&self, obj: &Value) -> ApiResult<Vec<FieldError>> {
-        let meta = match obj.get("metadata") {
-            Some(m) => ObjectMeta::deserialize(m).map_err(|e| ApiError::internal(format!("reading metadata: {e}")))?,
-            None => ObjectMeta::default(),
-        };
-        Ok(validate_object_meta(&meta, self.info().namespaced, self.info().name_rule))
-    }
-
     /// Create-only kinds store nothing: every verb but create is 405.
     fn stored(&self, verb: &str) -> ApiResult<()> {
         match self.info().create_only {
             true => Err(ApiError::method_not_allowed(verb, self.info().group, self.info().plural)),
             false => Ok(()),
         }
+    }
+
+    /// POST: a new object from the request body.
+    pub async fn create(
+        &self,
+        namespace: Option<&str>,
+        version: &str,
+        body: Value,
+        dups: &[String],
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        self.strategy.create(self, namespace, version, body, dups, opts).await
+    }
+
+    /// PUT: replace the object (or its status).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn update(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        body: Value,
+        dups: Vec<String>,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        let target = ObjectRef { namespace, name, version };
+        self.strategy.update(self, &target, Change::Replace { body, dups }, status, opts).await
+    }
+
+    /// PATCH with a JSON patch or a JSON merge patch.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn patch(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        patch_type: PatchType,
+        patch: Value,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        let target = ObjectRef { namespace, name, version };
+        self.strategy.update(self, &target, Change::Patch { patch_type, patch }, status, opts).await
+    }
+
+    /// DELETE: removes the object, or marks it for deletion while finalizers remain.
+    pub async fn delete(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Value> {
+        self.strategy.delete(self, &ObjectRef { namespace, name, version }, opts).await
     }
 }

@@ -1,9 +1,10 @@
 //! The generic layer's view of a kind: its static facts ([`KindInfo`]), its typed policy ([`Kind`], implemented by
-//! each kind's struct in `crate::api`) and the object-safe [`Strategy`] the registry works with, bridged by the one
-//! generic implementation, [`KindStrategy`]. Kinds depend on this module, never the reverse.
+//! each kind's struct in `crate::api`) and the object-safe [`Strategy`] the router works with, implemented once by
+//! the typed [`Store`](super::store::Store). Kinds depend on this module, never the reverse.
 
 use super::object_meta::NameRule;
-use crate::error::{ApiError, FieldError};
+use super::{Change, DeleteOptions as DeleteRequest, ObjectRef, Resource, WriteOptions, Written};
+use crate::error::{ApiError, ApiResult, FieldError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta, Status};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -79,17 +80,23 @@ impl Column {
     }
 }
 
-/// The typed side of a kind: implemented by each kind's struct.
-pub trait Kind: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static {
+/// The typed side of a kind: implemented by each kind's struct, whose `metadata` it reaches through
+/// `kube::Resource` (see [`kube_resource!`](crate::kube_resource)).
+pub trait Kind:
+    kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + JsonSchema + Clone + PartialEq + Send + Sync + 'static
+{
     fn info() -> &'static KindInfo;
-    fn metadata(&self) -> &ObjectMeta;
-    fn into_metadata(self) -> ObjectMeta;
     /// Defaulting, applied to every object decoded from a request (like kube-apiserver's defaulting on decode).
     fn defaults(&mut self) {}
     /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
     fn prepare_for_create(&mut self) {}
-    /// What a main-resource write leaves of status: none (kinds with `/status`, [`KindInfo::has_status`]).
+    /// Removes status: what a main-resource write leaves of it in kinds with `/status` ([`KindInfo::has_status`]),
+    /// and what a create-only kind's request has of its answer.
     fn clear_status(&mut self) {}
+    /// Exchanges status with `other`: how the `/status` split moves status between objects (kinds with `/status`).
+    fn swap_status(&mut self, other: &mut Self) {
+        let _ = other;
+    }
     fn validate(&self) -> Vec<FieldError>;
     /// Validation of an update of the main resource (spec, metadata).
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
@@ -141,12 +148,6 @@ macro_rules! kube_resource {
     };
 }
 
-/// An object decoded from a request: canonical JSON plus the fields the decoder did not know.
-pub struct Decoded {
-    pub object: Value,
-    pub unknown_fields: Vec<String>,
-}
-
 /// What validating admission needs of an object, from the kind's typed steps.
 #[derive(Debug)]
 pub struct Admitted {
@@ -167,26 +168,43 @@ pub struct Defaulted {
     pub unknown_fields: Vec<String>,
 }
 
-/// Per-kind policy over JSON objects, as the generic registry sees it.
+/// A kind as the generic registry and the HTTP edge see it, its type erased: the one object-safe trait per served
+/// resource. Implemented once, generically, by the typed store ([`Store`](super::store::Store)), where every step
+/// runs on the kind's Rust type; `at` is the resource's storage.
+#[async_trait::async_trait]
 pub trait Strategy: Send + Sync {
     fn info(&self) -> &'static KindInfo;
     /// The version objects are written in.
     fn storage_version(&self) -> &str;
-    /// Decodes a request body (already JSON) into canonical JSON: typed round trip, unknown fields dropped and named.
-    fn decode(&self, obj: Value) -> Result<Decoded, ApiError>;
-    fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError>;
-    fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError>;
-    fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError>;
-    /// What mutating admission needs: `obj` decoded as [`decode`](Self::decode) decodes it, before and after its
-    /// defaults (and, on create, [`prepare_for_create`](Self::prepare_for_create)).
+    /// Create: the body decoded once into the kind's type, prepared, defaulted, validated and encoded once.
+    async fn create(
+        &self,
+        at: &Resource,
+        namespace: Option<&str>,
+        version: &str,
+        body: Value,
+        dups: &[String],
+        opts: &WriteOptions,
+    ) -> ApiResult<Written>;
+    /// Update (PUT) or patch of the object `target` names, of its `/status` when `status`.
+    async fn update(
+        &self,
+        at: &Resource,
+        target: &ObjectRef<'_>,
+        change: Change,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written>;
+    /// Delete, or the mark for deletion while finalizers remain.
+    async fn delete(&self, at: &Resource, target: &ObjectRef<'_>, opts: &DeleteRequest) -> ApiResult<Value>;
+    /// What mutating admission needs: `obj` decoded as a request body is, before and after its defaults (and, on
+    /// create, create preparation).
     fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError>;
-    /// Validating admission: the steps a REST write runs, on the typed object — [`decode`](Self::decode) with its
-    /// defaults, then on create status cleared (kinds with `/status`) and [`prepare_for_create`](Self::prepare_for_create),
-    /// and the kind's validation; on update (`update`: the old object, and whether the write is to `/status`) the
-    /// update (or `/status`) validation against the old object decoded the same way.
+    /// Validating admission: the steps a REST write runs, on the typed object — decode with its defaults, then on
+    /// create status cleared (kinds with `/status`) and create preparation, and the kind's validation; on update
+    /// (`update`: the old object, and whether the write is to `/status`) the update (or `/status`) validation
+    /// against the old object decoded the same way.
     fn admit(&self, obj: &Value, update: Option<(&Value, bool)>) -> Result<Admitted, ApiError>;
-    /// The response to a create of a create-only kind, computed in place.
-    fn respond(&self, obj: &mut Value) -> Result<(), ApiError>;
     fn columns(&self) -> Vec<Column>;
     fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
     /// The same from an object's stored JSON, without an intermediate `Value` (`None` if it does not decode).
@@ -199,74 +217,6 @@ pub trait Strategy: Send + Sync {
     ) -> Option<Vec<Value>>;
     /// OpenAPI v3 schema of the kind and the schemas it references, by fully qualified name.
     fn schemas(&self) -> (String, serde_json::Map<String, Value>);
-}
-
-/// The one [`Strategy`] implementation, generic over typed kinds.
-pub struct KindStrategy<K: Kind> {
-    storage_version: String,
-    _k: std::marker::PhantomData<fn() -> K>,
-}
-
-impl<K: Kind> KindStrategy<K> {
-    pub fn new(storage_version: &str) -> Self {
-        KindStrategy { storage_version: storage_version.to_string(), _k: std::marker::PhantomData }
-    }
-    fn typed(obj: &Value) -> Result<K, ApiError> {
-        K::deserialize(obj).map_err(|e| ApiError::internal(format!("decoding stored {}: {e}", K::info().kind)))
-    }
-    /// A request's object decoded into the kind's type (with its defaults), and the fields the decoder did not
-    /// know, sorted; a value of the wrong type is a 400 naming its path.
-    fn decode_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
-        Self::read_typed(obj).map(Self::with_defaults)
-    }
-    /// [`decode_typed`](Self::decode_typed) without the defaults.
-    fn read_typed(obj: &Value) -> Result<(K, Vec<String>), ApiError> {
-        let mut unknown = Vec::new();
-        // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
-        let typed: K = match serde_ignored::deserialize(obj, |p| note_unknown(&p, &mut unknown)) {
-            Ok(typed) => typed,
-            Err(_) => {
-                let e = serde_path_to_error::deserialize::<_, K>(obj).err();
-                let (path, inner) = match e {
-                    Some(e) => (path_string(e.path()), e.into_inner().to_string()),
-                    None => (String::new(), "the object does not decode".to_string()),
-                };
-                let at = if path.is_empty() || path == "?" { String::new() } else { format!(" at {path}") };
-                return Err(ApiError::bad_request(format!("error decoding {}{at}: {inner}", K::info().kind)));
-            }
-        };
-        unknown.sort();
-        unknown.dedup();
-        Ok((typed, unknown))
-    }
-    fn with_defaults((mut typed, unknown): (K, Vec<String>)) -> (K, Vec<String>) {
-        typed.defaults();
-        (typed, unknown)
-    }
-    /// Create preparation, and the defaults again for what it set.
-    fn prepare(typed: &mut K) {
-        typed.prepare_for_create();
-        typed.defaults();
-    }
-    fn to_value(typed: &K) -> Result<Value, ApiError> {
-        serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()))
-    }
-    /// Applies `f` to the typed object, keeping apiVersion and kind (the typed structs do not carry them).
-    fn modify(obj: &mut Value, f: impl FnOnce(&mut K)) -> Result<(), ApiError> {
-        let mut typed = Self::typed(obj)?;
-        f(&mut typed);
-        let keep = (obj.get("apiVersion").cloned(), obj.get("kind").cloned());
-        *obj = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
-        if let Some(o) = obj.as_object_mut() {
-            if let Some(v) = keep.0 {
-                o.insert("apiVersion".into(), v);
-            }
-            if let Some(k) = keep.1 {
-                o.insert("kind".into(), k);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Metadata that admission leaves out of the objects it decodes: `managedFields` is the storing server's record of
@@ -289,7 +239,7 @@ pub fn drop_storing_server_metadata(obj: &mut Value) {
 /// Notes a field the typed decode did not know, by its path as Kubernetes writes it (keys and list indexes joined
 /// with dots: `spec.items.0.name`); apiVersion and kind, which the registry checks and the typed structs do not
 /// carry, excepted.
-fn note_unknown(path: &serde_ignored::Path<'_>, unknown: &mut Vec<String>) {
+pub(super) fn note_unknown(path: &serde_ignored::Path<'_>, unknown: &mut Vec<String>) {
     use serde_ignored::Path;
     fn segments(path: &Path<'_>, out: &mut Vec<String>) {
         match path {
@@ -315,104 +265,12 @@ fn note_unknown(path: &serde_ignored::Path<'_>, unknown: &mut Vec<String>) {
 }
 
 /// Go-style field path from serde's path ("spec.resource" rather than ".spec.resource").
-fn path_string(p: &serde_path_to_error::Path) -> String {
+pub(super) fn path_string(p: &serde_path_to_error::Path) -> String {
     p.to_string().trim_start_matches('.').to_string()
 }
 
-impl<K: Kind> Strategy for KindStrategy<K> {
-    fn info(&self) -> &'static KindInfo {
-        K::info()
-    }
-    fn storage_version(&self) -> &str {
-        &self.storage_version
-    }
-    fn decode(&self, obj: Value) -> Result<Decoded, ApiError> {
-        let (typed, unknown_fields) = Self::decode_typed(&obj)?;
-        let mut object = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
-        if let (Some(o), Some(src)) = (object.as_object_mut(), obj.as_object()) {
-            for k in ["apiVersion", "kind"] {
-                if let Some(v) = src.get(k) {
-                    o.insert(k.to_string(), v.clone());
-                }
-            }
-        }
-        Ok(Decoded { object, unknown_fields })
-    }
-    fn admit(&self, obj: &Value, update: Option<(&Value, bool)>) -> Result<Admitted, ApiError> {
-        let (mut typed, unknown_fields) = Self::decode_typed(obj)?;
-        let (errors, old_namespace) = match update {
-            None => {
-                if K::info().has_status {
-                    typed.clear_status();
-                }
-                Self::prepare(&mut typed);
-                (typed.validate(), None)
-            }
-            Some((old, status)) => {
-                let (old, _) = Self::decode_typed(old)?;
-                let errors = if status { typed.validate_status_update(&old) } else { typed.validate_update(&old) };
-                (errors, Some(old.into_metadata().namespace))
-            }
-        };
-        Ok(Admitted { metadata: typed.into_metadata(), old_namespace, errors, unknown_fields })
-    }
-    fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError> {
-        let (mut typed, unknown_fields) = Self::read_typed(obj)?;
-        let before = Self::to_value(&typed)?;
-        typed.defaults();
-        if create {
-            Self::prepare(&mut typed);
-        }
-        Ok(Defaulted { before, after: Self::to_value(&typed)?, unknown_fields })
-    }
-    fn prepare_for_create(&self, obj: &mut Value) -> Result<(), ApiError> {
-        Self::modify(obj, Self::prepare)
-    }
-    fn respond(&self, obj: &mut Value) -> Result<(), ApiError> {
-        Self::modify(obj, K::respond)
-    }
-    fn validate(&self, obj: &Value) -> Result<Vec<FieldError>, ApiError> {
-        Ok(Self::typed(obj)?.validate())
-    }
-    fn validate_update(&self, new: &Value, old: &Value, status: bool) -> Result<Vec<FieldError>, ApiError> {
-        let (n, o) = (Self::typed(new)?, Self::typed(old)?);
-        Ok(if status { n.validate_status_update(&o) } else { n.validate_update(&o) })
-    }
-    fn columns(&self) -> Vec<Column> {
-        K::columns()
-    }
-    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        match K::deserialize(obj) {
-            Ok(t) => t.cells(now),
-            Err(_) => K::columns().iter().map(|_| Value::Null).collect(),
-        }
-    }
-
-    fn cells_from_json(
-        &self,
-        json: &[u8],
-        metadata: Option<std::ops::Range<usize>>,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Option<Vec<Value>> {
-        match metadata.filter(|m| !K::CELLS_READ_METADATA && m.end <= json.len() && m.start <= m.end) {
-            // The object with `"metadata":{}`: decoding ObjectMeta is much of the cost of a row.
-            Some(m) => {
-                let mut blanked = Vec::with_capacity(json.len() - m.len() + 2);
-                blanked.extend_from_slice(&json[..m.start]);
-                blanked.extend_from_slice(b"{}");
-                blanked.extend_from_slice(&json[m.end..]);
-                serde_json::from_slice::<K>(&blanked).ok().map(|t| t.cells(now))
-            }
-            None => serde_json::from_slice::<K>(json).ok().map(|t| t.cells(now)),
-        }
-    }
-    fn schemas(&self) -> (String, serde_json::Map<String, Value>) {
-        kind_schemas::<K>()
-    }
-}
-
 /// The kind's schema name and every schema it references (OpenAPI v3 form, refs to `#/components/schemas/`).
-fn kind_schemas<K: Kind>() -> (String, Map<String, Value>) {
+pub(super) fn kind_schemas<K: Kind>() -> (String, Map<String, Value>) {
     let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
     let _ = generator.subschema_for::<K>();
     let _ = generator.subschema_for::<ListMeta>();

@@ -1,110 +1,115 @@
-//! The writes of the generic registry: create, update (PUT), patch, delete and deletecollection, with their
-//! preconditions, retries on storage conflicts, finalizers and dry-run.
+//! The writes of the typed store: create, update (PUT) and patch, with their preconditions, retries on storage
+//! conflicts and the `/status` split, every step on the kind's type. A dry run differs only in its [`Sink`].
 
 use super::json_patch::{apply_json_patch, JsonPatchError};
+use super::object_meta::validate_object_meta;
+use super::store::{prepare, Sink, Store};
+use super::strategy::Kind;
 use super::{
-    meta, meta_mut, meta_str, now_rfc3339, parse_rv, random_suffix, spec_equal, strings, too_deep_error, DeleteOptions,
-    ListOut, ListParams, PatchType, Resource, WriteOptions, Written,
+    now, parse_rv, random_suffix, too_deep_error, Change, ObjectRef, PatchType, Resource, WriteOptions, Written,
 };
 use crate::error::{ApiError, ApiResult, FieldError, StatusReason};
 use crate::storage::StorageError;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-impl Resource {
+/// Everything but metadata and status: what a generation bump is about.
+fn spec_equal<K: Kind>(a: &K, b: &K) -> bool {
+    let strip = |k: &K| {
+        let mut k = k.clone();
+        k.clear_status();
+        *k.meta_mut() = Default::default();
+        k
+    };
+    strip(a) == strip(b)
+}
+
+impl<K: Kind> Store<K> {
+    pub(super) fn validate_meta(obj: &K) -> Vec<FieldError> {
+        validate_object_meta(obj.meta(), K::info().namespaced, K::info().name_rule)
+    }
+
     /// A UID precondition (when given, non-empty) must be the current object's UID: 409 otherwise.
-    fn check_uid(&self, name: &str, uid: &str, current: &Value) -> ApiResult<()> {
-        let have = meta_str(current, "uid");
+    pub(super) fn check_uid(name: &str, uid: Option<&str>, current: &K) -> ApiResult<()> {
+        let have = current.meta().uid.as_deref().unwrap_or_default();
+        let uid = uid.unwrap_or_default();
         if uid.is_empty() || uid == have {
             return Ok(());
         }
         let why = format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {have}");
-        Err(ApiError::conflict_msg(self.info().group, self.info().plural, name, &why))
+        Err(ApiError::conflict_msg(K::info().group, K::info().plural, name, &why))
     }
 
     /// The create of a create-only kind: decoded, defaulted and validated like any create (a name is optional, as
     /// nothing is stored), then answered with the kind's response instead of being stored.
-    fn respond(&self, mut obj: Value, warnings: Vec<String>) -> ApiResult<Written> {
-        if let Some(o) = obj.as_object_mut() {
-            o.remove("status");
-        }
-        self.strategy.prepare_for_create(&mut obj)?;
-        let name = meta_str(&obj, "name").to_string();
-        let mut errs: Vec<FieldError> = self
-            .validate_meta(&obj)?
+    fn respond(at: &Resource, mut obj: K, version: &str, warnings: Vec<String>) -> ApiResult<Written> {
+        obj.clear_status();
+        prepare(&mut obj);
+        let mut errs: Vec<FieldError> = Self::validate_meta(&obj)
             .into_iter()
             .filter(|e| !(e.field == "metadata.name" && e.reason == "FieldValueRequired"))
             .collect();
-        errs.extend(self.strategy.validate(&obj)?);
+        errs.extend(obj.validate());
         if !errs.is_empty() {
-            return Err(self.invalid(&name, errs));
+            return Err(at.invalid(obj.meta().name.as_deref().unwrap_or_default(), errs));
         }
-        self.strategy.respond(&mut obj)?;
-        Ok(Written { object: obj, warnings, created: true })
+        obj.respond();
+        Ok(Written { object: Self::response(&obj, version)?, warnings, created: true })
     }
 
-    pub async fn create(
+    pub(super) async fn create_typed(
         &self,
+        at: &Resource,
         namespace: Option<&str>,
         version: &str,
-        body: Value,
+        body: &Value,
         dups: &[String],
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
-        let (mut obj, warnings) = self.decode_body(body, dups, version, opts.field_validation)?;
-        self.check_namespace(&mut obj, namespace)?;
-        if !meta_str(&obj, "resourceVersion").is_empty() {
+        let info = K::info();
+        let (mut obj, warnings) = Self::decode_body(at, body, dups, version, opts.field_validation)?;
+        at.check_namespace_of(&mut obj.meta_mut().namespace, namespace)?;
+        if !obj.meta().resource_version.as_deref().unwrap_or_default().is_empty() {
             return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
         }
-        if self.info().create_only {
-            return self.respond(obj, warnings);
+        if info.create_only {
+            return Self::respond(at, obj, version, warnings);
         }
-        if self.info().has_status {
-            if let Some(o) = obj.as_object_mut() {
-                o.remove("status");
-            }
+        if info.has_status {
+            obj.clear_status();
         }
-        self.strategy.prepare_for_create(&mut obj)?;
+        prepare(&mut obj);
         {
-            let m = meta_mut(&mut obj);
-            for k in ["deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"] {
-                m.remove(k);
-            }
-            m.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
-            m.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
-            m.insert("generation".into(), Value::from(1));
+            let m = obj.meta_mut();
+            m.deletion_timestamp = None;
+            m.deletion_grace_period_seconds = None;
+            m.resource_version = None;
+            m.uid = Some(uuid::Uuid::new_v4().to_string());
+            m.creation_timestamp = Some(now());
+            m.generation = Some(1);
         }
-        let generate = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
+        let generate_name = obj.meta().generate_name.clone().unwrap_or_default();
+        let generate = obj.meta().name.as_deref().unwrap_or_default().is_empty() && !generate_name.is_empty();
+        let sink = Sink::new(at.storage.as_ref(), opts.dry_run);
         for attempt in 0..8 {
             if generate {
-                let name = format!("{}{}", meta_str(&obj, "generateName"), random_suffix());
-                meta_mut(&mut obj).insert("name".into(), Value::String(name));
+                obj.meta_mut().name = Some(format!("{generate_name}{}", random_suffix()));
             }
-            let name = meta_str(&obj, "name").to_string();
-            let mut errs = self.validate_meta(&obj)?;
-            errs.extend(self.strategy.validate(&obj)?);
+            let name = obj.meta().name.clone().unwrap_or_default();
+            let mut errs = Self::validate_meta(&obj);
+            errs.extend(obj.validate());
             if !errs.is_empty() {
-                return Err(self.invalid(&name, errs));
+                return Err(at.invalid(&name, errs));
             }
-            let key = self.key(namespace, &name);
-            let bytes = self.encode(&obj)?;
-            if opts.dry_run {
-                // Like kube-apiserver's dry-run storage: a name that is taken fails as the real create would.
-                if self.storage.get(&key).await?.is_some() {
-                    if generate && attempt < 7 {
-                        continue;
-                    }
-                    return Err(ApiError::already_exists(self.info().group, self.info().plural, &name));
-                }
-                return Ok(Written { object: obj, warnings, created: true });
-            }
-            match self.storage.create(&key, bytes).await {
-                Ok(kv) => {
-                    meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
-                    return Ok(Written { object: obj, warnings, created: true });
+            let key = at.key(namespace, &name);
+            let bytes = self.encode(at, &mut obj)?;
+            match sink.create(&key, bytes).await {
+                Ok(revision) => {
+                    obj.meta_mut().resource_version = revision.map(|r| r.to_string());
+                    return Ok(Written { object: Self::response(&obj, version)?, warnings, created: true });
                 }
                 Err(StorageError::AlreadyExists { .. }) if generate && attempt < 7 => continue,
                 Err(StorageError::AlreadyExists { .. }) => {
-                    return Err(ApiError::already_exists(self.info().group, self.info().plural, &name));
+                    return Err(ApiError::already_exists(info.group, info.plural, &name));
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -112,84 +117,118 @@ impl Resource {
         Err(ApiError::internal("could not generate a unique name"))
     }
 
-    /// Update semantics shared by PUT and PATCH: `desired` computes the client's object from the current one, and
-    /// says whether its resourceVersion is the client's precondition (PUT with one, a patch that sets it) rather
-    /// than the current object's. Retried on a storage conflict unless the client pinned the resourceVersion.
-    #[allow(clippy::too_many_arguments)]
-    async fn guaranteed_update<F>(
+    /// PUT and PATCH: the client's object is computed from the current one (a replacement ignores it; a patch
+    /// applies to it), and its resourceVersion is the client's precondition when the client set it (a PUT with
+    /// one, a patch that sets it). Retried on a storage conflict unless the client pinned the resourceVersion.
+    pub(super) async fn update_typed(
         &self,
-        namespace: Option<&str>,
-        name: &str,
-        version: &str,
+        at: &Resource,
+        target: &ObjectRef<'_>,
+        change: Change,
         status: bool,
         opts: &WriteOptions,
-        mut desired: F,
-    ) -> ApiResult<Written>
-    where
-        F: FnMut(&Value) -> ApiResult<(Value, Vec<String>, bool)>,
-    {
-        self.stored("update")?;
-        let key = self.key(namespace, name);
-        loop {
-            let cur_kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
-            let cur = self.decode_stored(&cur_kv, version)?;
-            let (body, dups, precondition) = desired(&cur)?;
-            match body.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|rv| !rv.is_empty()) {
-                Some(rv) => {
-                    let wanted = parse_rv(rv).map_err(|_| {
-                        self.invalid(
-                            name,
-                            vec![FieldError::invalid(
-                                "metadata.resourceVersion",
-                                rv,
-                                "must be a valid resource version",
-                            )],
-                        )
-                    })?;
-                    if wanted != cur_kv.mod_revision {
-                        return Err(self.conflict(name));
-                    }
-                }
-                None if !self.info().unconditional_update => {
-                    return Err(self.invalid(
-                        name,
-                        vec![FieldError::invalid_value(
-                            "metadata.resourceVersion",
-                            &Value::from(0),
-                            "must be specified for an update",
-                        )],
-                    ))
-                }
-                None => {}
+    ) -> ApiResult<Written> {
+        at.stored("update")?;
+        let (name, version) = (target.name, target.version);
+        let json_patch = match &change {
+            Change::Patch { patch_type: PatchType::Json, patch } => Some(
+                serde_json::from_value::<json_patch::Patch>(patch.clone())
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+            ),
+            Change::Patch { patch_type: PatchType::Merge, patch } if !patch.is_object() => {
+                return Err(ApiError::bad_request("error decoding patch: a merge patch must be a JSON object"));
             }
-            let (new, warnings) = self.prepare_update(namespace, name, version, &cur, body, &dups, status, opts)?;
+            _ => None,
+        };
+        let precondition = match (&change, &json_patch) {
+            (_, Some(p)) => p.0.iter().any(|op| op.path().as_str() == "/metadata/resourceVersion"),
+            (Change::Replace { body, .. }, None) => {
+                body.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|r| !r.is_empty())
+            }
+            // The patch pins a resourceVersion only if it sets one itself.
+            (Change::Patch { patch, .. }, None) => {
+                patch.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null())
+            }
+        };
+        let key = at.key(target.namespace, name);
+        let sink = Sink::new(at.storage.as_ref(), opts.dry_run);
+        loop {
+            let cur_kv = at.storage.get(&key).await?.ok_or_else(|| at.not_found(name))?;
+            let cur = Self::read(&cur_kv)?;
+            let patched;
+            let (body, dups): (&Value, &[String]) = match &change {
+                Change::Replace { body, dups } => (body, dups),
+                Change::Patch { patch, .. } => {
+                    let mut doc = Self::response(&cur, version)?;
+                    match &json_patch {
+                        // kube-apiserver: a patch that cannot be applied (failed test, missing path) is 422.
+                        Some(p) => apply_json_patch(&mut doc, p).map_err(|e| match e {
+                            JsonPatchError::TooDeep(path) => at.invalid(name, vec![too_deep_error(path)]),
+                            JsonPatchError::Failed(e) => ApiError::new(
+                                StatusReason::Invalid,
+                                format!("the server rejected our request due to an error in our request: {e}"),
+                            ),
+                        })?,
+                        None => json_patch::merge(&mut doc, patch),
+                    }
+                    patched = doc;
+                    (&patched, &[])
+                }
+            };
+            Self::check_precondition(at, name, body, cur_kv.mod_revision)?;
+            let (mut new, warnings) = self.prepare_update(at, target, &cur, body, dups, status, opts)?;
             // A no-op write whose encoding matches what is stored is skipped (no new revision), as kube-apiserver
             // does; a stale encoding (older storage version) is rewritten.
-            let bytes = self.encode(&new)?;
+            let bytes = self.encode(at, &mut new)?;
             if bytes == cur_kv.value && !cur_kv.stale {
-                return Ok(Written { object: cur, warnings, created: false });
+                return Ok(Written { object: Self::response(&cur, version)?, warnings, created: false });
             }
-            let finalize = !meta_str(&new, "deletionTimestamp").is_empty()
-                && strings(meta(&new).and_then(|m| m.get("finalizers"))).is_empty();
-            if opts.dry_run {
-                return Ok(Written { object: new, warnings, created: false });
-            }
-            let result = if finalize {
-                self.storage.delete(&key, Some(cur_kv.mod_revision)).await.map(|kv| kv.mod_revision)
-            } else {
-                self.storage.update(&key, bytes, cur_kv.mod_revision).await.map(|kv| kv.mod_revision)
+            let finalize =
+                new.meta().deletion_timestamp.is_some() && new.meta().finalizers.as_ref().is_none_or(Vec::is_empty);
+            let result = match finalize {
+                true => sink.delete(&key, cur_kv.mod_revision).await,
+                false => sink.update(&key, bytes, cur_kv.mod_revision).await,
             };
             match result {
-                Ok(rev) => {
-                    let mut new = new;
-                    meta_mut(&mut new).insert("resourceVersion".into(), Value::String(rev.to_string()));
-                    return Ok(Written { object: new, warnings, created: false });
+                Ok(revision) => {
+                    if let Some(r) = revision {
+                        new.meta_mut().resource_version = Some(r.to_string());
+                    }
+                    return Ok(Written { object: Self::response(&new, version)?, warnings, created: false });
                 }
                 Err(StorageError::Conflict { .. }) if !precondition => continue,
-                Err(StorageError::Conflict { .. }) => return Err(self.conflict(name)),
-                Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
+                Err(StorageError::Conflict { .. }) => return Err(at.conflict(name)),
+                Err(StorageError::NotFound { .. }) => return Err(at.not_found(name)),
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// The client's resourceVersion, when set, must be the current one; without one, an update is allowed only
+    /// for kinds that take unconditional updates.
+    fn check_precondition(at: &Resource, name: &str, body: &Value, current: u64) -> ApiResult<()> {
+        match body.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|rv| !rv.is_empty()) {
+            Some(rv) => {
+                let wanted = parse_rv(rv).map_err(|_| {
+                    at.invalid(
+                        name,
+                        vec![FieldError::invalid("metadata.resourceVersion", rv, "must be a valid resource version")],
+                    )
+                })?;
+                match wanted == current {
+                    true => Ok(()),
+                    false => Err(at.conflict(name)),
+                }
+            }
+            None if !K::info().unconditional_update => Err(at.invalid(
+                name,
+                vec![FieldError::invalid_value(
+                    "metadata.resourceVersion",
+                    &Value::from(0),
+                    "must be specified for an update",
+                )],
+            )),
+            None => Ok(()),
         }
     }
 
@@ -197,20 +236,18 @@ impl Resource {
     #[allow(clippy::too_many_arguments)]
     fn prepare_update(
         &self,
-        namespace: Option<&str>,
-        name: &str,
-        version: &str,
-        cur: &Value,
-        body: Value,
+        at: &Resource,
+        target: &ObjectRef<'_>,
+        cur: &K,
+        body: &Value,
         dups: &[String],
         status: bool,
         opts: &WriteOptions,
-    ) -> ApiResult<(Value, Vec<String>)> {
-        let (mut body, warnings) = self.decode_body(body, dups, version, opts.field_validation)?;
-        match meta_str(&body, "name") {
-            "" => {
-                meta_mut(&mut body).insert("name".into(), Value::String(name.to_string()));
-            }
+    ) -> ApiResult<(K, Vec<String>)> {
+        let name = target.name;
+        let (mut body, warnings) = Self::decode_body(at, body, dups, target.version, opts.field_validation)?;
+        match body.meta().name.as_deref().unwrap_or_default() {
+            "" => body.meta_mut().name = Some(name.to_string()),
             n if n != name => {
                 return Err(ApiError::bad_request(format!(
                     "the name of the object ({n}) does not match the name on the URL ({name})"
@@ -218,63 +255,37 @@ impl Resource {
             }
             _ => {}
         }
-        self.check_namespace(&mut body, namespace)?;
-        self.check_uid(name, meta_str(&body, "uid"), cur)?;
+        at.check_namespace_of(&mut body.meta_mut().namespace, target.namespace)?;
+        Self::check_uid(name, body.meta().uid.as_deref(), cur)?;
         let mut new = if status {
             // /status changes status only.
             let mut n = cur.clone();
-            match body.get("status") {
-                Some(s) => n["status"] = s.clone(),
-                None => {
-                    if let Some(o) = n.as_object_mut() {
-                        o.remove("status");
-                    }
-                }
-            }
+            n.swap_status(&mut body);
             n
         } else {
             let mut n = body;
-            if self.info().has_status {
-                match cur.get("status") {
-                    Some(s) => n["status"] = s.clone(),
-                    None => {
-                        if let Some(o) = n.as_object_mut() {
-                            o.remove("status");
-                        }
-                    }
-                }
+            if K::info().has_status {
+                n.swap_status(&mut cur.clone());
             }
-            let cm = meta(cur).cloned().unwrap_or_default();
-            let m = meta_mut(&mut n);
-            for k in [
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "namespace",
-                "name",
-            ] {
-                match cm.get(k) {
-                    Some(v) => m.insert(k.to_string(), v.clone()),
-                    None => m.remove(k),
-                };
-            }
+            let (m, c) = (n.meta_mut(), cur.meta());
+            m.uid.clone_from(&c.uid);
+            m.creation_timestamp.clone_from(&c.creation_timestamp);
+            m.deletion_timestamp.clone_from(&c.deletion_timestamp);
+            m.deletion_grace_period_seconds = c.deletion_grace_period_seconds;
+            m.generation = c.generation;
+            m.namespace.clone_from(&c.namespace);
+            m.name.clone_from(&c.name);
             if !spec_equal(&n, cur) {
-                let g = cm.get("generation").and_then(Value::as_i64).unwrap_or(0);
-                meta_mut(&mut n).insert("generation".into(), Value::from(g + 1));
+                n.meta_mut().generation = Some(cur.meta().generation.unwrap_or(0) + 1);
             }
             n
         };
-        meta_mut(&mut new)
-            .insert("resourceVersion".into(), Value::String(meta_str(cur, "resourceVersion").to_string()));
-        let mut errs = self.validate_meta(&new)?;
-        if !meta_str(cur, "deletionTimestamp").is_empty() {
-            let old = strings(meta(cur).and_then(|m| m.get("finalizers")));
-            let added: Vec<String> = strings(meta(&new).and_then(|m| m.get("finalizers")))
-                .into_iter()
-                .filter(|f| !old.contains(f))
-                .collect();
+        new.meta_mut().resource_version.clone_from(&cur.meta().resource_version);
+        let mut errs = Self::validate_meta(&new);
+        if cur.meta().deletion_timestamp.is_some() {
+            let old = cur.meta().finalizers.clone().unwrap_or_default();
+            let added: Vec<String> =
+                new.meta().finalizers.iter().flatten().filter(|f| !old.contains(f)).cloned().collect();
             if !added.is_empty() {
                 errs.push(FieldError::forbidden(
                     "metadata.finalizers",
@@ -284,217 +295,10 @@ impl Resource {
                 ));
             }
         }
-        errs.extend(self.strategy.validate_update(&new, cur, status)?);
+        errs.extend(if status { new.validate_status_update(cur) } else { new.validate_update(cur) });
         if !errs.is_empty() {
-            return Err(self.invalid(name, errs));
+            return Err(at.invalid(name, errs));
         }
         Ok((new, warnings))
-    }
-
-    /// PUT: replace the object (or its status).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn update(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        version: &str,
-        body: Value,
-        dups: Vec<String>,
-        status: bool,
-        opts: &WriteOptions,
-    ) -> ApiResult<Written> {
-        let precondition =
-            body.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
-        self.guaranteed_update(namespace, name, version, status, opts, |_| {
-            Ok((body.clone(), dups.clone(), precondition))
-        })
-        .await
-    }
-
-    /// PATCH with a JSON patch or a JSON merge patch.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn patch(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        version: &str,
-        patch_type: PatchType,
-        patch: Value,
-        status: bool,
-        opts: &WriteOptions,
-    ) -> ApiResult<Written> {
-        let json_patch: Option<json_patch::Patch> = match patch_type {
-            PatchType::Json => Some(
-                serde_json::from_value(patch.clone())
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
-            ),
-            PatchType::Merge => {
-                if !patch.is_object() {
-                    return Err(ApiError::bad_request("error decoding patch: a merge patch must be a JSON object"));
-                }
-                None
-            }
-        };
-        // The patch pins a resourceVersion only if it sets one itself.
-        let precondition = match &json_patch {
-            Some(p) => p.0.iter().any(|op| op.path().as_str() == "/metadata/resourceVersion"),
-            None => patch.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null()),
-        };
-        self.guaranteed_update(namespace, name, version, status, opts, |cur| {
-            let mut doc = cur.clone();
-            match &json_patch {
-                // kube-apiserver: a patch that cannot be applied (failed test, missing path) is 422.
-                Some(p) => apply_json_patch(&mut doc, p).map_err(|e| match e {
-                    JsonPatchError::TooDeep(path) => self.invalid(name, vec![too_deep_error(path)]),
-                    JsonPatchError::Failed(e) => ApiError::new(
-                        StatusReason::Invalid,
-                        format!("the server rejected our request due to an error in our request: {e}"),
-                    ),
-                })?,
-                None => json_patch::merge(&mut doc, &patch),
-            }
-            Ok((doc, Vec::new(), precondition))
-        })
-        .await
-    }
-
-    /// DELETE: removes the object, or marks it for deletion while finalizers remain.
-    pub async fn delete(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        version: &str,
-        opts: &DeleteOptions,
-    ) -> ApiResult<Value> {
-        self.stored("delete")?;
-        let key = self.key(namespace, name);
-        if opts.ignore_store_read_error {
-            return self.delete_unreadable(&key, name, version).await;
-        }
-        loop {
-            let kv = self.storage.get(&key).await?.ok_or_else(|| self.not_found(name))?;
-            let mut obj = self.decode_stored(&kv, version)?;
-            self.check_uid(name, opts.uid.as_deref().unwrap_or_default(), &obj)?;
-            if let Some(rv) = opts.resource_version.as_deref().filter(|r| !r.is_empty()) {
-                if parse_rv(rv)? != kv.mod_revision {
-                    return Err(ApiError::conflict_msg(
-                        self.info().group,
-                        self.info().plural,
-                        name,
-                        &format!(
-                            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                            kv.mod_revision
-                        ),
-                    ));
-                }
-            }
-            let mut finalizers = strings(meta(&obj).and_then(|m| m.get("finalizers")));
-            if self.config.gc_finalizers {
-                let add = match opts.propagation_policy.as_deref() {
-                    Some("Foreground") => Some("foregroundDeletion"),
-                    Some("Orphan") => Some("orphan"),
-                    _ => None,
-                };
-                if let Some(f) = add.filter(|f| !finalizers.iter().any(|x| x == f)) {
-                    finalizers.push(f.to_string());
-                }
-            }
-            if finalizers.is_empty() {
-                if opts.dry_run {
-                    return Ok(obj);
-                }
-                match self.storage.delete(&key, Some(kv.mod_revision)).await {
-                    Ok(_) => return Ok(obj),
-                    Err(StorageError::Conflict { .. }) => continue,
-                    Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            // Graceful: mark it; whoever removes the last finalizer deletes it.
-            if !meta_str(&obj, "deletionTimestamp").is_empty()
-                && finalizers == strings(meta(&obj).and_then(|m| m.get("finalizers")))
-            {
-                return Ok(obj);
-            }
-            {
-                let m = meta_mut(&mut obj);
-                if m.get("deletionTimestamp").is_none() {
-                    m.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
-                    m.insert("deletionGracePeriodSeconds".into(), Value::from(0));
-                }
-                m.insert("finalizers".into(), json!(finalizers));
-            }
-            if opts.dry_run {
-                return Ok(obj);
-            }
-            let bytes = self.encode(&obj)?;
-            match self.storage.update(&key, bytes, kv.mod_revision).await {
-                Ok(new_kv) => {
-                    meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(new_kv.mod_revision.to_string()));
-                    return Ok(obj);
-                }
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// The unsafe delete of an object that cannot be read (KEP-3926): its key is removed without reading the
-    /// value, with no finalizers or preconditions to honour (they cannot be read either). An object that reads
-    /// fine is not touched: the option is for unreadable objects only.
-    async fn delete_unreadable(&self, key: &str, name: &str, version: &str) -> ApiResult<Value> {
-        match self.storage.get(key).await {
-            Ok(None) => return Err(self.not_found(name)),
-            Err(StorageError::Corrupt(_)) => {}
-            Ok(Some(kv)) => {
-                if self.decode_stored(&kv, version).is_ok() {
-                    // kube-apiserver's words, with the resource where the kind would be (as it does too).
-                    let cause = FieldError::invalid_value(
-                        "ignoreStoreReadErrorWithClusterBreakingPotential",
-                        &Value::Bool(true),
-                        "is exclusively used to delete corrupt object(s), try again by removing this option",
-                    );
-                    return Err(ApiError::invalid(self.info().plural, self.info().group, name, vec![cause]));
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-        match self.storage.delete(key, None).await {
-            Ok(_) => {
-                tracing::warn!(key, "an unreadable object was deleted without being read");
-                Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200,
-                    "details": {"name": name, "kind": self.info().kind}}))
-            }
-            Err(StorageError::NotFound { .. }) => Err(self.not_found(name)),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// DELETE on the collection: every object matching the selectors.
-    pub async fn delete_collection(
-        &self,
-        namespace: Option<&str>,
-        version: &str,
-        params: &ListParams,
-        opts: &DeleteOptions,
-    ) -> ApiResult<ListOut> {
-        let mut params = params.clone();
-        params.limit = 0;
-        params.continue_token = None;
-        let list = self.list(namespace, version, &params).await?;
-        let mut deleted = Vec::with_capacity(list.items.len());
-        for item in list.items {
-            let ns = meta_str(&item, "namespace").to_string();
-            let name = meta_str(&item, "name").to_string();
-            let ns = if ns.is_empty() { None } else { Some(ns.as_str()) };
-            let per_item = DeleteOptions { uid: None, resource_version: None, ..opts.clone() };
-            match self.delete(ns, &name, version, &per_item).await {
-                Ok(obj) => deleted.push(obj),
-                Err(e) if e.reason == StatusReason::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(ListOut { items: deleted, revision: self.storage.current_revision(), continue_token: None, remaining: None })
     }
 }
