@@ -17,6 +17,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+// The server's own Go-style duration parser (a leaf module), so that `--duration` reads as the server's flags do.
+#[path = "../../src/duration.rs"]
+mod duration;
 mod scenarios;
 use scenarios::*;
 mod admission;
@@ -65,8 +68,8 @@ struct Args {
     /// Admin kubeconfig of the running server (CA and client certificate).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Duration of each timed scenario: 10s, 500ms, 1m [default: 10s, 2s with --quick].
-    #[arg(long, value_parser = parse_duration)]
+    /// Duration of each timed scenario, as Go writes durations: 10s, 500ms, 1m30s [default: 10s, 2s with --quick].
+    #[arg(long, value_parser = duration::parse_duration)]
     duration: Option<Duration>,
     /// Connections for GET; LIST uses a quarter of them, CREATE and admission reviews twice as many.
     #[arg(long, default_value_t = 32)]
@@ -96,18 +99,6 @@ enum Group {
     Migration,
     /// GET, CREATE, LIST and watch fan-out on the etcd backend (starts etcd and a server on it).
     Etcd,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let n: f64 = s[..split].parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match &s[split..] {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("invalid duration {s:?} (use ms, s or m)")),
-    };
-    Ok(Duration::from_secs_f64(secs))
 }
 
 #[tokio::main]
