@@ -3,166 +3,68 @@
 //! 22 and upgraded again at 34, the migration completed at minute 45. Polls every 10 minutes.
 //!
 //! It drives the real code: the reporters' [`report`] and the leader's [`Decider`] (the functions the server's
-//! reporter and decider tasks call), over an in-memory store of StorageStates and StorageVersionMigrations with
-//! resourceVersions and conflicts like the registry's. Each report is followed by a decision, as the server's
+//! reporter and decider tasks call), over this server's API in process, as the scheduler runs them. Each report is followed by a decision, as the server's
 //! decider reacts to every StorageState change, and every poll ends with the leader's periodic round. The
 //! migrator's part (Running, then Succeeded) is played by hand.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use migration_apiserver::api::storage_state::StorageState;
 use migration_apiserver::api::storage_version_migration::{
     GroupVersionResource, MigrationCondition, StorageVersionMigration, StorageVersionMigrationStatus,
 };
+use migration_apiserver::auth::authn::Authenticator;
+use migration_apiserver::registry::Registry;
 use migration_apiserver::scheduler::trigger::{
-    is_finished, is_superseded, report, Decider, DiscoveredResource, Discovery, MigrationStore, Replicas, Served,
-    StateStore, StoreError,
+    is_finished, is_superseded, report, Decider, DiscoveredResource, Discovery, OwnObjects, Replicas, Served,
 };
-use migration_apiserver::scheduler::SchedulerConfig;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use migration_apiserver::scheduler::{in_process_client, SchedulerConfig};
+use migration_apiserver::server::{metrics::Metrics, router, AppState};
+use migration_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 const INTERVAL: Duration = Duration::from_secs(600);
 const NAME: &str = "deployments.apps";
 const REPORTERS: [&str; 3] = ["apiserver-1", "apiserver-2", "apiserver-3"];
 
+/// Minute `m` of the walkthrough. The server stamps creationTimestamp with the real clock, and decisions count only
+/// the migrations requested since their StorageState was created, so the simulated minutes start an hour from now.
 fn minute(m: i64) -> Timestamp {
-    Timestamp::from_second(1_750_000_000 + m * 60).expect("timestamp")
+    static START: OnceLock<i64> = OnceLock::new();
+    let start = START.get_or_init(|| Timestamp::now().as_second() + 3600);
+    Timestamp::from_second(start + m * 60).expect("timestamp")
 }
 
-/// StorageStates and StorageVersionMigrations in memory: resourceVersions, compare-and-swap (409), generateName,
-/// creationTimestamp from the simulated clock.
-#[derive(Default)]
-struct Memory {
-    inner: Mutex<Inner>,
+/// This server's API in process, on its embedded store in a temporary directory, reached as the scheduler reaches
+/// it: kube's typed client over the server's own router, with the scheduler's identity.
+struct Server {
+    own: OwnObjects,
+    _dir: tempfile::TempDir,
 }
 
-#[derive(Default)]
-struct Inner {
-    now: Option<Timestamp>,
-    rv: u64,
-    states: BTreeMap<String, StorageState>,
-    migrations: BTreeMap<String, StorageVersionMigration>,
-}
-
-impl Inner {
-    fn stamp(&mut self, meta: &mut ObjectMeta) {
-        self.rv += 1;
-        meta.resource_version = Some(self.rv.to_string());
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).expect("store");
+        let kinds = migration_apiserver::api::kinds(&Default::default()).expect("kinds");
+        let registry = Arc::new(Registry::new(storage, kinds, Default::default()));
+        let state = AppState::new(registry, Arc::new(Authenticator::new()), Arc::new(Metrics::new()), INTERVAL);
+        Server { own: OwnObjects::new(in_process_client(router(Arc::new(state)))), _dir: dir }
     }
-}
-
-fn conflict(what: &str) -> StoreError {
-    StoreError { code: 409, message: format!("{what}: the object has been modified") }
-}
-
-impl Memory {
-    fn set_now(&self, t: Timestamp) {
-        self.inner.lock().expect("lock").now = Some(t);
+    async fn state(&self) -> StorageState {
+        self.own.get_state(NAME).await.expect("read").expect("the StorageState")
     }
-    fn state(&self) -> StorageState {
-        self.inner.lock().expect("lock").states.get(NAME).cloned().expect("the StorageState")
-    }
-    fn migrations(&self) -> Vec<StorageVersionMigration> {
-        self.inner.lock().expect("lock").migrations.values().cloned().collect()
+    async fn migrations(&self) -> Vec<StorageVersionMigration> {
+        self.own.list_migrations().await.expect("list")
     }
     /// The migrator's part: the condition `type_` True on migration `name`.
-    fn set_phase(&self, name: &str, type_: &str) {
-        let mut i = self.inner.lock().expect("lock");
-        let mut m = i.migrations.get(name).cloned().expect("migration");
+    async fn set_phase(&self, name: &str, type_: &str) {
+        let mut m = self.own.get_migration(name).await.expect("read").expect("migration");
         m.status = Some(StorageVersionMigrationStatus {
             conditions: vec![MigrationCondition { type_: type_.into(), status: "True".into(), ..Default::default() }],
             ..Default::default()
         });
-        i.stamp(&mut m.metadata);
-        i.migrations.insert(name.to_string(), m);
-    }
-}
-
-#[async_trait::async_trait]
-impl StateStore for Memory {
-    async fn list_states(&self) -> Result<Vec<StorageState>, StoreError> {
-        Ok(self.inner.lock().expect("lock").states.values().cloned().collect())
-    }
-    async fn get_state(&self, name: &str) -> Result<Option<StorageState>, StoreError> {
-        Ok(self.inner.lock().expect("lock").states.get(name).cloned())
-    }
-    async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError> {
-        let mut i = self.inner.lock().expect("lock");
-        let name = s.metadata.name.clone().unwrap_or_default();
-        if i.states.contains_key(&name) {
-            return Err(conflict(&name));
-        }
-        let mut s = s.clone();
-        s.metadata.creation_timestamp = i.now.map(Time);
-        s.status = None;
-        i.stamp(&mut s.metadata);
-        i.states.insert(name, s.clone());
-        Ok(s)
-    }
-    async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError> {
-        let mut i = self.inner.lock().expect("lock");
-        let name = s.metadata.name.clone().unwrap_or_default();
-        let cur = i.states.get(&name).cloned().ok_or(StoreError { code: 404, message: name.clone() })?;
-        if s.metadata.resource_version.is_some() && s.metadata.resource_version != cur.metadata.resource_version {
-            return Err(conflict(&name));
-        }
-        let mut next = cur;
-        next.status = s.status.clone();
-        i.stamp(&mut next.metadata);
-        i.states.insert(name, next.clone());
-        Ok(next)
-    }
-    async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError> {
-        let mut inner = self.inner.lock().expect("lock");
-        let name = s.metadata.name.clone().unwrap_or_default();
-        let unchanged =
-            inner.states.get(&name).is_some_and(|cur| cur.metadata.resource_version == s.metadata.resource_version);
-        if unchanged {
-            inner.states.remove(&name);
-        }
-        Ok(unchanged)
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationStore for Memory {
-    async fn list_migrations(&self) -> Result<Vec<StorageVersionMigration>, StoreError> {
-        Ok(self.migrations())
-    }
-    async fn get_migration(&self, name: &str) -> Result<Option<StorageVersionMigration>, StoreError> {
-        Ok(self.inner.lock().expect("lock").migrations.get(name).cloned())
-    }
-    async fn create_migration(&self, m: &StorageVersionMigration) -> Result<StorageVersionMigration, StoreError> {
-        let mut i = self.inner.lock().expect("lock");
-        let mut m = m.clone();
-        let name = format!("{}{}", m.metadata.generate_name.clone().unwrap_or_default(), i.migrations.len() + 1);
-        m.metadata.name = Some(name.clone());
-        m.metadata.creation_timestamp = i.now.map(Time);
-        i.stamp(&mut m.metadata);
-        i.migrations.insert(name, m.clone());
-        Ok(m)
-    }
-    async fn update_migration_status(
-        &self,
-        m: &StorageVersionMigration,
-    ) -> Result<StorageVersionMigration, StoreError> {
-        let mut i = self.inner.lock().expect("lock");
-        let name = m.metadata.name.clone().unwrap_or_default();
-        let cur = i.migrations.get(&name).cloned().ok_or(StoreError { code: 404, message: name.clone() })?;
-        if m.metadata.resource_version.is_some() && m.metadata.resource_version != cur.metadata.resource_version {
-            return Err(conflict(&name));
-        }
-        let mut next = cur;
-        next.status = m.status.clone();
-        i.stamp(&mut next.metadata);
-        i.migrations.insert(name, next.clone());
-        Ok(next)
-    }
-    async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
-        self.inner.lock().expect("lock").migrations.remove(name);
-        Ok(())
+        self.own.update_migration_status(&m).await.expect("status written");
     }
 }
 
@@ -187,8 +89,8 @@ fn discovery(sv: &str) -> Discovery {
 }
 
 struct Cluster {
-    store: Arc<Memory>,
-    leader: Decider<Memory>,
+    server: Arc<Server>,
+    leader: Decider,
     /// The storage version each API server serves now.
     sv: [&'static str; 3],
 }
@@ -198,9 +100,8 @@ impl Cluster {
     /// report, as its watch of StorageStates makes it), then the leader's periodic round.
     async fn poll(&mut self, m: i64) {
         let now = minute(m);
-        self.store.set_now(now);
         for (reporter, sv) in REPORTERS.iter().zip(self.sv) {
-            let written = report(&*self.store, reporter, &discovery(sv), now, INTERVAL, Replicas::Several).await;
+            let written = report(&self.server.own, reporter, &discovery(sv), now, INTERVAL, Replicas::Several).await;
             assert_eq!(written, [NAME]);
             self.leader.resource(NAME, now).await.expect("decision");
         }
@@ -208,8 +109,8 @@ impl Cluster {
     }
 
     /// CurrentSV: the reported hashes, apiserver 1 to 3.
-    fn current_sv(&self) -> Vec<String> {
-        let st = self.store.state().status.unwrap_or_default();
+    async fn current_sv(&self) -> Vec<String> {
+        let st = self.server.state().await.status.unwrap_or_default();
         REPORTERS
             .iter()
             .map(|r| {
@@ -222,123 +123,119 @@ impl Cluster {
             .collect()
     }
 
-    fn persisted_sv(&self) -> Vec<String> {
-        self.store.state().status.unwrap_or_default().persisted_storage_version_hashes
+    async fn persisted_sv(&self) -> Vec<String> {
+        self.server.state().await.status.unwrap_or_default().persisted_storage_version_hashes
     }
 
-    fn names(&self, pred: impl Fn(&StorageVersionMigration) -> bool) -> Vec<String> {
-        self.store.migrations().iter().filter(|m| pred(m)).filter_map(|m| m.metadata.name.clone()).collect()
+    async fn names(&self, pred: impl Fn(&StorageVersionMigration) -> bool) -> Vec<String> {
+        self.server.migrations().await.iter().filter(|m| pred(m)).filter_map(|m| m.metadata.name.clone()).collect()
     }
 
-    fn unfinished(&self) -> Vec<String> {
-        self.names(|m| !is_finished(m))
+    async fn unfinished(&self) -> Vec<String> {
+        self.names(|m| !is_finished(m)).await
     }
 
     /// One row of the table.
-    #[track_caller]
-    fn row(&self, m: i64, sv: [&str; 3], current: [&str; 3], persisted: &[&str]) {
+    async fn row(&self, m: i64, sv: [&str; 3], current: [&str; 3], persisted: &[&str]) {
         assert_eq!(self.sv, sv, "minute {m}: API server storage versions");
-        assert_eq!(self.current_sv(), current, "minute {m}: CurrentSV");
-        assert_eq!(self.persisted_sv(), persisted, "minute {m}: PersistedSV");
+        assert_eq!(self.current_sv().await, current, "minute {m}: CurrentSV");
+        assert_eq!(self.persisted_sv().await, persisted, "minute {m}: PersistedSV");
     }
 }
 
 #[tokio::test]
 async fn seed_002_case_walkthrough() {
-    let store = Arc::new(Memory::default());
+    let server = Arc::new(Server::start());
     let served = Served::default();
     served.write().expect("served").insert(NAME.to_string(), gvr());
     let config =
         SchedulerConfig { discovery_interval: INTERVAL, replicas: Replicas::Several, ..SchedulerConfig::default() };
-    let leader = Decider::new(store.clone(), &config, served);
-    let mut c = Cluster { store: store.clone(), leader, sv: ["v1"; 3] };
+    let leader = Decider::new(server.own.clone(), &config, served);
+    let mut c = Cluster { server: server.clone(), leader, sv: ["v1"; 3] };
 
     // Before the table: the cluster has run on v1 and its objects were migrated to v1 (persisted [v1]).
     c.poll(-20).await;
-    assert_eq!(c.persisted_sv(), ["Unknown"]);
+    assert_eq!(c.persisted_sv().await, ["Unknown"]);
     c.poll(-10).await;
-    let initial = c.unfinished();
+    let initial = c.unfinished().await;
     assert_eq!(initial.len(), 1, "the initial migration (persisted Unknown)");
-    store.set_phase(&initial[0], "Succeeded");
+    server.set_phase(&initial[0], "Succeeded").await;
     c.leader.resource(NAME, minute(-10)).await.expect("success seen");
-    let history = |c: &Cluster| c.store.migrations().len();
-    let before = history(&c);
+    let before = server.migrations().await.len();
 
     // 0: v1 everywhere.
     c.poll(0).await;
-    c.row(0, ["v1", "v1", "v1"], ["v1", "v1", "v1"], &["v1"]);
-    assert_eq!(history(&c), before, "0: migrated, nothing to do");
+    c.row(0, ["v1", "v1", "v1"], ["v1", "v1", "v1"], &["v1"]).await;
+    assert_eq!(server.migrations().await.len(), before, "0: migrated, nothing to do");
 
     // 3: the admin starts the rolling upgrade with apiserver 1.
     c.sv[0] = "v2";
-    c.row(3, ["v2", "v1", "v1"], ["v1", "v1", "v1"], &["v1"]);
+    c.row(3, ["v2", "v1", "v1"], ["v1", "v1", "v1"], &["v1"]).await;
 
     // 10: the reporters update currentSV; no consensus, no migration.
     c.poll(10).await;
-    c.row(10, ["v2", "v1", "v1"], ["v2", "v1", "v1"], &["v1", "v2"]);
-    assert_eq!(history(&c), before, "10: no migration without consensus");
-    assert_eq!(store.state().status.unwrap_or_default().current_storage_version_hash.as_deref(), Some("v1"));
+    c.row(10, ["v2", "v1", "v1"], ["v2", "v1", "v1"], &["v1", "v2"]).await;
+    assert_eq!(server.migrations().await.len(), before, "10: no migration without consensus");
+    assert_eq!(server.state().await.status.unwrap_or_default().current_storage_version_hash.as_deref(), Some("v1"));
 
     // 12: apiserver 2 upgraded; 18: apiserver 3 upgraded (no poll in between).
     c.sv[1] = "v2";
-    c.row(12, ["v2", "v2", "v1"], ["v2", "v1", "v1"], &["v1", "v2"]);
+    c.row(12, ["v2", "v2", "v1"], ["v2", "v1", "v1"], &["v1", "v2"]).await;
     c.sv[2] = "v2";
-    c.row(18, ["v2", "v2", "v2"], ["v2", "v1", "v1"], &["v1", "v2"]);
-    assert_eq!(history(&c), before);
+    c.row(18, ["v2", "v2", "v2"], ["v2", "v1", "v1"], &["v1", "v2"]).await;
+    assert_eq!(server.migrations().await.len(), before);
 
     // 20: consensus: the leader starts the migration.
     c.poll(20).await;
-    c.row(20, ["v2", "v2", "v2"], ["v2", "v2", "v2"], &["v1", "v2"]);
-    let first = c.unfinished();
+    c.row(20, ["v2", "v2", "v2"], ["v2", "v2", "v2"], &["v1", "v2"]).await;
+    let first = c.unfinished().await;
     assert_eq!(first.len(), 1, "20: one migration started");
-    let m = store.migrations().into_iter().find(|m| m.metadata.name.as_deref() == Some(first[0].as_str()));
+    let m = server.migrations().await.into_iter().find(|m| m.metadata.name.as_deref() == Some(first[0].as_str()));
     let m = m.expect("migration");
     assert_eq!(m.spec.resource, gvr());
     assert_eq!(migration_apiserver::scheduler::trigger::migration_hash(&m), Some("v2"));
-    assert_eq!(store.state().status.unwrap_or_default().current_storage_version_hash.as_deref(), Some("v2"));
-    store.set_phase(&first[0], "Running");
+    assert_eq!(server.state().await.status.unwrap_or_default().current_storage_version_hash.as_deref(), Some("v2"));
+    server.set_phase(&first[0], "Running").await;
 
     // 22: apiserver 3 rolled back.
     c.sv[2] = "v1";
-    c.row(22, ["v2", "v2", "v1"], ["v2", "v2", "v2"], &["v1", "v2"]);
-    assert_eq!(c.unfinished(), first, "22: nothing observed yet, the migration runs");
+    c.row(22, ["v2", "v2", "v1"], ["v2", "v2", "v2"], &["v1", "v2"]).await;
+    assert_eq!(c.unfinished().await, first, "22: nothing observed yet, the migration runs");
 
     // 30: apiserver 3's reporter reports v1 (already in persisted); the leader cancels the migration.
     c.poll(30).await;
-    c.row(30, ["v2", "v2", "v1"], ["v2", "v2", "v1"], &["v1", "v2"]);
-    assert!(c.unfinished().is_empty(), "30: the running migration is cancelled and none is started");
-    assert_eq!(c.names(is_superseded), first, "30: cancelled = Failed, reason Superseded (kept in the history)");
+    c.row(30, ["v2", "v2", "v1"], ["v2", "v2", "v1"], &["v1", "v2"]).await;
+    assert!(c.unfinished().await.is_empty(), "30: the running migration is cancelled and none is started");
+    assert_eq!(c.names(is_superseded).await, first, "30: cancelled = Failed, reason Superseded (kept in the history)");
 
     // 34: apiserver 3 upgraded again.
     c.sv[2] = "v2";
-    c.row(34, ["v2", "v2", "v2"], ["v2", "v2", "v1"], &["v1", "v2"]);
-    assert!(c.unfinished().is_empty());
+    c.row(34, ["v2", "v2", "v2"], ["v2", "v2", "v1"], &["v1", "v2"]).await;
+    assert!(c.unfinished().await.is_empty());
 
     // 40: consensus again: a new migration.
     c.poll(40).await;
-    c.row(40, ["v2", "v2", "v2"], ["v2", "v2", "v2"], &["v1", "v2"]);
-    let second = c.unfinished();
+    c.row(40, ["v2", "v2", "v2"], ["v2", "v2", "v2"], &["v1", "v2"]).await;
+    let second = c.unfinished().await;
     assert_eq!(second.len(), 1, "40: one migration started");
     assert_ne!(second, first);
-    store.set_phase(&second[0], "Running");
+    server.set_phase(&second[0], "Running").await;
 
     // 45: the migration completes: persisted = [v2].
-    store.set_now(minute(45));
-    store.set_phase(&second[0], "Succeeded");
+    server.set_phase(&second[0], "Succeeded").await;
     c.leader.resource(NAME, minute(45)).await.expect("success seen");
-    c.row(45, ["v2", "v2", "v2"], ["v2", "v2", "v2"], &["v2"]);
-    assert!(c.unfinished().is_empty());
+    c.row(45, ["v2", "v2", "v2"], ["v2", "v2", "v2"], &["v2"]).await;
+    assert!(c.unfinished().await.is_empty());
 
     // Beyond the table: apiserver 3's reporter goes silent. Its report holds further decisions back once older
     // than one interval, and is removed after three.
     c.poll(50).await;
     let two = |c: &mut Cluster, m: i64| {
         let now = minute(m);
-        let store = c.store.clone();
+        let server = c.server.clone();
         async move {
-            store.set_now(now);
             for r in &REPORTERS[..2] {
-                report(&*store, r, &discovery("v2"), now, INTERVAL, Replicas::Several).await;
+                report(&server.own, r, &discovery("v2"), now, INTERVAL, Replicas::Several).await;
             }
         }
     };
@@ -346,8 +243,8 @@ async fn seed_002_case_walkthrough() {
         two(&mut c, m).await;
         c.leader.round(minute(m)).await.expect("round");
     }
-    assert_eq!(c.current_sv(), ["v2", "v2", "v2"], "80: 30 minutes after its last report (50) it is kept");
+    assert_eq!(c.current_sv().await, ["v2", "v2", "v2"], "80: 30 minutes after its last report (50) it is kept");
     two(&mut c, 90).await;
-    assert_eq!(c.current_sv(), ["v2", "v2", ""], "90: older than three intervals, removed");
-    assert_eq!(c.persisted_sv(), ["v2"]);
+    assert_eq!(c.current_sv().await, ["v2", "v2", ""], "90: older than three intervals, removed");
+    assert_eq!(c.persisted_sv().await, ["v2"]);
 }

@@ -63,7 +63,7 @@ pub fn spawn_reporter(
 /// Starts the decider (leader only).
 pub fn spawn(config: SchedulerConfig, own: OwnObjects, local: Local) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let decider = Decider::new(std::sync::Arc::new(own.clone()), &config, local.served.clone());
+        let decider = Decider::new(own.clone(), &config, local.served.clone());
         run_decider(decider, own, config.discovery_interval, local).await
     })
 }
@@ -98,7 +98,7 @@ where
 
 /// The decider's events: a periodic round every interval, and single decisions when a StorageState changes (a
 /// replica reported) or a migration finishes.
-pub(super) async fn run_decider(mut decider: Decider<OwnObjects>, own: OwnObjects, interval: Duration, local: Local) {
+pub(super) async fn run_decider(mut decider: Decider, own: OwnObjects, interval: Duration, local: Local) {
     // With several replicas every reporter checks at its own start ([`recreate_stale`]).
     if decider.replicas == Replicas::One {
         if let Err(e) = decider.reset_stale(Timestamp::now()).await {

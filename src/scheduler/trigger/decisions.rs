@@ -148,10 +148,10 @@ pub struct Outcome {
     pub waiting: Option<&'static str>,
 }
 
-/// The leader's side of the trigger: applies [`decide`] to StorageStates, through any store (the registry in the
-/// server; memory in the walkthrough test), at the times it is given.
-pub struct Decider<S: ?Sized> {
-    store: std::sync::Arc<S>,
+/// The leader's side of the trigger: applies [`decide`] to StorageStates through the scheduler's client, at the
+/// times it is given.
+pub struct Decider {
+    store: OwnObjects,
     interval: Duration,
     history: usize,
     pub(super) replicas: Replicas,
@@ -162,8 +162,8 @@ pub struct Decider<S: ?Sized> {
     previous_round: HashMap<String, BTreeSet<String>>,
 }
 
-impl<S: MigrationStore + StateStore + ?Sized> Decider<S> {
-    pub fn new(store: std::sync::Arc<S>, config: &SchedulerConfig, served: Served) -> Self {
+impl Decider {
+    pub fn new(store: OwnObjects, config: &SchedulerConfig, served: Served) -> Self {
         Decider {
             store,
             interval: config.discovery_interval,
@@ -260,7 +260,7 @@ impl<S: MigrationStore + StateStore + ?Sized> Decider<S> {
             out.waiting = d.waiting;
             if let Some(message) = &d.cancel {
                 for m in migrations.iter().filter(|m| !is_finished(m)) {
-                    if supersede(&*self.store, m, message, now).await?.is_some() {
+                    if supersede(&self.store, m, message, now).await?.is_some() {
                         tracing::info!(resource = %name, migration = %name_of(m), "trigger: the replicas disagree on the storage version, migration cancelled");
                         out.superseded.push(name_of(m).to_string());
                     }
@@ -271,7 +271,7 @@ impl<S: MigrationStore + StateStore + ?Sized> Decider<S> {
                 match gvr {
                     Some(gvr) => {
                         let (created, superseded) =
-                            start_migration(&*self.store, &gvr, Some(hash), &migrations, now).await?;
+                            start_migration(&self.store, &gvr, Some(hash), &migrations, now).await?;
                         tracing::info!(resource = %name, hash = %hash, reset, migration = %name_of(&created),
                             superseded = ?superseded, "trigger: storage version migration requested");
                         out.started = Some(name_of(&created).to_string());
@@ -288,7 +288,7 @@ impl<S: MigrationStore + StateStore + ?Sized> Decider<S> {
                 if let Some(keep) = latest(&migrations).map(|m| name_of(m).to_string()) {
                     let message = superseded_by(&keep);
                     for m in to_supersede(&migrations, &keep) {
-                        if supersede(&*self.store, m, &message, now).await?.is_some() {
+                        if supersede(&self.store, m, &message, now).await?.is_some() {
                             out.superseded.push(name_of(m).to_string());
                         }
                     }
@@ -297,7 +297,7 @@ impl<S: MigrationStore + StateStore + ?Sized> Decider<S> {
             if out.started.is_some() || !out.superseded.is_empty() {
                 migrations = of_resource(&self.store.list_migrations().await?, &gr.group, &gr.resource);
             }
-            let deleted = prune_history(&*self.store, &migrations, self.history).await?;
+            let deleted = prune_history(&self.store, &migrations, self.history).await?;
             if !deleted.is_empty() {
                 tracing::info!(resource = %name, deleted = ?deleted, keep = self.history,
                     "trigger: finished migrations beyond the history limit deleted");

@@ -41,9 +41,9 @@ pub(super) fn items(list: &Option<Value>) -> impl Iterator<Item = &Value> {
 /// Requests migrations by hand: resolves the resources against `target`'s discovery (preferred version, current
 /// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones. Returns the names
 /// created.
-pub async fn request_migrations<S: MigrationStore + ?Sized>(
+pub async fn request_migrations(
     target: &kube::Client,
-    store: &S,
+    store: &OwnObjects,
     request: &MigrateRequest,
 ) -> anyhow::Result<Vec<String>> {
     let timeout = Duration::from_secs(30);

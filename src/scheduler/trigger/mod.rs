@@ -21,8 +21,7 @@
 //! The decisions are pure functions ([`decide`], [`to_supersede`], [`to_prune`], [`migratable_resources`]); the rest
 //! is I/O. Requests to the target go through a Kubernetes client (a cluster, or this server in-process); our own
 //! objects go through [`OwnObjects`] (`kube::Api`s over this server's in-process client, or a remote one in the
-//! `migrate` command), behind the two small traits [`MigrationStore`] and [`StateStore`] so that the HA
-//! walkthrough test can run the decider on simulated time over memory.
+//! `migrate` command): API requests like any client's.
 
 mod discovery;
 pub use discovery::*;

@@ -27,11 +27,7 @@ pub struct Local {
 /// heartbeat is older than two intervals (no replica reported meanwhile, changes may have been missed) is
 /// recreated, as the KEP says: deleted here, created again with persisted ["Unknown"] by the report that follows;
 /// migrations requested before it was created do not count for it (see [`decide`]). Returns the names deleted.
-pub async fn recreate_stale<S: StateStore + ?Sized>(
-    store: &S,
-    now: Timestamp,
-    interval: Duration,
-) -> Result<Vec<String>, StoreError> {
+pub async fn recreate_stale(store: &OwnObjects, now: Timestamp, interval: Duration) -> Result<Vec<String>, StoreError> {
     let mut out = Vec::new();
     for s in store.list_states().await? {
         if is_stale(&s, now, interval) {
@@ -50,8 +46,8 @@ pub async fn recreate_stale<S: StateStore + ?Sized>(
 /// Writes `reporter`'s observation of every resource of `discovery` that publishes a storageVersionHash into its
 /// StorageState ([`reported_status`]), creating StorageStates for new resources. Returns the names written; a
 /// resource whose write failed is logged and retried at the next poll.
-pub async fn report<S: StateStore + ?Sized>(
-    store: &S,
+pub async fn report(
+    store: &OwnObjects,
     reporter: &str,
     discovery: &Discovery,
     now: Timestamp,
@@ -72,8 +68,8 @@ pub async fn report<S: StateStore + ?Sized>(
     written
 }
 
-pub(super) async fn report_one<S: StateStore + ?Sized>(
-    store: &S,
+pub(super) async fn report_one(
+    store: &OwnObjects,
     reporter: &str,
     r: &DiscoveredResource,
     hash: &str,
@@ -137,7 +133,7 @@ pub(super) async fn report_one<S: StateStore + ?Sized>(
 
 /// Removes `reporter`'s elements from every StorageState (a replica that stops gracefully, so that its silence does
 /// not hold the leader back for three intervals).
-pub async fn withdraw<S: StateStore + ?Sized>(store: &S, reporter: &str) -> Result<usize, StoreError> {
+pub async fn withdraw(store: &OwnObjects, reporter: &str) -> Result<usize, StoreError> {
     let mut n = 0;
     for mut s in store.list_states().await? {
         let name = s.metadata.name.clone().unwrap_or_default();

@@ -1,6 +1,5 @@
-//! Where migrations and StorageStates are written: through kube's typed client to this server (the scheduler) or a
-//! remote one (`migrate`), or memory (the HA walkthrough test, which runs the decider on simulated time: the two
-//! small traits are that seam).
+//! Where migrations and StorageStates are written: through kube's typed client, to this server (the scheduler,
+//! over its in-process client) or a remote one (`migrate`).
 
 use super::*;
 use crate::api::storage_state::StorageState;
@@ -8,7 +7,7 @@ use crate::api::storage_version_migration::{GroupVersionResource, StorageVersion
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 
-/// An error of a [`MigrationStore`]: the HTTP status code (0 when there was no response) and message.
+/// An error of a write through [`OwnObjects`]: the HTTP status code (0 when there was no response) and message.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct StoreError {
@@ -34,19 +33,6 @@ impl From<kube::Error> for StoreError {
     }
 }
 
-/// StorageVersionMigration CRUD, wherever they live.
-#[async_trait::async_trait]
-pub trait MigrationStore: Send + Sync {
-    async fn list_migrations(&self) -> Result<Vec<StorageVersionMigration>, StoreError>;
-    async fn get_migration(&self, name: &str) -> Result<Option<StorageVersionMigration>, StoreError>;
-    async fn create_migration(&self, m: &StorageVersionMigration) -> Result<StorageVersionMigration, StoreError>;
-    /// PUT of `/status`, conditional on `metadata.resourceVersion`.
-    async fn update_migration_status(&self, m: &StorageVersionMigration)
-        -> Result<StorageVersionMigration, StoreError>;
-    /// A missing migration is not an error.
-    async fn delete_migration(&self, name: &str) -> Result<(), StoreError>;
-}
-
 /// The scheduler's own objects through kube's typed client: this server's in-process client (the scheduler), or a
 /// remote migration-apiserver's (`migrate`). Its writes are API requests like any client's: authentication,
 /// validation, resourceVersion preconditions and watch events apply to them.
@@ -62,24 +48,24 @@ impl OwnObjects {
     }
 }
 
-#[async_trait::async_trait]
-impl MigrationStore for OwnObjects {
-    async fn list_migrations(&self) -> Result<Vec<StorageVersionMigration>, StoreError> {
+/// StorageVersionMigrations.
+impl OwnObjects {
+    pub async fn list_migrations(&self) -> Result<Vec<StorageVersionMigration>, StoreError> {
         Ok(self.migrations.list(&ListParams::default()).await?.items)
     }
-    async fn get_migration(&self, name: &str) -> Result<Option<StorageVersionMigration>, StoreError> {
+    pub async fn get_migration(&self, name: &str) -> Result<Option<StorageVersionMigration>, StoreError> {
         Ok(self.migrations.get_opt(name).await?)
     }
-    async fn create_migration(&self, m: &StorageVersionMigration) -> Result<StorageVersionMigration, StoreError> {
+    pub async fn create_migration(&self, m: &StorageVersionMigration) -> Result<StorageVersionMigration, StoreError> {
         Ok(self.migrations.create(&PostParams::default(), m).await?)
     }
-    async fn update_migration_status(
+    pub async fn update_migration_status(
         &self,
         m: &StorageVersionMigration,
     ) -> Result<StorageVersionMigration, StoreError> {
         Ok(self.migrations.replace_status(name_of(m), &PostParams::default(), m).await?)
     }
-    async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
+    pub async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
         match self.migrations.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -90,8 +76,8 @@ impl MigrationStore for OwnObjects {
 
 /// Marks `m` Failed/Superseded (with `message`) through `/status`, re-reading on conflicts (the migrator writes
 /// progress meanwhile). Returns the written migration, or None when it was finished or deleted meanwhile.
-pub async fn supersede<S: MigrationStore + ?Sized>(
-    store: &S,
+pub async fn supersede(
+    store: &OwnObjects,
     m: &StorageVersionMigration,
     message: &str,
     now: Timestamp,
@@ -116,8 +102,8 @@ pub async fn supersede<S: MigrationStore + ?Sized>(
 
 /// Requests a migration of `gvr` (storage version hash `hash`) and supersedes every unfinished migration of the same
 /// resource among `existing`. Returns the new migration and the names of those it superseded.
-pub async fn start_migration<S: MigrationStore + ?Sized>(
-    store: &S,
+pub async fn start_migration(
+    store: &OwnObjects,
     gvr: &GroupVersionResource,
     hash: Option<&str>,
     existing: &[StorageVersionMigration],
@@ -136,8 +122,8 @@ pub async fn start_migration<S: MigrationStore + ?Sized>(
 }
 
 /// Deletes the finished migrations of one resource beyond the newest `keep`. Returns the names deleted.
-pub async fn prune_history<S: MigrationStore + ?Sized>(
-    store: &S,
+pub async fn prune_history(
+    store: &OwnObjects,
     migrations: &[StorageVersionMigration],
     keep: usize,
 ) -> Result<Vec<String>, StoreError> {
@@ -148,39 +134,22 @@ pub async fn prune_history<S: MigrationStore + ?Sized>(
     Ok(names)
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Where StorageStates are written: the registry (in the server), or memory (the HA walkthrough test).
-
-/// StorageState reads and writes, wherever they live.
-#[async_trait::async_trait]
-pub trait StateStore: Send + Sync {
-    async fn list_states(&self) -> Result<Vec<StorageState>, StoreError>;
-    async fn get_state(&self, name: &str) -> Result<Option<StorageState>, StoreError>;
-    /// Creates the object (its status is then written with [`StateStore::update_state_status`]).
-    async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError>;
-    /// PUT of `/status`, conditional on `metadata.resourceVersion`.
-    async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError>;
-    /// Deletes `s` only as it was read (uid and resourceVersion preconditions): false when it is gone or another
-    /// replica wrote it meanwhile.
-    async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError>;
-}
-
-#[async_trait::async_trait]
-impl StateStore for OwnObjects {
-    async fn list_states(&self) -> Result<Vec<StorageState>, StoreError> {
+/// StorageStates.
+impl OwnObjects {
+    pub async fn list_states(&self) -> Result<Vec<StorageState>, StoreError> {
         Ok(self.states.list(&ListParams::default()).await?.items)
     }
-    async fn get_state(&self, name: &str) -> Result<Option<StorageState>, StoreError> {
+    pub async fn get_state(&self, name: &str) -> Result<Option<StorageState>, StoreError> {
         Ok(self.states.get_opt(name).await?)
     }
-    async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError> {
+    pub async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError> {
         Ok(self.states.create(&PostParams::default(), s).await?)
     }
-    async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError> {
+    pub async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError> {
         let name = s.metadata.name.as_deref().unwrap_or_default();
         Ok(self.states.replace_status(name, &PostParams::default(), s).await?)
     }
-    async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError> {
+    pub async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError> {
         let m = &s.metadata;
         let preconditions = Preconditions { uid: m.uid.clone(), resource_version: m.resource_version.clone() };
         let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
