@@ -118,6 +118,38 @@ pub enum StatusReason {
 }
 
 impl StatusReason {
+    const ALL: [StatusReason; 17] = [
+        StatusReason::BadRequest,
+        StatusReason::Unauthorized,
+        StatusReason::Forbidden,
+        StatusReason::NotFound,
+        StatusReason::MethodNotAllowed,
+        StatusReason::NotAcceptable,
+        StatusReason::AlreadyExists,
+        StatusReason::Conflict,
+        StatusReason::Expired,
+        StatusReason::RequestEntityTooLarge,
+        StatusReason::UnsupportedMediaType,
+        StatusReason::Invalid,
+        StatusReason::TooManyRequests,
+        StatusReason::InternalError,
+        StatusReason::StoreReadError,
+        StatusReason::ServiceUnavailable,
+        StatusReason::Timeout,
+    ];
+
+    /// The reason of another server's answer, as client-go's `errors.ReasonForError` and `Is*` helpers read it:
+    /// the `Status` reason when it is one of these, else the reason its HTTP code stands for (409 reads as
+    /// `Conflict`); `None` when neither says.
+    pub fn of_answer(reason: &str, code: u16) -> Option<Self> {
+        let named = Self::ALL.into_iter().find(|r| r.as_str() == reason);
+        let by_code = || {
+            let generic = |r: &StatusReason| !matches!(r, StatusReason::AlreadyExists | StatusReason::StoreReadError);
+            Self::ALL.into_iter().filter(generic).find(|r| r.code() == code)
+        };
+        named.or_else(by_code)
+    }
+
     /// The reason as the `Status` carries it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -395,6 +427,23 @@ pub type ApiResult<T> = Result<T, ApiError>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As client-go's `IsNotFound`/`IsConflict`/...: a reason it knows wins; otherwise the code's reason.
+    #[test]
+    fn another_servers_answer_is_read_by_reason_then_code() {
+        let of = StatusReason::of_answer;
+        assert_eq!(of("AlreadyExists", 409), Some(StatusReason::AlreadyExists));
+        assert_eq!(of("Conflict", 409), Some(StatusReason::Conflict));
+        assert_eq!(of("", 409), Some(StatusReason::Conflict));
+        assert_eq!(of("Failed to parse error data", 404), Some(StatusReason::NotFound));
+        assert_eq!(of("NotFound", 500), Some(StatusReason::NotFound));
+        assert_eq!(of("StorageReadError", 500), Some(StatusReason::StoreReadError));
+        assert_eq!(of("", 500), Some(StatusReason::InternalError));
+        assert_eq!(of("", 418), None);
+        for r in StatusReason::ALL {
+            assert_eq!(of(r.as_str(), r.code()), Some(r));
+        }
+    }
 
     #[test]
     fn conflict_message_matches_kube() {

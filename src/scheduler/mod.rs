@@ -93,6 +93,14 @@ pub fn in_process_client(app: axum::Router) -> kube::Client {
     kube::Client::new(service, "default")
 }
 
+/// The reason of a client's API error ([`StatusReason::of_answer`]); `None` for errors without an answer.
+pub fn api_reason(e: &kube::Error) -> Option<crate::error::StatusReason> {
+    match e {
+        kube::Error::Api(s) => crate::error::StatusReason::of_answer(&s.reason, s.code),
+        _ => None,
+    }
+}
+
 /// A client for the target named by `--kubeconfig` (or the in-cluster config when running in a pod).
 pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
     let mut config = match kubeconfig {

@@ -8,6 +8,8 @@
 //! clock would make clock skew decide who leads. A record with no holder (released) is free at once.
 
 use super::{LeaderLock, LockError};
+use crate::error::StatusReason;
+use crate::scheduler::api_reason;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -104,7 +106,7 @@ pub async fn served(client: &kube::Client) -> bool {
         .body(Vec::new());
     let Ok(req) = req else { return true };
     let probe = tokio::time::timeout(Duration::from_secs(10), client.request_text(req)).await;
-    !matches!(probe, Ok(Err(kube::Error::Api(s))) if s.code == 404)
+    !matches!(probe, Ok(Err(e)) if api_reason(&e) == Some(StatusReason::NotFound))
 }
 
 pub struct LeaseLock {
@@ -182,7 +184,7 @@ impl LeaderLock for LeaseLock {
                 Ok(true)
             }
             // Another candidate wrote first (409 on update, 409 AlreadyExists on create).
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) if matches!(api_reason(&e), Some(StatusReason::Conflict | StatusReason::AlreadyExists)) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
@@ -199,7 +201,7 @@ impl LeaderLock for LeaseLock {
                 Ok(())
             }
             // Written by another since our last write: it is no longer ours to release.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) if matches!(api_reason(&e), Some(StatusReason::Conflict | StatusReason::AlreadyExists)) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }

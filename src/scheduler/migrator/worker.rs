@@ -5,6 +5,8 @@ use crate::api::storage_version_migration::{
     GroupVersionResource, MigrationCondition, StorageVersionMigration, CONDITION_FAILED, CONDITION_RUNNING,
     CONDITION_SUCCEEDED,
 };
+use crate::error::StatusReason;
+use crate::scheduler::api_reason;
 use crate::scheduler::metrics::resource_label;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -104,7 +106,7 @@ impl Worker {
                     self.svm = saved;
                     return Ok(());
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&self.name).await {
+                Err(e) if api_reason(&e) == Some(StatusReason::Conflict) => match api.get_opt(&self.name).await {
                     Ok(None) => return Err(Stop::Gone),
                     Ok(Some(fresh)) if is_finished(&fresh) => return Err(Stop::FinishedElsewhere(fresh.phase())),
                     Ok(Some(fresh)) => {
@@ -113,7 +115,7 @@ impl Worker {
                     }
                     Err(e) => e,
                 },
-                Err(kube::Error::Api(e)) if e.code == 404 => return Err(Stop::Gone),
+                Err(e) if api_reason(&e) == Some(StatusReason::NotFound) => return Err(Stop::Gone),
                 Err(e) => e,
             };
             failures += 1;

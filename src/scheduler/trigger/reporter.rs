@@ -104,7 +104,7 @@ pub(super) async fn report_one(
                         created
                     }
                     // Another replica created it first.
-                    Err(e) if e.code == 409 && attempt + 1 < STATE_WRITE_ATTEMPTS => {
+                    Err(e) if e.is_conflict() && attempt + 1 < STATE_WRITE_ATTEMPTS => {
                         state = store.get_state(&name).await?;
                         continue;
                     }
@@ -128,7 +128,8 @@ pub(super) async fn report_one(
             Err(e) => return Err(e),
         }
     }
-    Err(StoreError { code: 409, message: format!("storagestate {name}: too many conflicting writes") })
+    let message = format!("storagestate {name}: too many conflicting writes");
+    Err(StoreError { reason: Some(crate::error::StatusReason::Conflict), message })
 }
 
 /// Removes `reporter`'s elements from every StorageState (a replica that stops gracefully, so that its silence does

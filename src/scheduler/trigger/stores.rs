@@ -4,32 +4,37 @@
 use super::*;
 use crate::api::storage_state::StorageState;
 use crate::api::storage_version_migration::{GroupVersionResource, StorageVersionMigration};
+use crate::error::StatusReason;
+use crate::scheduler::api_reason;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 
-/// An error of a write through [`OwnObjects`]: the HTTP status code (0 when there was no response) and message.
+/// An error of a request through [`OwnObjects`]: its reason (`None` when there was no answer) and message.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct StoreError {
-    pub code: u16,
+    pub reason: Option<StatusReason>,
     pub message: String,
 }
 
 impl StoreError {
+    /// A write that lost a race: a stale resourceVersion, or a create of a name just taken.
     pub fn is_conflict(&self) -> bool {
-        self.code == 409
+        matches!(self.reason, Some(StatusReason::Conflict | StatusReason::AlreadyExists))
     }
     pub fn is_not_found(&self) -> bool {
-        self.code == 404
+        self.reason == Some(StatusReason::NotFound)
     }
 }
 
 impl From<kube::Error> for StoreError {
     fn from(e: kube::Error) -> Self {
-        match e {
-            kube::Error::Api(s) => StoreError { code: s.code, message: s.message },
-            other => StoreError { code: 0, message: other.to_string() },
-        }
+        let reason = crate::scheduler::api_reason(&e);
+        let message = match e {
+            kube::Error::Api(s) => s.message,
+            other => other.to_string(),
+        };
+        StoreError { reason, message }
     }
 }
 
@@ -68,7 +73,7 @@ impl OwnObjects {
     pub async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
         match self.migrations.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) if api_reason(&e) == Some(StatusReason::NotFound) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -155,7 +160,7 @@ impl OwnObjects {
         let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
         match self.states.delete(m.name.as_deref().unwrap_or_default(), &params).await {
             Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Err(e) if matches!(api_reason(&e), Some(StatusReason::NotFound | StatusReason::Conflict)) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
