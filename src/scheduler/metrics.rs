@@ -53,10 +53,12 @@ impl SchedulerMetrics {
             running_migrations: Family::default(),
             known: Mutex::new(BTreeSet::new()),
         };
+        // Upstream's HELP texts (kube-storage-version-migrator's pkg/migrator/metrics) without a final period:
+        // prometheus-client ends every HELP with one.
         let sub = registry.sub_registry_with_prefix("storage_migrator_core_migrator");
         sub.register(
             "migrated_objects",
-            "The number of objects that have been migrated, labeled with the full resource name.",
+            "The number of objects that have been migrated, labeled with the full resource name",
             m.migrated_objects.clone(),
         );
         sub.register(
@@ -137,6 +139,10 @@ mod tests {
             "storage_migrator_core_migrator_migrations_total{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\",status=\"Succeeded\"} 1",
         ] {
             assert!(out.contains(line), "{line} missing in:\n{out}");
+        }
+        for help in out.lines().filter(|l| l.starts_with("# HELP")) {
+            assert!(help.ends_with('.'), "{help}");
+            assert!(!help.ends_with("..") && !help.contains(" ."), "stray punctuation: {help}");
         }
     }
 }

@@ -3,7 +3,6 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::borrow::Cow;
@@ -50,7 +49,6 @@ pub struct Metrics {
     pub registry: Mutex<Registry>,
     pub requests: Family<RequestLabelSet, Counter>,
     pub latency: Family<LatencyLabelSet, Histogram, fn() -> Histogram>,
-    pub inflight: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -64,7 +62,6 @@ impl Metrics {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabelSet, Counter>::default();
         let latency = Family::<LatencyLabelSet, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
-        let inflight = Family::<Vec<(String, String)>, Gauge>::default();
         registry.register(
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, group, version, resource, scope, component, and HTTP response code",
@@ -75,14 +72,9 @@ impl Metrics {
             "Response latency distribution in seconds for each verb, group, version, resource, subresource, scope and component",
             latency.clone(),
         );
-        registry.register(
-            "apiserver_current_inflight_requests",
-            "Maximal number of currently used inflight request limit of this apiserver per request kind",
-            inflight.clone(),
-        );
         static IDS: AtomicU64 = AtomicU64::new(0);
         let id = IDS.fetch_add(1, Ordering::Relaxed);
-        Metrics { id, registry: Mutex::new(registry), requests, latency, inflight }
+        Metrics { id, registry: Mutex::new(registry), requests, latency }
     }
 
     /// Counts a request answered with `code` and, unless it is a watch (`elapsed` is `None`), observes its latency.

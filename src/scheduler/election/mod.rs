@@ -169,7 +169,7 @@ impl ElectionMetrics {
         let m = ElectionMetrics { master_status: Family::default() };
         registry.register(
             "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease",
             m.master_status.clone(),
         );
         std::sync::Arc::new(m)
