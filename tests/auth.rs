@@ -886,6 +886,15 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
         "src/scheduler/migrator/target.rs",
         "Method::PATCH",
     ),
+    // A custom resource's CRD after its migration (src/scheduler/migrator/crd.rs): read, then its status updated.
+    ("apiextensions.k8s.io", "customresourcedefinitions", "get", "src/scheduler/migrator/crd.rs", "self.api.get_opt("),
+    (
+        "apiextensions.k8s.io",
+        "customresourcedefinitions/status",
+        "update",
+        "src/scheduler/migrator/crd.rs",
+        "self.api.replace_status(",
+    ),
     // Leader election among replicas (src/scheduler/election/lease.rs): one Lease in our namespace, read before
     // every write, created once, renewed with a compare-and-swap update.
     ("coordination.k8s.io", "leases", "get", "src/scheduler/election/lease.rs", "self.api.get_opt("),

@@ -77,7 +77,7 @@ fn apply_get_patch_wait_delete() {
 
     let table = s.kubectl_ok(&["get", "storageversionmigrations"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "RESOURCE", "STATUS", "MIGRATED", "AGE"], "{table}");
+    assert_eq!(header, ["NAME", "RESOURCE", "STATUS", "MIGRATED", "PROGRESS", "REMAINING", "AGE"], "{table}");
     assert!(table.contains("deployments.v1.apps") && table.contains("Pending"), "{table}");
     let table = s.kubectl_ok(&["get", "ss"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();

@@ -364,6 +364,8 @@ async fn resumes_from_the_saved_token_after_kill_9() {
     m.restart();
     let svm = wait_finished(&m, &name, Duration::from_secs(30)).await;
     assert_succeeded(&svm, &m);
+    // The count resumed from the one saved with the token: every object counted once.
+    assert_eq!(svm["status"]["migratedObjects"], N as i64, "{svm:#}");
     let records = proxy.records();
     // LISTs only: at start the server also reads /apis/coordination.k8s.io/v1 (is there a Lease to elect with?).
     let resumed: Vec<_> =

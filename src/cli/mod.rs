@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+mod migrate;
+pub use migrate::*;
 mod serve;
 pub use serve::*;
 
@@ -56,45 +58,6 @@ pub fn translate(args: TranslateArgs) -> anyhow::Result<()> {
     let opts = crate::csi::document::Options { to_in_tree: args.to_in_tree, pod_namespace: args.pod_namespace };
     let out = crate::csi::document::translate_text(&input, &opts)?;
     std::io::stdout().write_all(out.as_bytes())?;
-    Ok(())
-}
-
-#[derive(clap::Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["resources", "all"])))]
-pub struct MigrateArgs {
-    /// Kubeconfig of the migration-apiserver where the StorageVersionMigrations are created.
-    #[arg(long, default_value = "./certs/admin.kubeconfig")]
-    pub kubeconfig: PathBuf,
-    /// Kubeconfig of the API whose discovery names the resources (preferred version, storage version hash).
-    /// Default: --kubeconfig (a standalone server migrating its own resources).
-    #[arg(long)]
-    pub target_kubeconfig: Option<PathBuf>,
-    /// A resource to migrate, `<resource>.<group>` (`<resource>` for the core group); repeatable.
-    #[arg(long = "resource", value_name = "RESOURCE.GROUP")]
-    pub resources: Vec<String>,
-    /// Every resource served in two or more versions, except CRDs, aggregated APIs and events (the upstream
-    /// initializer's rule).
-    #[arg(long, conflicts_with = "resources")]
-    pub all: bool,
-}
-
-/// `migrate`: prints each migration created, as kubectl does.
-pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    use crate::scheduler::trigger::{request_migrations, MigrateRequest, OwnObjects};
-    crate::auth::tls::install_default_crypto_provider();
-    let api = crate::scheduler::target_client(Some(&args.kubeconfig)).await?;
-    let target = match &args.target_kubeconfig {
-        Some(path) => crate::scheduler::target_client(Some(path)).await?,
-        None => api.clone(),
-    };
-    let request = if args.all { MigrateRequest::All } else { MigrateRequest::Resources(args.resources) };
-    let created = request_migrations(&target, &OwnObjects::new(api), &request).await?;
-    if created.is_empty() {
-        eprintln!("No resources to migrate.");
-    }
-    for name in created {
-        println!("storageversionmigration.migration.k8s.io/{name} created");
-    }
     Ok(())
 }
 

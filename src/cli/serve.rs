@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// Attempts of one request on retryable errors before a migration fails.
     #[arg(long, default_value_t = 8)]
     pub migration_max_attempts: u32,
+    /// When a migration of a custom resource Succeeds, set its CRD's status.storedVersions to the storage version
+    /// (if the CRD did not change meanwhile), so that old versions can be removed from the CRD.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub update_crd_stored_versions: bool,
     /// Elect a leader among the replicas before running the scheduler: a coordination.k8s.io Lease on the target
     /// cluster (with --kubeconfig or in a pod), else an etcd lease (with --etcd-servers). Without either, or with
     /// --leader-elect=false, this process runs the scheduler unconditionally.
@@ -141,6 +145,7 @@ impl ServeArgs {
             burst: self.migration_burst.max(1),
             concurrency: self.migration_concurrency.max(1),
             max_attempts: self.migration_max_attempts.max(1),
+            update_crd_stored_versions: self.update_crd_stored_versions,
             trigger: !self.disable_trigger,
             replicas: if self.etcd.enabled() {
                 crate::scheduler::trigger::Replicas::Several
@@ -177,7 +182,9 @@ pub(super) fn parse_storage_version(s: &str) -> Result<(String, String), Storage
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: escape codes in a file or a log collector are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

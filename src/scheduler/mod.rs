@@ -52,6 +52,9 @@ pub struct SchedulerConfig {
     pub retry_max: Duration,
     /// Timeout of one request to the target.
     pub request_timeout: Duration,
+    /// Trim a custom resource's CRD `status.storedVersions` to the storage version when its migration Succeeds
+    /// (`--update-crd-stored-versions`).
+    pub update_crd_stored_versions: bool,
     /// Run the trigger (`--disable-trigger` turns it off: only migrations requested by hand run).
     pub trigger: bool,
     /// This process' reporterID in StorageStates (the leader election identity).
@@ -73,6 +76,7 @@ impl Default for SchedulerConfig {
             retry_base: Duration::from_millis(100),
             retry_max: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
+            update_crd_stored_versions: true,
             trigger: true,
             identity: "migration-apiserver".into(),
             replicas: trigger::Replicas::One,

@@ -71,6 +71,9 @@ pub enum Fault {
 }
 
 pub type Rule = Box<dyn FnMut(&RequestInfo) -> Option<Fault> + Send>;
+/// Endpoints the proxy serves itself (a stand-in for kube-apiserver's, e.g. apiextensions): the answer's code and
+/// JSON body, or None to forward.
+pub type Local = Box<dyn FnMut(&RequestInfo, &[u8]) -> Option<(u16, serde_json::Value)> + Send>;
 
 /// One request seen by the proxy.
 #[derive(Clone, Debug)]
@@ -86,6 +89,7 @@ pub struct Record {
 
 struct State {
     rules: Mutex<Vec<Rule>>,
+    local: Mutex<Option<Local>>,
     records: Mutex<Vec<Record>>,
     seq: AtomicU64,
     upstream: Upstream,
@@ -177,6 +181,7 @@ impl Proxy {
 
         let state = Arc::new(State {
             rules: Mutex::new(Vec::new()),
+            local: Mutex::new(None),
             records: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             upstream: Upstream { tls: tokio_rustls::TlsConnector::from(Arc::new(client)), port: target.port },
@@ -217,6 +222,14 @@ impl Proxy {
     /// Adds a rule; the first rule that returns a fault for a request decides.
     pub fn add_rule(&self, rule: impl FnMut(&RequestInfo) -> Option<Fault> + Send + 'static) {
         self.state.rules.lock().unwrap().push(Box::new(rule));
+    }
+
+    /// Serves some endpoints here instead of forwarding them (checked after the rules).
+    pub fn serve_locally(
+        &self,
+        local: impl FnMut(&RequestInfo, &[u8]) -> Option<(u16, serde_json::Value)> + Send + 'static,
+    ) {
+        *self.state.local.lock().unwrap() = Some(Box::new(local));
     }
 
     pub fn clear_rules(&self) {
@@ -343,6 +356,13 @@ async fn handle(
         record(0, false);
         return Err(Dropped);
     };
+    if fault.is_none() {
+        let answer = state.local.lock().unwrap().as_mut().and_then(|local| local(&info, &body));
+        if let Some((code, json)) = answer {
+            record(code, false);
+            return Ok(reply(code, Bytes::from(json.to_string()), None));
+        }
+    }
     let path_and_query = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
     let concurrent = match &fault {
         Some(Fault::DeleteFirst) => Some(("DELETE", Bytes::new(), "application/json")),

@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinSet};
 
+pub mod crd;
 mod target;
 pub use target::*;
 mod worker;
@@ -46,6 +47,13 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// How much of an error response is quoted in a failure message.
 const MAX_QUOTE: usize = 1024;
 
+/// Progress is saved at least this often while a migration runs (and after every chunk).
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+/// The log reports a running migration's progress this often.
+const LOG_INTERVAL: Duration = Duration::from_secs(30);
+/// Objects handled before `spec.continueToken`: where the count resumes after a restart.
+pub const ANNOTATION_MIGRATED_AT_TOKEN: &str = "migration.k8s.io/migrated-objects-at-continue-token";
+
 const REASON_MIGRATING: &str = "Migrating";
 const REASON_COMPLETED: &str = "Completed";
 const REASON_FAILED: &str = "MigrationFailed";
@@ -57,12 +65,15 @@ pub fn spawn(
     metrics: Arc<SchedulerMetrics>,
 ) -> tokio::task::JoinHandle<()> {
     let limiter = RateLimiter::new(config.qps, config.burst);
-    let ctx = Arc::new(Ctx { target: Target { client: target, limiter, config }, migrations, metrics });
+    let crds = crd::Crds::new(target.clone(), config.update_crd_stored_versions);
+    let ctx = Arc::new(Ctx { target: Target { client: target, limiter, config }, crds, migrations, metrics });
     tokio::spawn(Scheduler { ctx, running: HashMap::new(), workers: JoinSet::new() }.run())
 }
 
 struct Ctx {
     target: Target,
+    /// The target's CustomResourceDefinitions, whose storedVersions a finished migration trims.
+    crds: crd::Crds,
     /// The migrations, through this server's in-process client (as any client writes them).
     migrations: Api<StorageVersionMigration>,
     metrics: Arc<SchedulerMetrics>,

@@ -173,18 +173,23 @@ impl Target {
     }
 
     /// A request retried on transient errors. Ok is the final response (any non-retryable status, for the caller
-    /// to interpret); Err says why it gave up after `max_attempts`.
+    /// to interpret); Err says why it gave up after `max_attempts`. `retrying` holds the last transient error while
+    /// this request is being retried, and is cleared when it gets an answer to interpret.
     pub(super) async fn send(
         &self,
         method: axum::http::Method,
         path: &str,
         body: Option<Vec<u8>>,
+        retrying: &RetryNote,
     ) -> Result<Reply, RequestError> {
         let attempts = AtomicU32::new(0);
         let attempt = || async {
             attempts.fetch_add(1, Ordering::Relaxed);
             match self.send_once(&method, path, &body).await {
-                Ok(reply) if classify(reply.code) != Disposition::Retry => Ok(reply),
+                Ok(reply) if classify(reply.code) != Disposition::Retry => {
+                    retrying.set(None);
+                    Ok(reply)
+                }
                 Ok(reply) => Err(Transient { why: reply.describe(), retry_after: reply.retry_after }),
                 Err(e) => Err(Transient { why: e.to_string(), retry_after: None }),
             }
@@ -195,11 +200,26 @@ impl Target {
             .sleep(tokio::time::sleep)
             .adjust(|t: &Transient, delay| next_delay(delay, t.retry_after))
             .notify(|t: &Transient, delay| {
+                retrying.set(Some(t.why.clone()));
                 tracing::debug!(%method, path, attempt = attempts.load(Ordering::Relaxed), ?delay, error = %t.why,
                     "retrying a request to the target")
             })
             .await
             .map_err(|t| RequestError::GaveUp { attempts: attempts.load(Ordering::Relaxed), last: t.why })
+    }
+}
+
+/// The last transient error of a migration's requests while they are being retried: what its Running condition
+/// shows (a migration that only retries looks stuck otherwise).
+#[derive(Default)]
+pub(super) struct RetryNote(std::sync::Mutex<Option<String>>);
+
+impl RetryNote {
+    pub(super) fn set(&self, why: Option<String>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+    pub(super) fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -288,6 +308,7 @@ pub(super) struct Migrating<'a> {
     pub(super) gvr: &'a GroupVersionResource,
     /// `shootstates.core.gardener.cloud` for messages.
     pub(super) qualified: String,
+    pub(super) retrying: RetryNote,
 }
 
 impl Migrating<'_> {
@@ -304,7 +325,7 @@ impl Migrating<'_> {
         }
         let reply = self
             .target
-            .send(axum::http::Method::GET, &path, None)
+            .send(axum::http::Method::GET, &path, None, &self.retrying)
             .await
             .map_err(|error| Failure::List { resource: self.qualified.clone(), error })?;
         match reply.code {
@@ -336,7 +357,7 @@ impl Migrating<'_> {
         let what = || format!("{} {:?}", self.qualified, item.display());
         let reply = self
             .target
-            .send(axum::http::Method::PATCH, &path, Some(body))
+            .send(axum::http::Method::PATCH, &path, Some(body), &self.retrying)
             .await
             .map_err(|error| Failure::Rewrite { object: what(), error })?;
         match classify(reply.code) {

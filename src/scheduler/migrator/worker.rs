@@ -127,14 +127,41 @@ impl Worker {
         }
     }
 
+    /// Saves the progress, and in the Running condition what the target's requests are being retried for.
+    async fn save_progress(
+        &mut self,
+        handled: i64,
+        remaining: Option<i64>,
+        running: &str,
+        retrying: Option<&str>,
+    ) -> Result<(), Stop> {
+        let message = match retrying {
+            Some(why) => truncate(&format!("{} Retrying: {why}", running), 32000),
+            None => running.to_string(),
+        };
+        self.save(true, |s| {
+            let st = s.status.get_or_insert_with(Default::default);
+            st.migrated_objects = Some(handled);
+            st.remaining_objects_estimate = remaining;
+            if s.condition(CONDITION_RUNNING).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
+                set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone());
+            }
+        })
+        .await
+    }
+
     pub(super) async fn run(mut self) {
         let gvr = self.svm.spec.resource.clone();
         let label = resource_label(&gvr);
         let started = std::time::Instant::now();
         let outcome = self.migrate(&gvr, &label).await;
         let migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
+        let ctx = self.ctx.clone();
+        let crds = &ctx.crds;
         let stop = match outcome {
             Ok(Ok(total)) => {
+                // The CRD first: when the migration reads Succeeded, its storedVersions are already trimmed.
+                crds.update(&gvr, &self.name, crd::Phase::Succeeded).await;
                 let message = format!("Migrated {total} objects of {}.", gvr.display());
                 let r = self
                     .save(true, |s| {
@@ -149,11 +176,12 @@ impl Worker {
                     self.ctx.metrics.observe_remaining(&label, 0);
                     self.ctx.metrics.observe_finished(&label, CONDITION_SUCCEEDED);
                     tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
-                        seconds = started.elapsed().as_secs_f64(), "migration succeeded");
+                        seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_SUCCEEDED, "migration ended");
                 }
                 r.err()
             }
             Ok(Err(failure)) => {
+                crds.update(&gvr, &self.name, crd::Phase::Failed).await;
                 let message = truncate(&failure.to_string(), 32000);
                 let r = self
                     .save(true, |s| {
@@ -162,9 +190,11 @@ impl Worker {
                     })
                     .await;
                 if r.is_ok() {
+                    self.ctx.metrics.observe_remaining(&label, 0);
                     self.ctx.metrics.observe_finished(&label, CONDITION_FAILED);
-                    tracing::warn!(migration = %self.name, resource = %gvr.display(), migrated, error = %failure,
-                        "migration failed");
+                    tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated,
+                        seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_FAILED, error = %failure,
+                        "migration ended");
                 }
                 r.err()
             }
@@ -173,11 +203,28 @@ impl Worker {
         match stop {
             None => {}
             Some(stop @ Stop::Save(_)) => {
-                tracing::warn!(migration = %self.name, resource = %gvr.display(), migrated, reason = %stop,
+                tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated, reason = %stop,
                     "migration interrupted; it resumes from its saved token")
             }
-            Some(stop) => tracing::info!(migration = %self.name, resource = %gvr.display(), migrated, reason = %stop,
-                "migration stopped"),
+            Some(stop) => {
+                // Superseded or deleted (the scheduler cancels the work on such a migration too): it will not
+                // finish, so its CRD condition ends, storedVersions untouched. A scheduler that stopped (a replica
+                // losing leadership) leaves it Running, to be resumed.
+                let ended = match &stop {
+                    Stop::Cancelled => match self.ctx.migrations.get_opt(&self.name).await {
+                        Ok(None) => true,
+                        Ok(Some(svm)) => is_finished(&svm),
+                        Err(_) => false,
+                    },
+                    _ => true,
+                };
+                if ended {
+                    crds.update(&gvr, &self.name, crd::Phase::Failed).await;
+                    self.ctx.metrics.observe_remaining(&label, 0);
+                }
+                tracing::info!(migration = %self.name, resource = %gvr.display(), objects = migrated,
+                    reason = %stop, "migration stopped")
+            }
         }
     }
 
@@ -191,17 +238,39 @@ impl Worker {
             return Err(Stop::FinishedElsewhere(self.svm.phase()));
         }
         let token = self.svm.spec.continue_token.clone().filter(|t| !t.is_empty());
+        let why = annotation(&self.svm, crate::scheduler::trigger::ANNOTATION_REASON)
+            .unwrap_or("created by a user")
+            .to_string();
+        let running_message = format!("Migrating {}.", gvr.display());
         if self.svm.is_true(CONDITION_RUNNING) {
-            tracing::info!(migration = %self.name, resource = %gvr.display(), resumed_from_token = token.is_some(),
-                "migration resumed");
+            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why,
+                resumed_from_token = token.is_some(), "migration resumed");
         } else {
-            let message = format!("Migrating {}.", gvr.display());
+            // The CRD first: a crash before the migration reads Running starts (and marks the CRD) again.
+            self.ctx.crds.update(gvr, &self.name, crd::Phase::Started).await;
+            let message = running_message.clone();
             self.save(true, |s| set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())).await?;
-            tracing::info!(migration = %self.name, resource = %gvr.display(), "migration started");
+            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why, "migration started");
         }
         let ctx = self.ctx.clone();
-        let m = Migrating { target: &ctx.target, gvr, qualified: crate::error::qualified(&gvr.resource, &gvr.group) };
-        let mut migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
+        let m = Migrating {
+            target: &ctx.target,
+            gvr,
+            qualified: crate::error::qualified(&gvr.resource, &gvr.group),
+            retrying: RetryNote::default(),
+        };
+        // Objects handled before the saved token (the status may count some of the chunk after it, which is done
+        // again).
+        let mut migrated = match &token {
+            Some(_) => annotation(&self.svm, ANNOTATION_MIGRATED_AT_TOKEN).and_then(|n| n.parse().ok()).unwrap_or(0),
+            None => 0,
+        };
+        // The latest listed chunk's remainingItemCount (0 after the last chunk); None before the first LIST.
+        let mut after_listed: Option<i64> = None;
+        let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut saved: Option<(i64, Option<i64>, Option<String>)> = None;
+        let mut logged = std::time::Instant::now();
         let mut cancel = self.cancel.clone();
         // A pipeline, so that the target always has work: up to WRITE_PARALLELISM writes in flight, and the next
         // chunk is listed while the current one is written. Chunks complete in order; a chunk's next token is saved
@@ -225,13 +294,16 @@ impl Worker {
                 tracing::debug!(migration = %self.name, done = c.done, skipped = c.skipped, migrated,
                     remaining = ?c.remaining, more = c.next.is_some(), "chunk migrated");
                 let Some(next) = c.next else { return Ok(Ok(migrated)) };
-                self.save(false, |s| s.spec.continue_token = Some(next.clone())).await?;
-                self.save(true, |s| {
-                    let st = s.status.get_or_insert_with(Default::default);
-                    st.migrated_objects = Some(migrated);
-                    st.remaining_objects_estimate = c.remaining;
+                let at_token = migrated.to_string();
+                self.save(false, |s| {
+                    s.spec.continue_token = Some(next.clone());
+                    let annotations = s.metadata.annotations.get_or_insert_with(Default::default);
+                    annotations.insert(ANNOTATION_MIGRATED_AT_TOKEN.into(), at_token.clone());
                 })
                 .await?;
+                let (handled, remaining) = progress(migrated, &chunks, after_listed);
+                self.save_progress(handled, remaining, &running_message, None).await?;
+                saved = Some((handled, remaining, None));
             }
             // List ahead: at most the chunk being written and the next one are held.
             if listing.is_none() && chunks.len() < 2 {
@@ -273,6 +345,11 @@ impl Worker {
                             if next.is_some() {
                                 to_list = Some(next.clone());
                             }
+                            after_listed = if next.is_some() {
+                                list.metadata.remaining_item_count.map(|n| n.max(0))
+                            } else {
+                                Some(0)
+                            };
                             chunks.push_back(Chunk {
                                 seq: next_seq,
                                 len: list.items.len(),
@@ -284,6 +361,8 @@ impl Worker {
                                 remaining: list.metadata.remaining_item_count.map(|n| n.max(0)),
                             });
                             next_seq += 1;
+                            let (_, remaining) = progress(migrated, &chunks, after_listed);
+                            ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
                         }
                         Ok(Listed::Expired(next)) => {
                             expired_in_a_row += 1;
@@ -301,10 +380,38 @@ impl Worker {
                         Err(failure) => return Ok(Err(failure)),
                     }
                 }
+                _ = tick.tick() => {
+                let (handled, remaining) = progress(migrated, &chunks, after_listed);
+                ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
+                let retrying = m.retrying.get();
+                let now = (handled, remaining, retrying.clone());
+                if saved.as_ref() != Some(&now) {
+                    self.save_progress(handled, remaining, &running_message, retrying.as_deref()).await?;
+                    saved = Some(now);
+                }
+                if logged.elapsed() >= LOG_INTERVAL {
+                    logged = std::time::Instant::now();
+                    tracing::info!(migration = %self.name, resource = %gvr.display(), objects = handled,
+                        remaining = ?remaining, retrying = ?retrying, "migration progress");
+                }
+            }
                 _ = until_cancelled(&mut cancel) => return Err(Stop::Cancelled),
             }
         }
     }
+}
+
+/// Objects handled so far (`migrated` before the chunks held, plus those handled in them) and the estimate of the
+/// objects left (those held and not yet handled, plus the latest LIST's remainingItemCount; None when unknown).
+pub(super) fn progress(migrated: i64, chunks: &VecDeque<Chunk>, after_listed: Option<i64>) -> (i64, Option<i64>) {
+    let handled: u64 = chunks.iter().map(|c| c.done + c.skipped).sum();
+    let held: u64 = chunks.iter().map(|c| (c.len as u64).saturating_sub(c.done + c.skipped)).sum();
+    let handled = migrated + i64::try_from(handled).unwrap_or(i64::MAX);
+    (handled, after_listed.map(|after| after + i64::try_from(held).unwrap_or(i64::MAX)))
+}
+
+pub(super) fn annotation<'a>(svm: &'a StorageVersionMigration, key: &str) -> Option<&'a str> {
+    svm.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 pub(super) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

@@ -270,9 +270,17 @@ impl Decider {
                 let gvr = self.served.read().unwrap_or_else(|e| e.into_inner()).get(&name).cloned();
                 match gvr {
                     Some(gvr) => {
+                        let persisted = state.status.as_ref().map(|s| &s.persisted_storage_version_hashes);
+                        let why = if reset {
+                            WHY_STALE
+                        } else if persisted.is_some_and(|p| p.iter().any(|h| h != UNKNOWN_HASH && h != hash)) {
+                            WHY_CHANGED_HASH
+                        } else {
+                            WHY_NEW_HASH
+                        };
                         let (created, superseded) =
-                            start_migration(&self.store, &gvr, Some(hash), &migrations, now).await?;
-                        tracing::info!(resource = %name, hash = %hash, reset, migration = %name_of(&created),
+                            start_migration(&self.store, &gvr, Some(hash), why, &migrations, now).await?;
+                        tracing::info!(resource = %name, hash = %hash, reason = why, migration = %name_of(&created),
                             superseded = ?superseded, "trigger: storage version migration requested");
                         out.started = Some(name_of(&created).to_string());
                         out.superseded.extend(superseded);

@@ -38,14 +38,22 @@ pub(super) fn items(list: &Option<Value>) -> impl Iterator<Item = &Value> {
     list.iter().flat_map(|l| l["items"].as_array().into_iter().flatten())
 }
 
+/// A migration `migrate` asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requested {
+    pub name: String,
+    /// False: an unfinished migration of the same resource and storage version hash was already under way (the
+    /// trigger's, usually), and is followed instead of being superseded by a new one.
+    pub created: bool,
+}
+
 /// Requests migrations by hand: resolves the resources against `target`'s discovery (preferred version, current
-/// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones. Returns the names
-/// created.
+/// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones of an older hash.
 pub async fn request_migrations(
     target: &kube::Client,
     store: &OwnObjects,
     request: &MigrateRequest,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<Requested>> {
     let timeout = Duration::from_secs(30);
     let discovery = discover(target, timeout).await?;
     let wanted: Vec<DiscoveredResource> = match request {
@@ -71,11 +79,21 @@ pub async fn request_migrations(
     let mut existing = store.list_migrations().await?;
     let mut created = Vec::new();
     for r in wanted {
-        let (m, superseded) = start_migration(store, &r.gvr(), r.hash.as_deref(), &existing, Timestamp::now()).await?;
+        let gvr = r.gvr();
+        let same = of_resource(&existing, &gvr.group, &gvr.resource);
+        let under_way = same.iter().rev().find(|m| {
+            !is_finished(m) && r.hash.is_some() && migration_hash(m) == r.hash.as_deref() && m.spec.resource == gvr
+        });
+        if let Some(m) = under_way {
+            created.push(Requested { name: name_of(m).to_string(), created: false });
+            continue;
+        }
+        let (m, superseded) =
+            start_migration(store, &gvr, r.hash.as_deref(), WHY_BY_HAND, &existing, Timestamp::now()).await?;
         for s in superseded {
             tracing::info!(migration = %s, by = %name_of(&m), "superseded");
         }
-        created.push(name_of(&m).to_string());
+        created.push(Requested { name: name_of(&m).to_string(), created: true });
         existing.push(m);
     }
     Ok(created)

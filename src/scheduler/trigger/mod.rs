@@ -49,6 +49,12 @@ pub const ANNOTATION_HASH: &str = "migration.k8s.io/storage-version-hash";
 /// When the migration was requested, with sub-second precision: creationTimestamp has whole seconds, and two
 /// migrations of one resource may be requested within a second.
 pub const ANNOTATION_REQUESTED_AT: &str = "migration.k8s.io/requested-at";
+/// Why the migration was requested, for the logs and for people: one of the `WHY_*` texts.
+pub const ANNOTATION_REASON: &str = "migration.k8s.io/reason";
+pub const WHY_NEW_HASH: &str = "new storage version hash";
+pub const WHY_CHANGED_HASH: &str = "changed storage version hash";
+pub const WHY_STALE: &str = "storage state stale at start-up";
+pub const WHY_BY_HAND: &str = "requested by hand";
 /// Reason of the Failed condition of a migration that a newer one replaced.
 pub const REASON_SUPERSEDED: &str = "Superseded";
 

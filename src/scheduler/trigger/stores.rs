@@ -111,10 +111,13 @@ pub async fn start_migration(
     store: &OwnObjects,
     gvr: &GroupVersionResource,
     hash: Option<&str>,
+    why: &str,
     existing: &[StorageVersionMigration],
     now: Timestamp,
 ) -> Result<(StorageVersionMigration, Vec<String>), StoreError> {
-    let created = store.create_migration(&desired_migration(gvr, hash, now)).await?;
+    let mut desired = desired_migration(gvr, hash, now);
+    desired.metadata.annotations.get_or_insert_with(Default::default).insert(ANNOTATION_REASON.into(), why.into());
+    let created = store.create_migration(&desired).await?;
     let same = of_resource(existing, &gvr.group, &gvr.resource);
     let mut superseded = Vec::new();
     let message = superseded_by(name_of(&created));
