@@ -8,6 +8,8 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 BIN := $(TARGET_DIR)/release/migration-apiserver
 # make deploy: FORM=aggregated (APIServices, default) or crds (CRDs + admission webhooks); IMAGE=<registry>/<name>:<tag>
 FORM ?= aggregated
+# make run ARGS='--storage-version shootstates.core.gardener.cloud=v1alpha1': further serve flags.
+ARGS ?=
 IMAGE ?=
 
 .PHONY: build build-deps run test deps bench certs deploy lint fmt clean
@@ -20,7 +22,7 @@ build: build-deps
 	$(CARGO) build --release --bin migration-apiserver
 
 run: build
-	$(BIN) serve --secure-port $(PORT) --data-dir $(DATA_DIR) --cert-dir $(CERT_DIR)
+	$(BIN) serve --secure-port $(PORT) --data-dir $(DATA_DIR) --cert-dir $(CERT_DIR) $(ARGS)
 
 # Installs what the tests need when it is missing (protoc, kubectl, etcd), then runs unit and integration tests on
 # the embedded store, and the API conformance suite again on etcd.

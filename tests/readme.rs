@@ -1,0 +1,271 @@
+//! The README's kubectl walk-through, run as written: its `client` blocks with bash in a directory laid out as the
+//! repository is after `make run` (`certs/`, `data/`, `target/release/migration-apiserver`), its `server` blocks as
+//! `make run` runs the server (the Makefile's recipe, checked below), with default flags and the scheduler on.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The walk-through's blocks in order: ("client" | "server", text).
+fn blocks() -> Vec<(String, String)> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let mut out = Vec::new();
+    let mut rest = readme.as_str();
+    while let Some(i) = rest.find("<!-- walkthrough: ") {
+        rest = &rest[i + "<!-- walkthrough: ".len()..];
+        let kind = rest[..rest.find(" -->").expect("marker end")].to_string();
+        let start = rest.find("```sh\n").expect("a sh block after the marker") + "```sh\n".len();
+        let end = start + rest[start..].find("\n```").expect("block end");
+        out.push((kind, rest[start..end].to_string()));
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// A server as `make run ARGS=...` starts it, in `dir`.
+struct MakeRun {
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl MakeRun {
+    fn start(&mut self, args: &[String]) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).expect("log");
+        // The Makefile's recipe: `$(BIN) serve --secure-port $(PORT) --data-dir $(DATA_DIR) --cert-dir $(CERT_DIR)
+        // $(ARGS)` with DATA_DIR=./data and CERT_DIR=./certs; PORT is free one here (the kubeconfig names it).
+        let child = Command::new(BIN)
+            .current_dir(&self.dir)
+            .args(["serve", "--secure-port", &self.port.to_string(), "--data-dir", "./data", "--cert-dir", "./certs"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the server");
+        self.child = Some(child);
+        let kubeconfig = self.dir.join("certs/admin.kubeconfig");
+        eventually("the server to be ready", Duration::from_secs(30), || {
+            (kubeconfig.exists() && kubectl_with(&kubeconfig, &["get", "--raw", "/readyz"], None).status.success())
+                .then_some(())
+        });
+    }
+
+    /// Ctrl-C.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-INT").arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for MakeRun {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `make run ARGS='a b'` -> ["a", "b"].
+fn make_run_args(line: &str) -> Vec<String> {
+    let line = line.trim();
+    assert!(line.starts_with("make run"), "a server block runs `make run`: {line}");
+    match line.split_once("ARGS=") {
+        Some((_, args)) => args.trim_matches(['\'', '"']).split_whitespace().map(str::to_string).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// The second terminal: one bash session, so that what a block exports holds in the next, fed block by block.
+struct Terminal {
+    child: Child,
+    out: PathBuf,
+    blocks: usize,
+}
+
+impl Terminal {
+    fn open(dir: &Path) -> Terminal {
+        let out = dir.join("terminal.out");
+        let file = std::fs::File::create(&out).expect("terminal output");
+        let child = Command::new("bash")
+            .args(["-eo", "pipefail"])
+            .current_dir(dir)
+            // kubectl's discovery cache stays in this walk-through's directory.
+            .env("HOME", dir)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::piped())
+            .stdout(file.try_clone().expect("dup"))
+            .stderr(file)
+            .spawn()
+            .expect("bash");
+        Terminal { child, out, blocks: 0 }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// Types `block` and waits until it has run; returns the whole terminal output so far.
+    fn run(&mut self, block: &str) -> String {
+        use std::io::Write;
+        self.blocks += 1;
+        let marker = format!("-- block {} done --", self.blocks);
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{block}\necho '{marker}'").expect("type the block");
+        stdin.flush().expect("flush");
+        let deadline = Instant::now() + Duration::from_secs(240);
+        loop {
+            let out = self.output();
+            if out.contains(&marker) {
+                return out;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the walk-through's block failed ({status}):\n{block}\n--- terminal\n{out}");
+            }
+            assert!(Instant::now() < deadline, "the block did not finish in 240 s:\n{block}\n--- terminal\n{out}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_makefile_runs_the_server_as_this_test_does() {
+    let makefile = std::fs::read_to_string(repo().join("Makefile")).expect("Makefile");
+    let recipe = makefile.split("\nrun: build\n").nth(1).and_then(|r| r.lines().next()).expect("run recipe");
+    assert_eq!(
+        recipe.trim(),
+        "$(BIN) serve --secure-port $(PORT) --data-dir $(DATA_DIR) --cert-dir $(CERT_DIR) $(ARGS)"
+    );
+    assert!(makefile.contains("DATA_DIR ?= ./data") && makefile.contains("CERT_DIR ?= ./certs"));
+}
+
+#[test]
+fn the_walkthrough_works_as_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_path_buf();
+    // The release binary `make run` built, here the test build of the same code.
+    std::fs::create_dir_all(dir.join("target/release")).expect("target dir");
+    std::os::unix::fs::symlink(
+        Path::new(BIN).canonicalize().expect("binary"),
+        dir.join("target/release/migration-apiserver"),
+    )
+    .expect("symlink");
+    let mut server = MakeRun { dir: dir.clone(), port: free_port(), child: None };
+    server.start(&[]);
+    let blocks = blocks();
+    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
+    let mut terminal = Terminal::open(&dir);
+    let mut outputs = Vec::new();
+    for (kind, text) in &blocks {
+        match kind.as_str() {
+            "server" => {
+                server.stop();
+                server.start(&make_run_args(text));
+            }
+            _ => {
+                let before = terminal.output().len();
+                outputs.push(terminal.run(text)[before..].to_string());
+            }
+        }
+    }
+    let log = server.log();
+    // First block: discovery, explain, the chunked list of the 200 ShootStates.
+    assert!(outputs[0].contains("storageversionmigrations"), "{}", outputs[0]);
+    assert!(outputs[0].lines().any(|l| l.trim() == "201"), "{}", outputs[0]);
+    // The watch showed the scheduler's migration of ShootStates moving, then its end.
+    let svm_lines: Vec<&str> = outputs[1].lines().filter(|l| l.contains(" shootstates.v")).collect();
+    let running: std::collections::BTreeSet<&str> = svm_lines
+        .iter()
+        .filter(|l| l.contains(" Running ") && l.contains('%'))
+        .map(|l| l.split_whitespace().nth(3).unwrap_or_default())
+        .collect();
+    assert!(running.len() >= 3, "MIGRATED should move at least three times while Running:\n{}\n{log}", outputs[1]);
+    assert!(
+        svm_lines.iter().any(|l| l.contains(" Succeeded ") && l.contains(" 200 ") && l.contains("100%")),
+        "{}",
+        outputs[1]
+    );
+    // The scheduler started it (a changed hash), and `migrate --wait` followed it rather than starting another.
+    assert!(outputs[1].contains("already under way") || outputs[1].contains(" created"), "{}", outputs[1]);
+    assert!(log.contains("changed storage version hash"), "{log}");
+    // The StorageState: persisted is [current]; every ShootState is stored as v1alpha1.
+    let kubeconfig = dir.join("certs/admin.kubeconfig");
+    let get = |path: &str| {
+        let out = kubectl_with(&kubeconfig, &["get", "ss", "shootstates.core.gardener.cloud", "-o", path], None);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let current = get("jsonpath={.status.currentStorageVersionHash}");
+    assert!(!current.is_empty());
+    assert_eq!(get("jsonpath={.status.persistedStorageVersionHashes}"), format!("[\"{current}\"]"));
+    server.stop();
+    let inspect = Command::new(BIN)
+        .args(["storage", "inspect", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--prefix", "/registry/core.gardener.cloud/shootstates/", "-o", "json"])
+        .output()
+        .expect("inspect");
+    let entries: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect json");
+    let entries = entries["items"].as_array().expect("items");
+    assert_eq!(entries.len(), 200);
+    assert!(entries.iter().all(|e| e["apiVersion"] == "core.gardener.cloud/v1alpha1"), "{entries:?}");
+}
+
+/// The README's table of metrics is what `/metrics` serves: the same names with the same types, no more, no less.
+#[test]
+fn the_readme_lists_exactly_the_metrics_served() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let table =
+        readme.split("<!-- metrics -->").nth(1).and_then(|t| t.split("<!-- /metrics -->").next()).expect("table");
+    let listed: std::collections::BTreeSet<(String, String)> = table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            // A counter's family is named without the `_total` of its samples.
+            let name = cells[1].trim_matches('`');
+            let name = if cells[2] == "counter" { name.trim_end_matches("_total") } else { name };
+            (name.to_string(), cells[2].to_string())
+        })
+        .collect();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut server = MakeRun { dir: tmp.path().to_path_buf(), port: free_port(), child: None };
+    server.start(&[]);
+    let out = kubectl_with(&tmp.path().join("certs/admin.kubeconfig"), &["get", "--raw", "/metrics"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let served: std::collections::BTreeSet<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let mut parts = l.split_whitespace();
+            (parts.next().unwrap_or_default().to_string(), parts.next().unwrap_or_default().to_string())
+        })
+        .collect();
+    assert_eq!(listed, served, "README's metrics table and /metrics differ:\n{text}");
+    for help in text.lines().filter(|l| l.starts_with("# HELP")) {
+        assert!(!help.ends_with("..") && help.ends_with('.'), "stray punctuation: {help}");
+    }
+}
