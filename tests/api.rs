@@ -1358,7 +1358,7 @@ async fn watch_streams() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(cols, ["Name", "Resource", "Status", "Migrated", "Age"]);
+    assert_eq!(cols, ["Name", "Resource", "Status", "Migrated", "Progress", "Remaining", "Age"]);
     assert_eq!(t1["object"]["rows"].as_array().map(Vec::len), Some(1));
     assert_eq!(t1["object"]["rows"][0]["cells"][0], "w-t1");
     assert_eq!(t1["object"]["rows"][0]["object"]["kind"], "PartialObjectMetadata");
@@ -1463,16 +1463,19 @@ async fn tables_and_partial_metadata() {
     assert!(t["metadata"]["resourceVersion"].as_str().is_some_and(|s| !s.is_empty()), "{t}");
     let cols = t["columnDefinitions"].as_array().expect("columns");
     let col_names: Vec<&str> = cols.iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(col_names, ["Name", "Resource", "Status", "Migrated", "Age"]);
+    assert_eq!(col_names, ["Name", "Resource", "Status", "Migrated", "Progress", "Remaining", "Age"]);
     assert_eq!((cols[0]["type"].as_str(), cols[0]["format"].as_str()), (Some("string"), Some("name")));
-    assert_eq!(cols[4]["type"], "date");
+    assert_eq!(cols[6]["type"], "date");
     assert_eq!(cols[3]["type"], "integer");
     let rows = t["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 2);
     let cells = |row: &Value| row["cells"].as_array().expect("cells").clone();
     assert_eq!(cells(&rows[0])[..4], [json!("t-a"), json!("deployments.v1.apps"), json!("Pending"), json!(0)]);
     assert_eq!(cells(&rows[1])[..4], [json!("t-b"), json!("deployments.v1.apps"), json!("Succeeded"), json!(7)]);
-    let age = rows[0]["cells"][4].as_str().expect("age");
+    // PROGRESS and REMAINING: unknown while Pending, 100% and the estimate once Succeeded.
+    assert_eq!(cells(&rows[0])[4..6], [Value::Null, Value::Null]);
+    assert_eq!(cells(&rows[1])[4], json!("100%"));
+    let age = rows[0]["cells"][6].as_str().expect("age");
     assert!(age.ends_with('s') && age[..age.len() - 1].parse::<u64>().is_ok(), "age {age}");
     for row in rows {
         let o = &row["object"];

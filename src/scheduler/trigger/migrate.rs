@@ -42,13 +42,12 @@ pub(super) fn items(list: &Option<Value>) -> impl Iterator<Item = &Value> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Requested {
     pub name: String,
-    /// False: an unfinished migration of the same resource and storage version hash was already under way (the
-    /// trigger's, usually), and is followed instead of being superseded by a new one.
+    /// Always true today: a request by hand creates a migration (superseding unfinished ones).
     pub created: bool,
 }
 
 /// Requests migrations by hand: resolves the resources against `target`'s discovery (preferred version, current
-/// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones of an older hash.
+/// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones.
 pub async fn request_migrations(
     target: &kube::Client,
     store: &OwnObjects,
@@ -80,14 +79,6 @@ pub async fn request_migrations(
     let mut created = Vec::new();
     for r in wanted {
         let gvr = r.gvr();
-        let same = of_resource(&existing, &gvr.group, &gvr.resource);
-        let under_way = same.iter().rev().find(|m| {
-            !is_finished(m) && r.hash.is_some() && migration_hash(m) == r.hash.as_deref() && m.spec.resource == gvr
-        });
-        if let Some(m) = under_way {
-            created.push(Requested { name: name_of(m).to_string(), created: false });
-            continue;
-        }
         let (m, superseded) =
             start_migration(store, &gvr, r.hash.as_deref(), WHY_BY_HAND, &existing, Timestamp::now()).await?;
         for s in superseded {
