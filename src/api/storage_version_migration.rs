@@ -271,9 +271,8 @@ impl Kind for StorageVersionMigration {
         ]
     }
     fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        let status = self.status.clone().unwrap_or_default();
-        let migrated = status.migrated_objects.unwrap_or(0);
-        let remaining = status.remaining_objects_estimate;
+        let migrated = self.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
+        let remaining = self.status.as_ref().and_then(|s| s.remaining_objects_estimate);
         vec![
             Value::from(self.spec.resource.display()),
             Value::from(self.phase()),

@@ -1,7 +1,7 @@
 //! `migrate`: migrations requested by hand, and `--wait`, which follows them to their end.
 
 use crate::api::storage_version_migration::StorageVersionMigration;
-use crate::scheduler::trigger::{is_finished, request_migrations, MigrateRequest, OwnObjects, Requested};
+use crate::scheduler::trigger::{is_finished, request_migrations, MigrateRequest, OwnObjects};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -46,18 +46,16 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     };
     let request = if args.all { MigrateRequest::All } else { MigrateRequest::Resources(args.resources) };
     let own = OwnObjects::new(api);
-    let requested = request_migrations(&target, &own, &request).await?;
-    if requested.is_empty() {
+    let names = request_migrations(&target, &own, &request).await?;
+    if names.is_empty() {
         eprintln!("No resources to migrate.");
     }
-    for Requested { name, created } in &requested {
-        let what = if *created { "created" } else { "already under way" };
-        println!("storageversionmigration.migration.k8s.io/{name} {what}");
+    for name in &names {
+        println!("storageversionmigration.migration.k8s.io/{name} created");
     }
     if !args.wait {
         return Ok(());
     }
-    let names: Vec<String> = requested.into_iter().map(|r| r.name).collect();
     let failed = follow(&own, &names).await?;
     if failed.is_empty() {
         Ok(())

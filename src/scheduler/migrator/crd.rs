@@ -119,7 +119,7 @@ impl Crds {
         if !self.enabled || gvr.group.is_empty() {
             return;
         }
-        let name = format!("{}.{}", gvr.resource, gvr.group);
+        let name = crate::error::qualified(&gvr.resource, &gvr.group);
         for _ in 0..CONFLICT_ATTEMPTS {
             let crd = match self.api.get_opt(&name).await {
                 Ok(Some(crd)) => crd,

@@ -8,6 +8,7 @@ use crate::api::storage_version_migration::{
 use crate::error::StatusReason;
 use crate::scheduler::api_reason;
 use crate::scheduler::metrics::resource_label;
+use crate::scheduler::trigger::annotation;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use kube::api::PostParams;
@@ -238,7 +239,7 @@ impl Worker {
             return Err(Stop::FinishedElsewhere(self.svm.phase()));
         }
         let token = self.svm.spec.continue_token.clone().filter(|t| !t.is_empty());
-        let why = annotation(&self.svm, crate::scheduler::trigger::ANNOTATION_REASON)
+        let why = annotation(&self.svm.metadata, crate::scheduler::trigger::ANNOTATION_REASON)
             .unwrap_or("created by a user")
             .to_string();
         let running_message = format!("Migrating {}.", gvr.display());
@@ -262,7 +263,9 @@ impl Worker {
         // Objects handled before the saved token (the status may count some of the chunk after it, which is done
         // again).
         let mut migrated = match &token {
-            Some(_) => annotation(&self.svm, ANNOTATION_MIGRATED_AT_TOKEN).and_then(|n| n.parse().ok()).unwrap_or(0),
+            Some(_) => {
+                annotation(&self.svm.metadata, ANNOTATION_MIGRATED_AT_TOKEN).and_then(|n| n.parse().ok()).unwrap_or(0)
+            }
             None => 0,
         };
         // The latest listed chunk's remainingItemCount (0 after the last chunk); None before the first LIST.
@@ -290,9 +293,10 @@ impl Worker {
             while chunks.front().is_some_and(|c| c.todo.len() == 0 && c.outstanding == 0) {
                 let Some(c) = chunks.pop_front() else { break };
                 migrated += c.len as i64;
-                ctx.metrics.observe_remaining(label, if c.next.is_some() { c.remaining.unwrap_or(0) } else { 0 });
+                let (handled, remaining) = progress(migrated, &chunks, after_listed);
+                ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
                 tracing::debug!(migration = %self.name, done = c.done, skipped = c.skipped, migrated,
-                    remaining = ?c.remaining, more = c.next.is_some(), "chunk migrated");
+                    remaining = ?remaining, more = c.next.is_some(), "chunk migrated");
                 let Some(next) = c.next else { return Ok(Ok(migrated)) };
                 let at_token = migrated.to_string();
                 self.save(false, |s| {
@@ -301,7 +305,6 @@ impl Worker {
                     annotations.insert(ANNOTATION_MIGRATED_AT_TOKEN.into(), at_token.clone());
                 })
                 .await?;
-                let (handled, remaining) = progress(migrated, &chunks, after_listed);
                 self.save_progress(handled, remaining, &running_message, None).await?;
                 saved = Some((handled, remaining, None));
             }
@@ -358,7 +361,6 @@ impl Worker {
                                 done: 0,
                                 skipped: 0,
                                 next,
-                                remaining: list.metadata.remaining_item_count.map(|n| n.max(0)),
                             });
                             next_seq += 1;
                             let (_, remaining) = progress(migrated, &chunks, after_listed);
@@ -381,20 +383,20 @@ impl Worker {
                     }
                 }
                 _ = tick.tick() => {
-                let (handled, remaining) = progress(migrated, &chunks, after_listed);
-                ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
-                let retrying = m.retrying.get();
-                let now = (handled, remaining, retrying.clone());
-                if saved.as_ref() != Some(&now) {
-                    self.save_progress(handled, remaining, &running_message, retrying.as_deref()).await?;
-                    saved = Some(now);
+                    let (handled, remaining) = progress(migrated, &chunks, after_listed);
+                    ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
+                    let retrying = m.retrying.get();
+                    let now = (handled, remaining, retrying.clone());
+                    if saved.as_ref() != Some(&now) {
+                        self.save_progress(handled, remaining, &running_message, retrying.as_deref()).await?;
+                        saved = Some(now);
+                    }
+                    if logged.elapsed() >= LOG_INTERVAL {
+                        logged = std::time::Instant::now();
+                        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = handled,
+                            remaining = ?remaining, retrying = ?retrying, "migration progress");
+                    }
                 }
-                if logged.elapsed() >= LOG_INTERVAL {
-                    logged = std::time::Instant::now();
-                    tracing::info!(migration = %self.name, resource = %gvr.display(), objects = handled,
-                        remaining = ?remaining, retrying = ?retrying, "migration progress");
-                }
-            }
                 _ = until_cancelled(&mut cancel) => return Err(Stop::Cancelled),
             }
         }
@@ -408,10 +410,6 @@ pub(super) fn progress(migrated: i64, chunks: &VecDeque<Chunk>, after_listed: Op
     let held: u64 = chunks.iter().map(|c| (c.len as u64).saturating_sub(c.done + c.skipped)).sum();
     let handled = migrated + i64::try_from(handled).unwrap_or(i64::MAX);
     (handled, after_listed.map(|after| after + i64::try_from(held).unwrap_or(i64::MAX)))
-}
-
-pub(super) fn annotation<'a>(svm: &'a StorageVersionMigration, key: &str) -> Option<&'a str> {
-    svm.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 pub(super) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -428,5 +426,4 @@ pub(super) struct Chunk {
     pub(super) skipped: u64,
     /// Where the list continues after this chunk; None for the last one.
     pub(super) next: Option<String>,
-    pub(super) remaining: Option<i64>,
 }

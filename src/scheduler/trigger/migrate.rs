@@ -38,21 +38,14 @@ pub(super) fn items(list: &Option<Value>) -> impl Iterator<Item = &Value> {
     list.iter().flat_map(|l| l["items"].as_array().into_iter().flatten())
 }
 
-/// A migration `migrate` asked for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Requested {
-    pub name: String,
-    /// Always true today: a request by hand creates a migration (superseding unfinished ones).
-    pub created: bool,
-}
-
 /// Requests migrations by hand: resolves the resources against `target`'s discovery (preferred version, current
-/// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones.
+/// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones. Returns the names
+/// created.
 pub async fn request_migrations(
     target: &kube::Client,
     store: &OwnObjects,
     request: &MigrateRequest,
-) -> anyhow::Result<Vec<Requested>> {
+) -> anyhow::Result<Vec<String>> {
     let timeout = Duration::from_secs(30);
     let discovery = discover(target, timeout).await?;
     let wanted: Vec<DiscoveredResource> = match request {
@@ -78,13 +71,12 @@ pub async fn request_migrations(
     let mut existing = store.list_migrations().await?;
     let mut created = Vec::new();
     for r in wanted {
-        let gvr = r.gvr();
         let (m, superseded) =
-            start_migration(store, &gvr, r.hash.as_deref(), WHY_BY_HAND, &existing, Timestamp::now()).await?;
+            start_migration(store, &r.gvr(), r.hash.as_deref(), WHY_BY_HAND, &existing, Timestamp::now()).await?;
         for s in superseded {
             tracing::info!(migration = %s, by = %name_of(&m), "superseded");
         }
-        created.push(Requested { name: name_of(&m).to_string(), created: true });
+        created.push(name_of(&m).to_string());
         existing.push(m);
     }
     Ok(created)

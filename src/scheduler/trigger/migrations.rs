@@ -57,7 +57,7 @@ pub(super) fn name_of(m: &StorageVersionMigration) -> &str {
     m.metadata.name.as_deref().unwrap_or_default()
 }
 
-pub(super) fn annotation<'a>(m: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+pub fn annotation<'a>(m: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     m.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
