@@ -139,21 +139,15 @@ async fn setup(n: usize, crd: Arc<Mutex<Crd>>, extra: &[&str]) -> (Server, Proxy
     let proxy = Proxy::start(&target);
     let c2 = crd.clone();
     proxy.serve_locally(move |r, body| c2.lock().unwrap().serve(r, body));
-    let kc = proxy.kubeconfig();
-    let mut args = vec!["--kubeconfig", kc.to_str().expect("path"), "--disable-trigger", "--migration-qps", "0"];
+    let mut args = vec!["--migration-qps", "0"];
     args.extend_from_slice(extra);
-    let m = Server::start(&args);
+    let m = migrating_server(&proxy.kubeconfig(), &args);
     (target, proxy, m)
 }
 
 /// Requests the migration with kubectl and waits until it has ended; returns it.
 fn migrate(m: &Server) -> Value {
-    let manifest = format!(
-        "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageVersionMigration\nmetadata:\n  generateName: {RESOURCE}-\nspec:\n  resource:\n    group: core.gardener.cloud\n    version: v1beta1\n    resource: shootstates\n"
-    );
-    let out = m.kubectl_stdin(&["create", "-f", "-", "-o", "jsonpath={.metadata.name}"], &manifest);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let name = request_shootstate_migration(m);
     eventually("the migration to end", Duration::from_secs(60), || {
         let out = m.kubectl(&["get", "svm", &name, "-o", "json"]);
         let svm: Value = serde_json::from_slice(&out.stdout).ok()?;

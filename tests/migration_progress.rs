@@ -39,22 +39,6 @@ async fn target_with(n: usize) -> Server {
     t
 }
 
-fn migrator(proxy: &Proxy, extra: &[&str]) -> Server {
-    let kc = proxy.kubeconfig();
-    let mut args = vec!["--kubeconfig", kc.to_str().expect("path"), "--disable-trigger"];
-    args.extend_from_slice(extra);
-    Server::start(&args)
-}
-
-fn request(m: &Server) -> String {
-    let manifest = format!(
-        "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageVersionMigration\nmetadata:\n  generateName: {RESOURCE}-\nspec:\n  resource:\n    group: core.gardener.cloud\n    version: v1beta1\n    resource: shootstates\n"
-    );
-    let out = m.kubectl_stdin(&["create", "-f", "-", "-o", "jsonpath={.metadata.name}"], &manifest);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 fn get(m: &Server, name: &str) -> Value {
     serde_json::from_slice(&m.kubectl(&["get", "svm", name, "-o", "json"]).stdout).unwrap_or(Value::Null)
 }
@@ -72,8 +56,8 @@ fn progress_rises_while_running() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let target = rt.block_on(target_with(500));
     let proxy = Proxy::start(&target);
-    let m = migrator(&proxy, &["--migration-qps", "50", "--migration-burst", "5"]);
-    let name = request(&m);
+    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "50", "--migration-burst", "5"]);
+    let name = request_shootstate_migration(&m);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen: Vec<(i64, i64)> = Vec::new();
     let mut table_progress = BTreeSet::new();
@@ -129,8 +113,8 @@ fn a_retrying_migration_shows_the_last_error() {
     proxy.add_rule(move |r| {
         (r.is_patch() && f.load(Ordering::SeqCst)).then_some(Fault::Status { code: 503, retry_after: None })
     });
-    let m = migrator(&proxy, &["--migration-qps", "0", "--migration-max-attempts", "1000"]);
-    let name = request(&m);
+    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-max-attempts", "1000"]);
+    let name = request_shootstate_migration(&m);
     let svm = eventually("the Running condition to name the error", Duration::from_secs(30), || {
         let svm = get(&m, &name);
         let message = condition(&svm, "Running")["message"].as_str().unwrap_or_default().to_string();
@@ -152,7 +136,7 @@ fn migrate_wait_exit_status_follows_the_outcome() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let target = rt.block_on(target_with(40));
     let proxy = Proxy::start(&target);
-    let m = migrator(&proxy, &["--migration-qps", "0"]);
+    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0"]);
     let run = || {
         std::process::Command::new(BIN)
             .args(["migrate", "--resource", RESOURCE, "--wait", "--kubeconfig"])

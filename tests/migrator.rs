@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-const RESOURCE: &str = "shootstates.core.gardener.cloud";
 const ALL: &str = "/apis/core.gardener.cloud/v1beta1/shootstates";
 const SVMS: &str = "/apis/migration.k8s.io/v1alpha1/storageversionmigrations";
 
@@ -103,24 +102,6 @@ fn stored_versions(t: &mut Server) -> BTreeMap<String, String> {
             (rel, e["apiVersion"].as_str().unwrap_or("").to_string())
         })
         .collect()
-}
-
-/// A migrating server whose target is `kubeconfig`, migrations requested by hand only.
-fn migrator(kubeconfig: &std::path::Path, extra: &[&str]) -> Server {
-    let kc = kubeconfig.to_str().expect("path");
-    let mut args = vec!["--kubeconfig", kc, "--disable-trigger"];
-    args.extend_from_slice(extra);
-    Server::start(&args)
-}
-
-/// Requests a migration of the ShootStates with kubectl, as an administrator would; returns its name.
-fn request_migration(m: &Server) -> String {
-    let manifest = format!(
-        "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageVersionMigration\nmetadata:\n  generateName: {RESOURCE}-\n  labels:\n    migration.k8s.io/resource: {RESOURCE}\nspec:\n  resource:\n    group: core.gardener.cloud\n    version: v1beta1\n    resource: shootstates\n"
-    );
-    let out = m.kubectl_stdin(&["create", "-f", "-", "-o", "jsonpath={.metadata.name}"], &manifest);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 async fn get_svm(c: &kube::Client, name: &str) -> Value {
@@ -260,9 +241,9 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
         expired.insert(token).then_some(Fault::Expired)
     });
 
-    let m = migrator(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "40"]);
+    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "40"]);
     let started = Instant::now();
-    let name = request_migration(&m);
+    let name = request_shootstate_migration(&m);
 
     // Meanwhile, a user rewrites and deletes objects directly on the target.
     let writer = {
@@ -340,8 +321,8 @@ async fn resumes_from_the_saved_token_after_kill_9() {
     let before = resource_versions(&tc).await;
     let proxy = Proxy::start(&target);
     let flags = ["--migration-qps", "50", "--migration-burst", "5", "--migration-chunk-size", "10"];
-    let mut m = migrator(&proxy.kubeconfig(), &flags);
-    let name = request_migration(&m);
+    let mut m = migrating_server(&proxy.kubeconfig(), &flags);
+    let name = request_shootstate_migration(&m);
     let mc = m.client().await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let at_kill = loop {
@@ -399,7 +380,7 @@ async fn permanent_errors_fail_the_migration_quickly_with_a_clear_message() {
     const N: usize = 60;
     let target = stale_target(N, 2, &[]).await;
     let proxy = Proxy::start(&target);
-    let m = migrator(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "20"]);
+    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "20"]);
 
     for (code, victim) in [(403u16, 31usize), (422, 44)] {
         proxy.clear_rules();
@@ -407,7 +388,7 @@ async fn permanent_errors_fail_the_migration_quickly_with_a_clear_message() {
             (r.is_patch() && index_of(r) == Some(victim)).then_some(Fault::Status { code, retry_after: None })
         });
         let started = Instant::now();
-        let name = request_migration(&m);
+        let name = request_shootstate_migration(&m);
         let svm = wait_finished(&m, &name, Duration::from_secs(15)).await;
         let took = started.elapsed();
         assert!(is_true(&svm, "Failed"), "{svm:#}");
@@ -431,7 +412,7 @@ async fn permanent_errors_fail_the_migration_quickly_with_a_clear_message() {
         proxy.clear_records();
     }
     proxy.clear_rules();
-    let name = request_migration(&m);
+    let name = request_shootstate_migration(&m);
     assert_succeeded(&wait_finished(&m, &name, Duration::from_secs(15)).await, &m);
 
     for (status, n) in [("Failed", 2.0), ("Succeeded", 1.0)] {
@@ -458,11 +439,11 @@ async fn the_qps_limit_holds_at_the_target() {
     const BURST: f64 = 5.0;
     let target = stale_target(N, 3, &[]).await;
     let proxy = Proxy::start(&target);
-    let m = migrator(
+    let m = migrating_server(
         &proxy.kubeconfig(),
         &["--migration-qps", "20", "--migration-burst", "5", "--migration-chunk-size", "50"],
     );
-    let name = request_migration(&m);
+    let name = request_shootstate_migration(&m);
     let svm = wait_finished(&m, &name, Duration::from_secs(30)).await;
     assert_succeeded(&svm, &m);
     let records = proxy.records();
@@ -492,11 +473,11 @@ async fn a_superseded_migration_is_left_alone() {
     const N: usize = 120;
     let target = stale_target(N, 2, &[]).await;
     let proxy = Proxy::start(&target);
-    let m = migrator(
+    let m = migrating_server(
         &proxy.kubeconfig(),
         &["--migration-qps", "30", "--migration-burst", "1", "--migration-chunk-size", "10"],
     );
-    let name = request_migration(&m);
+    let name = request_shootstate_migration(&m);
     let mc = m.client().await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut svm = loop {
@@ -565,10 +546,10 @@ async fn throughput() {
     let created = Instant::now();
     let target = stale_target(n, 10, &[]).await;
     eprintln!("created {n} objects in {:?}", created.elapsed());
-    let m = migrator(&target.kubeconfig(), &["--migration-qps", "0"]);
+    let m = migrating_server(&target.kubeconfig(), &["--migration-qps", "0"]);
     let rss_idle = peak_rss_kib(&m.dir);
     let started = Instant::now();
-    let name = request_migration(&m);
+    let name = request_shootstate_migration(&m);
     let svm = wait_finished(&m, &name, Duration::from_secs(600)).await;
     let secs = started.elapsed().as_secs_f64();
     assert_succeeded(&svm, &m);

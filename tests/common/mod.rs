@@ -258,6 +258,26 @@ pub fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Ou
     child.wait_with_output().expect("kubectl output")
 }
 
+/// A migrating server whose target is `kubeconfig`, migrations requested by hand only.
+pub fn migrating_server(kubeconfig: &Path, extra: &[&str]) -> Server {
+    let kc = kubeconfig.to_str().expect("path");
+    let mut args = vec!["--kubeconfig", kc, "--disable-trigger"];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+/// Requests a migration of the ShootStates (core.gardener.cloud/v1beta1) with kubectl, as an administrator would;
+/// returns its name.
+pub fn request_shootstate_migration(m: &Server) -> String {
+    let resource = "shootstates.core.gardener.cloud";
+    let manifest = format!(
+        "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageVersionMigration\nmetadata:\n  generateName: {resource}-\n  labels:\n    migration.k8s.io/resource: {resource}\nspec:\n  resource:\n    group: core.gardener.cloud\n    version: v1beta1\n    resource: shootstates\n"
+    );
+    let out = m.kubectl_stdin(&["create", "-f", "-", "-o", "jsonpath={.metadata.name}"], &manifest);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Polls `f` until it returns Some or the deadline passes.
 pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
