@@ -255,18 +255,23 @@ fn storage_version_change_is_detected_and_migrated() {
 fn unchanged_hash_only_advances_the_heartbeat() {
     let s = Server::start(&["--discovery-interval", "1s"]);
     let hashes = own_hashes(&s);
-    for (qualified, _) in &hashes {
-        eventually(&format!("storagestate {qualified}"), Duration::from_secs(20), || state(&s, qualified));
-    }
+    // The StorageState is written before its first migration is requested: wait for both.
     let before: Vec<(String, BTreeSet<String>)> = hashes
         .iter()
-        .map(|(q, _)| (heartbeat(&state(&s, q).expect("state")), migrations(&s, q).iter().map(name).collect()))
+        .map(|(q, _)| {
+            let st = eventually(&format!("storagestate {q}"), Duration::from_secs(20), || state(&s, q));
+            let names: BTreeSet<String> =
+                eventually(&format!("first migration of {q}"), Duration::from_secs(20), || {
+                    Some(migrations(&s, q).iter().map(name).collect::<BTreeSet<_>>()).filter(|n| !n.is_empty())
+                });
+            (heartbeat(&st), names)
+        })
         .collect();
-    // Heartbeats have whole seconds.
-    std::thread::sleep(Duration::from_millis(3500));
     for ((qualified, hash), (hb, names)) in hashes.iter().zip(before) {
-        let st = state(&s, qualified).expect("state");
-        assert!(heartbeat(&st) > hb, "{qualified}: heartbeat {} not after {hb}", heartbeat(&st));
+        // A later heartbeat means a discovery round ran after the snapshot (heartbeats have whole seconds).
+        let st = eventually(&format!("{qualified}: heartbeat after {hb}"), Duration::from_secs(20), || {
+            state(&s, qualified).filter(|st| heartbeat(st) > hb)
+        });
         assert_eq!(current(&st), *hash);
         let now: BTreeSet<String> = migrations(&s, qualified).iter().map(name).collect();
         assert_eq!(now, names, "{qualified}: no new migration for an unchanged hash");
@@ -341,8 +346,15 @@ fn migration_history_is_bounded() {
     let names: Vec<String> = kept.iter().map(name).collect();
     assert_eq!(names, created[created.len() - names.len()..], "the newest are kept");
     assert!(names.len() >= 2, "{names:?}");
-    // And it stays bounded: the trigger does not request more (the newest covers the current hash).
-    std::thread::sleep(Duration::from_secs(2));
+    // And it stays bounded: the trigger does not request more (the newest covers the current hash). Two later
+    // heartbeats mean at least one full discovery round ran after the pruning.
+    let hb = heartbeat(&state(&s, SS).expect("state"));
+    let next = eventually("a later heartbeat", Duration::from_secs(20), || {
+        state(&s, SS).map(|st| heartbeat(&st)).filter(|h| *h > hb)
+    });
+    eventually("a second later heartbeat", Duration::from_secs(20), || {
+        state(&s, SS).map(|st| heartbeat(&st)).filter(|h| *h > next)
+    });
     let later: Vec<String> = migrations(&s, SS).iter().map(name).collect();
     assert!(later.iter().all(|n| created.contains(n)), "{later:?}");
 }
