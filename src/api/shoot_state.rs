@@ -138,7 +138,8 @@ static INFO: KindInfo = KindInfo {
     singular: "shootstate",
     namespaced: true,
     short_names: &[],
-    categories: &[],
+    // As Gardener declares it, so that `kubectl get all` lists ShootStates.
+    categories: &["all"],
     versions: &["v1beta1", "v1alpha1"],
     has_status: false,
     name_rule: NameRule::Label,

@@ -115,13 +115,13 @@ fn api_group(group: &str, versions: &[&str]) -> APIGroup {
     }
 }
 
-/// The kinds of `kinds` served in `group`/`version`.
-fn served_in<'a>(
-    kinds: &'a [Arc<dyn Strategy>],
-    group: &'a str,
-    version: &'a str,
-) -> impl Iterator<Item = &'a Arc<dyn Strategy>> + 'a {
-    kinds.iter().filter(move |k| k.info().group == group && k.info().versions.contains(&version))
+/// The kinds of `kinds` served in `group`/`version`, by resource name: k8s.io/apiserver installs (and so lists)
+/// a group version's resources in the sorted order of their paths.
+fn served_in<'a>(kinds: &'a [Arc<dyn Strategy>], group: &str, version: &str) -> Vec<&'a Arc<dyn Strategy>> {
+    let mut served: Vec<_> =
+        kinds.iter().filter(|k| k.info().group == group && k.info().versions.contains(&version)).collect();
+    served.sort_by_key(|k| k.info().plural);
+    served
 }
 
 /// The APIResourceList of one group version: each kind, and its status subresource.
@@ -201,6 +201,7 @@ struct SubresourceDiscovery {
 
 fn version_discovery(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> VersionDiscovery {
     let resources = served_in(kinds, group, version)
+        .into_iter()
         .map(|k| {
             let i = k.info();
             let kind = GroupVersionKind { group: group.into(), version: version.into(), kind: i.kind.into() };

@@ -91,16 +91,26 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz/{check}", get(ready))
         .route("/version", get(version))
         .route("/metrics", get(metrics_handler))
-        .route("/openapi/v2", get(openapi_v2))
-        .route("/openapi/v3", get(openapi_v3_root))
-        .route("/openapi/v3/{*gv}", get(openapi_v3))
+        .route("/openapi/v2", get(openapi::http::openapi_v2))
+        .route("/openapi/v3", get(openapi::http::openapi_v3_root))
+        .route("/openapi/v3/{*gv}", get(openapi::http::openapi_v3))
         .merge(admission::routes())
         .merge(csi_admission::routes())
         .fallback(rest::handle)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate_and_measure))
         .layer(axum::middleware::from_fn(answer_panics))
+        .layer(axum::middleware::map_response(default_cache_control))
         .with_state(state)
+}
+
+/// Every answer is private to the authenticated user and must be revalidated, unless its handler says otherwise
+/// (the OpenAPI hash URLs): kube-apiserver's WithCacheControl.
+async fn default_cache_control(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .entry(axum::http::header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-cache, private"));
+    resp
 }
 
 /// A method a fixed path does not serve (a GET-only endpoint asked with POST, the webhooks asked with GET): a
@@ -328,62 +338,6 @@ pub(crate) fn discovery_response(
             Ok(bytes_response(doc.body.clone(), "application/json", None, headers))
         }
         _ => Err(ApiError::path_not_found()),
-    }
-}
-
-async fn openapi_v2(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
-    if accept.is_empty() {
-        return bytes_response(st.openapi.v2.clone(), "application/json", None, &headers);
-    }
-    // The first acceptable form, in the client's order: JSON, or protobuf (what kubectl asks for).
-    for m in negotiate::parse_accept(accept) {
-        if matches!(m.essence, "application/json" | "*/*" | "application/*") {
-            return bytes_response(st.openapi.v2.clone(), "application/json", None, &headers);
-        }
-        if openapi::proto::MEDIA_TYPES.contains(&m.essence) {
-            // As kube-apiserver answers it: its media type is not a valid Content-Type (the `@`).
-            return bytes_response(st.openapi.v2_protobuf.clone(), "application/octet-stream", None, &headers);
-        }
-    }
-    ApiError::not_acceptable(&["application/json", openapi::proto::MEDIA_TYPES[0]]).into_response()
-}
-
-async fn openapi_v3_root(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    bytes_response(st.openapi.v3_root.clone(), "application/json", None, &headers)
-}
-
-async fn openapi_v3(
-    State(st): State<Arc<AppState>>,
-    axum::extract::Path(gv): axum::extract::Path<String>,
-    axum::extract::RawQuery(query): axum::extract::RawQuery,
-    headers: HeaderMap,
-) -> Response {
-    let Some((body, hash)) = st.openapi.v3.get(&gv) else {
-        return ApiError::path_not_found().into_response();
-    };
-    let etag = format!("\"{hash}\"");
-    let asked = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .find(|(k, _)| k == "hash")
-        .map(|(_, v)| v.into_owned());
-    match asked {
-        Some(h) if &h != hash => {
-            let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
-            if let Ok(v) = HeaderValue::from_str(&format!("/openapi/v3/{gv}?hash={hash}")) {
-                r.headers_mut().insert("location", v);
-            }
-            r
-        }
-        Some(_) => {
-            let mut r = bytes_response(body.clone(), "application/json", Some(&etag), &headers);
-            r.headers_mut().insert("cache-control", HeaderValue::from_static("public, immutable"));
-            r
-        }
-        None => {
-            let mut r = bytes_response(body.clone(), "application/json", Some(&etag), &headers);
-            r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
-            r
-        }
     }
 }
 

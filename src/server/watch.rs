@@ -128,6 +128,5 @@ pub(super) async fn watch(
         });
     let mut r = Response::new(Body::from_stream(stream));
     r.headers_mut().insert("content-type", HeaderValue::from_static(content_type_for(out)));
-    r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
     Ok(r)
 }
