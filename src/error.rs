@@ -47,6 +47,16 @@ impl FieldError {
         };
         FieldError { reason: "FieldValueInvalid", message: format!("{field}: Invalid value: {v}: {detail}"), field }
     }
+    /// Invalid for a value already rendered as Go renders it (e.g. a struct as its `encoding/json` text, in the
+    /// struct's field order, which a `serde_json::Value` would sort).
+    pub fn invalid_rendered(field: impl Into<String>, rendered: &str, detail: &str) -> Self {
+        let field = field.into();
+        FieldError {
+            reason: "FieldValueInvalid",
+            message: format!("{field}: Invalid value: {rendered}: {detail}"),
+            field,
+        }
+    }
     pub fn not_supported(field: impl Into<String>, value: &str, allowed: &[&str]) -> Self {
         let field = field.into();
         let list: Vec<String> = allowed.iter().map(|a| quote(a)).collect();

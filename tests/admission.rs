@@ -358,23 +358,25 @@ async fn validate_shoot_state_in_both_versions() {
             &post(&c, "/validate", &review("s-1", "CREATE", Some(&ok), None, "")).await.review("s-1"),
         );
 
-        // Duplicate gardener[].name: denied at the exact field path.
-        let dup = shoot_state(
+        // An empty gardener[].name: denied at the exact field path, Invalid as in Gardener.
+        let unnamed = shoot_state(
             version,
             json!([{"name": "ca", "type": "secret", "data": {}}, {"name": "etcd", "type": "secret", "data": {}},
-                   {"name": "ca", "type": "secret", "data": {}}]),
+                   {"name": "", "type": "secret", "data": {}}]),
         );
-        let st = denied(&post(&c, "/validate", &review("s-2", "CREATE", Some(&dup), None, "")).await.review("s-2"));
+        let st = denied(&post(&c, "/validate", &review("s-2", "CREATE", Some(&unnamed), None, "")).await.review("s-2"));
         assert_eq!(causes(&st), ["spec.gardener[2].name"], "{st}");
-        assert_eq!(st["details"]["causes"][0]["reason"], "FieldValueDuplicate", "{st}");
+        assert_eq!(st["details"]["causes"][0]["reason"], "FieldValueInvalid", "{st}");
         assert!(
-            st["message"].as_str().unwrap_or_default().contains("spec.gardener[2].name: Duplicate value: \"ca\""),
+            st["message"].as_str().unwrap_or_default().contains(
+                "spec.gardener[2].name: Invalid value: \"\": name of data required to generate resources cannot be empty"
+            ),
             "{st}"
         );
 
         // The same rules on UPDATE; and a ShootState name must be a DNS label.
         let st =
-            denied(&post(&c, "/validate", &review("s-3", "UPDATE", Some(&dup), Some(&ok), "")).await.review("s-3"));
+            denied(&post(&c, "/validate", &review("s-3", "UPDATE", Some(&unnamed), Some(&ok), "")).await.review("s-3"));
         assert_eq!(causes(&st), ["spec.gardener[2].name"], "{st}");
         let mut dotted = ok.clone();
         dotted["metadata"]["name"] = json!("a.b");

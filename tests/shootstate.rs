@@ -98,7 +98,14 @@ async fn validation_rules_with_field_paths() {
         (shoot("Not_A_Label", json!({})), vec!["metadata.name"]),
         (shoot("dots.are.subdomains", json!({})), vec!["metadata.name"]),
         (shoot("s1", json!({"gardener": [{"name": "", "type": "secret"}]})), vec!["spec.gardener[0].name"]),
-        (shoot("s2", json!({"gardener": [{"name": "ca"}, {"name": "ca"}]})), vec!["spec.gardener[1].name"]),
+        // Top-level resources may also name only v1 Secrets and ConfigMaps.
+        (
+            shoot(
+                "s2",
+                json!({"resources": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "data": {}}]}),
+            ),
+            vec!["spec.resources[0]"],
+        ),
         (shoot("s3", json!({"extensions": [{"kind": ""}]})), vec!["spec.extensions[0].kind"]),
         (shoot("s4", json!({"extensions": [{"kind": "Worker", "purpose": ""}]})), vec!["spec.extensions[0].purpose"]),
         (
@@ -106,17 +113,20 @@ async fn validation_rules_with_field_paths() {
                 "s5",
                 json!({"extensions": [{"kind": "Worker", "resources": [{"name": "r", "resourceRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}}]}]}),
             ),
-            vec!["spec.extensions[0].resources[0].resourceRef"],
+            // Gardener reports an extension's resources at spec.resources, not under the extension.
+            vec!["spec.resources[0].resourceRef"],
         ),
         (
             shoot(
                 "s6",
                 json!({"extensions": [{"kind": "Worker", "resources": [{"name": "", "resourceRef": {"kind": "Secret"}}]}]}),
             ),
+            // Without an apiVersion the reference is also to an unsupported kind ("/, Kind=Secret").
             vec![
-                "spec.extensions[0].resources[0].name",
-                "spec.extensions[0].resources[0].resourceRef.apiVersion",
-                "spec.extensions[0].resources[0].resourceRef.name",
+                "spec.resources[0].name",
+                "spec.resources[0].resourceRef.apiVersion",
+                "spec.resources[0].resourceRef",
+                "spec.resources[0].resourceRef.name",
             ],
         ),
         (
@@ -126,7 +136,7 @@ async fn validation_rules_with_field_paths() {
                 {"name": "r", "resourceRef": {"apiVersion": "v1", "kind": "Secret", "name": "a"}},
                 {"name": "r", "resourceRef": {"apiVersion": "v1", "kind": "ConfigMap", "name": "b"}}]}]}),
             ),
-            vec!["spec.extensions[0].resources[1].name"],
+            vec!["spec.resources[1].name"],
         ),
     ];
     for (obj, want) in cases {

@@ -8,7 +8,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+
+mod validation;
 
 /// ShootState contains the state of a Shoot cluster required to migrate the Shoot's control plane to a new Seed.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
@@ -147,39 +149,6 @@ static INFO: KindInfo = KindInfo {
     create_only: false,
 };
 
-/// Resource references may only point at these (apiVersion, kind).
-const ALLOWED_REFERENCES: &[(&str, &str)] = &[("v1", "Secret"), ("v1", "ConfigMap")];
-
-fn validate_references(refs: &[NamedResourceReference], path: &str) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    let mut names = HashSet::new();
-    for (i, r) in refs.iter().enumerate() {
-        let p = format!("{path}[{i}]");
-        if r.name.is_empty() {
-            errs.push(FieldError::required(format!("{p}.name")));
-        } else if !names.insert(r.name.as_str()) {
-            errs.push(FieldError::duplicate(format!("{p}.name"), &r.name));
-        }
-        let rr = &r.resource_ref;
-        for (field, v) in [("apiVersion", &rr.api_version), ("kind", &rr.kind), ("name", &rr.name)] {
-            if v.is_empty() {
-                errs.push(FieldError::required(format!("{p}.resourceRef.{field}")));
-            }
-        }
-        if !rr.api_version.is_empty()
-            && !rr.kind.is_empty()
-            && !ALLOWED_REFERENCES.contains(&(rr.api_version.as_str(), rr.kind.as_str()))
-        {
-            errs.push(FieldError::invalid(
-                format!("{p}.resourceRef"),
-                &format!("{}/{}", rr.api_version, rr.kind),
-                "unsupported resource reference: only v1 Secret and v1 ConfigMap are allowed",
-            ));
-        }
-    }
-    errs
-}
-
 /// Bytes as kubectl users read sizes: 512B, 12Ki, 1.5Mi.
 fn human_bytes(n: usize) -> String {
     const KI: f64 = 1024.0;
@@ -200,31 +169,7 @@ impl Kind for ShootState {
         &INFO
     }
     fn validate(&self) -> Vec<FieldError> {
-        let mut errs = Vec::new();
-        let mut names = HashSet::new();
-        for (i, g) in self.spec.gardener.iter().enumerate() {
-            let p = format!("spec.gardener[{i}].name");
-            if g.name.is_empty() {
-                errs.push(FieldError::required_msg(p, "name of data required to generate resources cannot be empty"));
-            } else if !names.insert(g.name.as_str()) {
-                errs.push(FieldError::duplicate(p, &g.name));
-            }
-        }
-        for (i, e) in self.spec.extensions.iter().enumerate() {
-            let p = format!("spec.extensions[{i}]");
-            if e.kind.is_empty() {
-                errs.push(FieldError::required_msg(format!("{p}.kind"), "extension resource kind cannot be empty"));
-            }
-            if e.purpose.as_deref() == Some("") {
-                errs.push(FieldError::invalid(
-                    format!("{p}.purpose"),
-                    "",
-                    "extension resource purpose cannot be empty",
-                ));
-            }
-            errs.extend(validate_references(&e.resources, &format!("{p}.resources")));
-        }
-        errs
+        validation::validate_spec(&self.spec)
     }
     fn columns() -> Vec<Column> {
         vec![
@@ -250,54 +195,6 @@ impl Kind for ShootState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn shoot(spec: Value) -> ShootState {
-        serde_json::from_value(json!({"metadata": {"name": "s", "namespace": "garden-dev"}, "spec": spec})).unwrap()
-    }
-
-    fn fields(errs: &[FieldError]) -> Vec<&str> {
-        errs.iter().map(|e| e.field.as_str()).collect()
-    }
-
-    #[test]
-    fn gardener_rules() {
-        let s =
-            shoot(json!({"gardener": [{"name": "ca", "type": "secret", "data": {}}, {"name": ""}, {"name": "ca"}]}));
-        let errs = s.validate();
-        assert_eq!(fields(&errs), ["spec.gardener[1].name", "spec.gardener[2].name"]);
-        assert_eq!(errs[0].reason, "FieldValueRequired");
-        assert_eq!(errs[1].reason, "FieldValueDuplicate");
-    }
-
-    #[test]
-    fn extension_rules() {
-        let s = shoot(json!({"extensions": [
-            {"kind": "", "purpose": ""},
-            {"kind": "Infrastructure", "resources": [
-                {"name": "r", "resourceRef": {"apiVersion": "v1", "kind": "Secret", "name": "x"}},
-                {"name": "r", "resourceRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "y"}},
-                {"name": "", "resourceRef": {}}
-            ]}
-        ]}));
-        let errs = s.validate();
-        assert_eq!(
-            fields(&errs),
-            [
-                "spec.extensions[0].kind",
-                "spec.extensions[0].purpose",
-                "spec.extensions[1].resources[1].name",
-                "spec.extensions[1].resources[1].resourceRef",
-                "spec.extensions[1].resources[2].name",
-                "spec.extensions[1].resources[2].resourceRef.apiVersion",
-                "spec.extensions[1].resources[2].resourceRef.kind",
-                "spec.extensions[1].resources[2].resourceRef.name",
-            ]
-        );
-        assert!(shoot(json!({"extensions": [{"kind": "Worker", "purpose": "x", "state": {"a": [1]}}]}))
-            .validate()
-            .is_empty());
-    }
 
     #[test]
     fn sizes() {
