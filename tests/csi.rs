@@ -112,9 +112,10 @@ fn plugin_and_driver_names_map_both_ways() {
     let nfs = pv_with("b", json!({}), json!([]), json!({"nfs": {"server": "s", "path": "/"}}));
     assert!(csi::is_pv_migratable(&gce) && !csi::is_pv_migratable(&nfs));
     assert_eq!(csi::in_tree_plugin_name_from_spec(Some(&gce), None).unwrap(), "kubernetes.io/gce-pd");
+    // Upstream formats this name with %s: unquoted, unlike the translations' %#v.
     assert_eq!(
         csi::in_tree_plugin_name_from_spec(Some(&nfs), None).unwrap_err().0,
-        "could not find in-tree plugin name from persistent volume \"b\""
+        "could not find in-tree plugin name from persistent volume b"
     );
     let v: Volume = serde_json::from_value(json!({"name": "v", "cinder": {"volumeID": "x"}})).unwrap();
     assert!(csi::is_inline_migratable(&v));
@@ -612,7 +613,8 @@ fn inline_volumes_to_csi() {
         (
             json!({"name": "v", "azureDisk": {"diskName": "dn", "diskURI": "uri", "cachingMode": "ReadWrite", "fsType": "xfs"}}),
             "",
-            json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "disk.csi.azure.com-dn"}, "spec": {
+            // Named by the disk URI, as upstream (azure_disk.go), not by the driver and the disk name.
+            json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "uri"}, "spec": {
                 "accessModes": ["ReadWriteOnce"], "volumeMode": fs,
                 "csi": {"driver": "disk.csi.azure.com", "volumeHandle": "uri", "fsType": "xfs", "volumeAttributes": {"kind": "Managed", "cachingmode": "ReadWrite", "fstype": "xfs"}}}}),
         ),

@@ -1,6 +1,6 @@
 //! CSITranslation (migration.k8s.io/v1alpha1): a create-only virtual resource, like TokenReview. Creating one
-//! translates the object in its spec with the CSI translation library ([`crate::csi`]) and answers with the result
-//! in its status; nothing is stored. A translation failure is a status with `error` (201, like a TokenReview that
+//! translates the object in its spec with the CSI translation library ([`crate::csi`]) — or repairs a volume handle,
+//! the library's `RepairVolumeHandle` — and answers with the result in its status; nothing is stored. A translation failure is a status with `error` (201, like a TokenReview that
 //! does not authenticate); a request that cannot be translated as asked is 422.
 
 use crate::csi;
@@ -24,7 +24,7 @@ pub struct CSITranslation {
     /// Standard object metadata (the name is optional: nothing is stored).
     #[serde(default)]
     pub metadata: ObjectMeta,
-    /// What to translate: exactly one of persistentVolume, inlineVolume or storageClass.
+    /// What to translate: exactly one of persistentVolume, inlineVolume, storageClass or repairVolumeHandle.
     #[serde(default)]
     pub spec: CSITranslationSpec,
     /// The translation, filled by the server.
@@ -53,6 +53,29 @@ pub struct CSITranslationSpec {
     /// An in-tree StorageClass; its provisioner names the plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class: Option<StorageClass>,
+    /// A CSI volume handle to complete from the node it attaches to (the library's RepairVolumeHandle, as the
+    /// external attacher uses it to match VolumeAttachments): the answer is status.volumeHandle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_volume_handle: Option<VolumeHandleRepair>,
+}
+
+/// The arguments of RepairVolumeHandle(driverName, volumeHandle, nodeID).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.migration.v1alpha1.VolumeHandleRepair")]
+pub struct VolumeHandleRepair {
+    /// The CSI driver of the volume, e.g. pd.csi.storage.gke.io (a driver that supersedes no in-tree plugin is a
+    /// translation error).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub driver_name: String,
+    /// The handle, e.g. projects/UNSPECIFIED/zones/UNSPECIFIED/disks/data (GCE PD handles translated from in-tree
+    /// leave the project, and without a zone label the zone, UNSPECIFIED).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub volume_handle: String,
+    /// The node's ID as its CSI driver reports it (CSINode spec.drivers[].nodeID), e.g.
+    /// projects/my-project/zones/europe-west1-b/instances/node-1. Only GCE PD reads it.
+    #[serde(default, rename = "nodeID", skip_serializing_if = "String::is_empty")]
+    pub node_id: String,
 }
 
 /// The result of the translation.
@@ -72,6 +95,10 @@ pub struct CSITranslationStatus {
     /// The translated StorageClass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class: Option<StorageClass>,
+    /// The repaired volume handle (for repairVolumeHandle); the handle as it was when the driver has nothing to
+    /// fill in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_handle: Option<String>,
     /// Why the object could not be translated (the translation library's message); the other fields are then
     /// empty, except the plugin and driver when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,10 +129,11 @@ impl CSITranslation {
     /// What the spec holds, for the printer column.
     fn source(&self) -> &'static str {
         let s = &self.spec;
-        match (&s.persistent_volume, &s.inline_volume, &s.storage_class) {
-            (Some(_), _, _) => "PersistentVolume",
-            (_, Some(_), _) => "InlineVolume",
-            (_, _, Some(_)) => "StorageClass",
+        match (&s.persistent_volume, &s.inline_volume, &s.storage_class, &s.repair_volume_handle) {
+            (Some(_), _, _, _) => "PersistentVolume",
+            (_, Some(_), _, _) => "InlineVolume",
+            (_, _, Some(_), _) => "StorageClass",
+            (_, _, _, Some(_)) => "VolumeHandle",
             _ => "",
         }
     }
@@ -123,6 +151,8 @@ impl CSITranslation {
             }
         } else if let Some(v) = &s.inline_volume {
             csi::in_tree_plugin_name_from_spec(None, Some(v)).ok().and_then(csi::plugin_by_in_tree_name)
+        } else if let Some(r) = &s.repair_volume_handle {
+            csi::plugin_by_driver_name(&r.driver_name)
         } else {
             s.storage_class.as_ref().and_then(|sc| csi::plugin_by_in_tree_name(&sc.provisioner))
         };
@@ -138,6 +168,9 @@ impl CSITranslation {
                 .map(|pv| status.persistent_volume = Some(pv))
         } else if let Some(sc) = &s.storage_class {
             csi::translate_in_tree_storage_class_to_csi(&sc.provisioner, sc).map(|sc| status.storage_class = Some(sc))
+        } else if let Some(r) = &s.repair_volume_handle {
+            csi::repair_volume_handle(&r.driver_name, &r.volume_handle, &r.node_id)
+                .map(|h| status.volume_handle = Some(h))
         } else {
             Ok(())
         };
@@ -170,6 +203,7 @@ impl Kind for CSITranslation {
             ("persistentVolume", s.persistent_volume.is_some()),
             ("inlineVolume", s.inline_volume.is_some()),
             ("storageClass", s.storage_class.is_some()),
+            ("repairVolumeHandle", s.repair_volume_handle.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, set)| set.then_some(f))
@@ -177,7 +211,8 @@ impl Kind for CSITranslation {
         match given.as_slice() {
             [] => errs.push(FieldError::required_msg(
                 "spec",
-                "exactly one of spec.persistentVolume, spec.inlineVolume or spec.storageClass is required",
+                "exactly one of spec.persistentVolume, spec.inlineVolume, spec.storageClass or spec.repairVolumeHandle \
+                 is required",
             )),
             [_] => {}
             [first, rest @ ..] => {
@@ -225,7 +260,11 @@ impl Kind for CSITranslation {
     }
     fn columns() -> Vec<Column> {
         vec![
-            Column::new("Source", "string", "What was translated: PersistentVolume, InlineVolume or StorageClass."),
+            Column::new(
+                "Source",
+                "string",
+                "What was translated: PersistentVolume, InlineVolume, StorageClass or VolumeHandle (a repair).",
+            ),
             Column::new("Direction", "string", "ToCSI or ToInTree.").json_path(".spec.direction"),
             Column::new("Plugin", "string", "The in-tree plugin.").json_path(".status.inTreePluginName"),
             Column::new("Driver", "string", "The CSI driver.").json_path(".status.driverName"),
@@ -287,5 +326,26 @@ mod tests {
             Some("failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://z/bad)")
         );
         assert!(st.persistent_volume.is_none());
+    }
+
+    #[test]
+    fn repairs_a_volume_handle_into_status() {
+        let mut t = translation(serde_json::json!({"repairVolumeHandle": {
+            "driverName": "pd.csi.storage.gke.io",
+            "volumeHandle": "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d",
+            "nodeID": "projects/p/zones/europe-west1-b/instances/n"}}));
+        assert!(t.validate().is_empty());
+        assert_eq!(t.source(), "VolumeHandle");
+        t.respond();
+        let st = t.status.unwrap();
+        assert_eq!(st.volume_handle.as_deref(), Some("projects/p/zones/europe-west1-b/disks/d"));
+        assert_eq!(st.in_tree_plugin_name.as_deref(), Some("kubernetes.io/gce-pd"));
+        let back = translation(serde_json::json!({"repairVolumeHandle": {"driverName": "x"}, "direction": "ToInTree"}));
+        assert_eq!(fields(&back), ["spec.direction"]);
+        let mut unknown = translation(serde_json::json!({"repairVolumeHandle": {"driverName": "nfs.csi.k8s.io"}}));
+        unknown.respond();
+        let st = unknown.status.unwrap();
+        assert_eq!(st.error.as_deref(), Some("could not find In-Tree driver name for CSI plugin nfs.csi.k8s.io"));
+        assert_eq!((st.volume_handle, st.driver_name), (None, None));
     }
 }

@@ -36,6 +36,7 @@ pub enum Command {
     Migrate(MigrateArgs),
     /// Translate an in-tree PersistentVolume, StorageClass or pod inline volume to CSI (or a CSI PersistentVolume
     /// back with --to-intree), as Kubernetes' csi-translation-lib does: YAML or JSON on stdin, the same on stdout.
+    /// Or repair a CSI volume handle for a node (--repair-volume-handle).
     Translate(TranslateArgs),
 }
 
@@ -48,11 +49,28 @@ pub struct TranslateArgs {
     /// else "default".
     #[arg(long)]
     pub pod_namespace: Option<String>,
+    /// Instead of translating stdin: complete this CSI volume handle of --driver for the node --node-id and print
+    /// it, as the library's RepairVolumeHandle (only GCE PD fills anything in: the UNSPECIFIED project and zone of
+    /// a translated handle).
+    #[arg(long, value_name = "HANDLE", requires = "driver", conflicts_with_all = ["to_in_tree", "pod_namespace"])]
+    pub repair_volume_handle: Option<String>,
+    /// The CSI driver of the handle to repair, e.g. pd.csi.storage.gke.io.
+    #[arg(long, requires = "repair_volume_handle")]
+    pub driver: Option<String>,
+    /// The ID of the node the volume attaches to, as its CSI driver reports it (CSINode spec.drivers[].nodeID).
+    #[arg(long, requires = "repair_volume_handle")]
+    pub node_id: Option<String>,
 }
 
-/// `translate`: stdin to stdout.
+/// `translate`: stdin to stdout; or one repaired volume handle, a line on stdout.
 pub fn translate(args: TranslateArgs) -> anyhow::Result<()> {
     use std::io::{Read, Write};
+    if let Some(handle) = args.repair_volume_handle {
+        let driver = args.driver.unwrap_or_default();
+        let repaired = crate::csi::repair_volume_handle(&driver, &handle, args.node_id.as_deref().unwrap_or_default())?;
+        println!("{repaired}");
+        return Ok(());
+    }
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input)?;
     let opts = crate::csi::document::Options { to_in_tree: args.to_in_tree, pod_namespace: args.pod_namespace };

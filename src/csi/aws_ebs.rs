@@ -1,7 +1,9 @@
 //! AWS Elastic Block Store (`kubernetes.io/aws-ebs`) <-> `ebs.csi.aws.com`.
 //!
 //! The in-tree volume ID is `vol-…`, `aws:///vol-…` or `aws://<zone>/vol-…`; the CSI volume handle is the bare
-//! `vol-…`. The partition is always written as a decimal attribute.
+//! `vol-…`. The partition is always written as a decimal attribute. A StorageClass with `iopsPerGB` also gets
+//! `allowautoiopspergbincrease: "true"`: the in-tree plugin raised a volume's IOPS to the minimum AWS accepts when
+//! size × iopsPerGB fell short, and the driver only does so when asked.
 
 use super::storage_class::{self, Rules};
 use super::topology::{translate_topology_from_csi_to_in_tree, translate_topology_from_in_tree_to_csi};
@@ -49,7 +51,10 @@ impl InTreePlugin for AwsElasticBlockStore {
     }
 
     fn translate_in_tree_storage_class_to_csi(&self, sc: StorageClass) -> Result<StorageClass> {
-        storage_class::translate(sc, Rules { topology_key: TOPOLOGY_KEY, fs_type: true, zones: true })
+        storage_class::translate(
+            sc,
+            Rules { topology_key: TOPOLOGY_KEY, fs_type: true, zones: true, iops_per_gb: true },
+        )
     }
 
     fn translate_in_tree_inline_volume_to_csi(
@@ -122,76 +127,14 @@ pub fn kubernetes_volume_id_to_ebs_volume_id(kubernetes_id: &str) -> Result<Stri
         // Assumed to be a bare volume ID (vol-1234...).
         return Ok(kubernetes_id.to_string());
     }
-    let path = url_path(kubernetes_id).map_err(|e| {
-        TranslationError::new(format!("Invalid disk name ({kubernetes_id}): parse {}: {e}", go::quote(kubernetes_id)))
-    })?;
+    let path = go::url_path(kubernetes_id)
+        .map_err(|e| TranslationError::new(format!("Invalid disk name ({kubernetes_id}): {e}")))?;
     let aws_id = path.trim_matches('/');
     // The two known formats are vol-12345678 and vol-12345678abcdef01.
     if !is_ebs_volume_id(aws_id) {
         return Err(TranslationError::new(format!("Invalid format for AWS volume ({kubernetes_id})")));
     }
     Ok(aws_id.to_string())
-}
-
-/// The unescaped path of an `aws://` URL, with the checks of Go's `url.Parse` that such a URL can fail.
-fn url_path(raw: &str) -> Result<String> {
-    if raw.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return Err(TranslationError::new("net/url: invalid control character in URL"));
-    }
-    let without_fragment = raw.split_once('#').map_or(raw, |(u, _)| u);
-    let rest = &without_fragment["aws://".len()..];
-    let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if !host.starts_with('[') {
-        if let Some(i) = host.rfind(':') {
-            let port = &host[i..];
-            if !port[1..].bytes().all(|b| b.is_ascii_digit()) {
-                return Err(TranslationError::new(format!("invalid port {} after host", go::quote(port))));
-            }
-        }
-    }
-    unescape(host, true)?;
-    unescape(path, false)
-}
-
-/// Go's `url.unescape` for a host or a path.
-fn unescape(s: &str, host: bool) -> Result<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                if i + 2 >= b.len() || !b[i + 1].is_ascii_hexdigit() || !b[i + 2].is_ascii_hexdigit() {
-                    let end = (i + 3).min(b.len());
-                    return Err(TranslationError::new(format!("invalid URL escape {}", go::quote(&s[i..end]))));
-                }
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("00");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
-                i += 3;
-            }
-            c if host && c < 0x80 && !host_char(c) => {
-                return Err(TranslationError::new(format!(
-                    "invalid character {} in host name",
-                    go::quote(&(c as char).to_string())
-                )));
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    Ok(String::from_utf8_lossy(&out).into_owned())
-}
-
-/// The ASCII characters Go's URL parser accepts unescaped in a host.
-fn host_char(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || b"-_.~!$&'()*+,;=:[]<>\"".contains(&c)
 }
 
 /// The one region of AWS zones: `us-west-2a`, `us-gov-east-1a`, local zones (`us-west-2-lax-1a`) and wavelength

@@ -1,11 +1,16 @@
 //! Azure Disk (`kubernetes.io/azure-disk`) <-> `disk.csi.azure.com`.
 //!
-//! The volume handle is the disk URI. Only managed disks migrate; the CSI attributes carry `kind` (always
-//! `Managed`), `cachingmode` and `fstype`.
+//! The volume handle is the disk URI, and so is the name of the PV an inline volume becomes (it must be unique per
+//! disk: it is the unique part of the staging path). Only managed disks migrate; the CSI attributes carry `kind`
+//! (always `Managed`), `cachingmode` and `fstype`. In a StorageClass, a zone value that is a number (`"0"`, `"1"`:
+//! what Kubernetes labels nodes with in Azure regions without availability zones) becomes `""`, the driver's zone
+//! for them.
 
 use super::storage_class::{self, Rules};
-use super::{inline_pv, spec_mut, InTreePlugin, Result, TranslationError, ACCESS_MODE_READ_WRITE_ONCE};
-use k8s_openapi::api::core::v1::{AzureDiskVolumeSource, CSIPersistentVolumeSource, PersistentVolume, Volume};
+use super::{go, inline_pv, spec_mut, InTreePlugin, Result, TranslationError, ACCESS_MODE_READ_WRITE_ONCE};
+use k8s_openapi::api::core::v1::{
+    AzureDiskVolumeSource, CSIPersistentVolumeSource, PersistentVolume, TopologySelectorTerm, Volume,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use regex::Regex;
 use std::collections::BTreeMap;
@@ -53,7 +58,12 @@ impl InTreePlugin for AzureDisk {
     }
 
     fn translate_in_tree_storage_class_to_csi(&self, sc: StorageClass) -> Result<StorageClass> {
-        storage_class::translate(sc, Rules { topology_key: TOPOLOGY_KEY, fs_type: false, zones: true })
+        let rules = Rules { topology_key: TOPOLOGY_KEY, fs_type: false, zones: true, iops_per_gb: false };
+        let mut sc = storage_class::translate(sc, rules)?;
+        if let Some(terms) = sc.allowed_topologies.as_mut() {
+            unzoned_values_to_csi(terms);
+        }
+        Ok(sc)
     }
 
     fn translate_in_tree_inline_volume_to_csi(
@@ -80,8 +90,7 @@ impl InTreePlugin for AzureDisk {
             volume_attributes: Some(attrs),
             ..Default::default()
         };
-        // The name must be unique per disk: it is the unique part of the staging path.
-        Ok(inline_pv(format!("{DRIVER_NAME}-{}", disk.disk_name), csi, ACCESS_MODE_READ_WRITE_ONCE))
+        Ok(inline_pv(disk.disk_uri.clone(), csi, ACCESS_MODE_READ_WRITE_ONCE))
     }
 
     fn translate_in_tree_pv_to_csi(&self, mut pv: PersistentVolume) -> Result<PersistentVolume> {
@@ -126,7 +135,7 @@ impl InTreePlugin for AzureDisk {
             caching_mode: None,
         };
         for (k, v) in csi.volume_attributes.iter().flatten() {
-            match k.to_lowercase().as_str() {
+            match go::to_lower(k).as_str() {
                 ATTR_CACHING_MODE if !v.is_empty() => disk.caching_mode = Some(v.clone()),
                 ATTR_FS_TYPE if !v.is_empty() => disk.fs_type = Some(v.clone()),
                 _ => {}
@@ -143,6 +152,18 @@ impl InTreePlugin for AzureDisk {
     }
     fn can_support_inline(&self, volume: &Volume) -> bool {
         volume.azure_disk.is_some()
+    }
+}
+
+/// The zone values of the driver's key that are numbers (`^[0-9]+$`) become `""`: in-tree, nodes of an Azure region
+/// without availability zones carry zone `"0"`, `"1"`, …; the driver's topology for them is the empty zone.
+fn unzoned_values_to_csi(terms: &mut [TopologySelectorTerm]) {
+    for e in terms.iter_mut().flat_map(|t| t.match_label_expressions.iter_mut().flatten()) {
+        if e.key == TOPOLOGY_KEY {
+            for v in e.values.iter_mut().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())) {
+                v.clear();
+            }
+        }
     }
 }
 

@@ -149,7 +149,7 @@ impl InTreePlugin for AzureFile {
         };
         let mut file = AzureFilePersistentVolumeSource { read_only: flag(csi.read_only), ..Default::default() };
         for (k, v) in csi.volume_attributes.iter().flatten() {
-            match k.to_lowercase().as_str() {
+            match super::go::to_lower(k).as_str() {
                 ATTR_SHARE_NAME => file.share_name = v.clone(),
                 ATTR_SECRET_NAME => file.secret_name = v.clone(),
                 ATTR_SECRET_NAMESPACE => file.secret_namespace = Some(v.clone()),

@@ -104,7 +104,10 @@ impl InTreePlugin for GcePersistentDisk {
     }
 
     fn translate_in_tree_storage_class_to_csi(&self, sc: StorageClass) -> Result<StorageClass> {
-        storage_class::translate(sc, Rules { topology_key: TOPOLOGY_KEY, fs_type: true, zones: true })
+        storage_class::translate(
+            sc,
+            Rules { topology_key: TOPOLOGY_KEY, fs_type: true, zones: true, iops_per_gb: false },
+        )
     }
 
     fn translate_in_tree_inline_volume_to_csi(

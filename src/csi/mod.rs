@@ -62,7 +62,9 @@ pub trait InTreePlugin: Send + Sync {
     fn can_support(&self, pv: &PersistentVolume) -> bool;
     /// Whether the inline volume has this plugin's in-tree source.
     fn can_support_inline(&self, volume: &Volume) -> bool;
-    /// A fully specified volume handle from a node ID (only GCE PD fills anything in).
+    /// A fully specified volume handle from a node ID (the library's `RepairVolumeHandle`: the external attacher
+    /// matches VolumeAttachments by handle). Only GCE PD has anything to fill in; every other plugin answers the
+    /// handle as it is.
     fn repair_volume_handle(&self, volume_handle: &str, node_id: &str) -> Result<String> {
         let _ = node_id;
         Ok(volume_handle.to_string())
@@ -178,15 +180,16 @@ pub fn is_inline_migratable(volume: &Volume) -> bool {
 /// The in-tree plugin of a PV or, without a PV, of an inline volume.
 pub fn in_tree_plugin_name_from_spec(pv: Option<&PersistentVolume>, volume: Option<&Volume>) -> Result<&'static str> {
     match (pv, volume) {
+        // Unlike the translations' messages, these name the object with %s (unquoted).
         (Some(pv), _) => plugin_for_pv(pv).map(|p| p.in_tree_plugin_name()).ok_or_else(|| {
             TranslationError::new(format!(
                 "could not find in-tree plugin name from persistent volume {}",
-                go::quote(pv.metadata.name.as_deref().unwrap_or_default())
+                pv.metadata.name.as_deref().unwrap_or_default()
             ))
         }),
-        (None, Some(v)) => plugin_for_inline(v).map(|p| p.in_tree_plugin_name()).ok_or_else(|| {
-            TranslationError::new(format!("could not find in-tree plugin name from volume {}", go::quote(&v.name)))
-        }),
+        (None, Some(v)) => plugin_for_inline(v)
+            .map(|p| p.in_tree_plugin_name())
+            .ok_or_else(|| TranslationError::new(format!("could not find in-tree plugin name from volume {}", v.name))),
         (None, None) => Err(TranslationError::new("both persistent volume and volume are nil")),
     }
 }
@@ -205,7 +208,7 @@ pub fn in_tree_name_from_csi_name(name: &str) -> Result<&'static str> {
         .ok_or_else(|| TranslationError::new(format!("could not find In-Tree driver name for CSI plugin {name}")))
 }
 
-/// A fully specified volume handle of the driver `driver_name`, from the node ID.
+/// A fully specified volume handle of the driver `driver_name`, from the node ID (`RepairVolumeHandle`).
 pub fn repair_volume_handle(driver_name: &str, volume_handle: &str, node_id: &str) -> Result<String> {
     match plugin_by_driver_name(driver_name) {
         Some(p) => p.repair_volume_handle(volume_handle, node_id),

@@ -44,7 +44,10 @@ impl InTreePlugin for Cinder {
     /// `fstype` becomes the CSI parameter; every other parameter (`availability` too) is the driver's as well, and
     /// explicit allowed topologies move to the driver's key.
     fn translate_in_tree_storage_class_to_csi(&self, sc: StorageClass) -> Result<StorageClass> {
-        storage_class::translate(sc, Rules { topology_key: TOPOLOGY_KEY, fs_type: true, zones: false })
+        storage_class::translate(
+            sc,
+            Rules { topology_key: TOPOLOGY_KEY, fs_type: true, zones: false, iops_per_gb: false },
+        )
     }
 
     fn translate_in_tree_inline_volume_to_csi(

@@ -183,12 +183,13 @@ pub fn region_topology_handler(pv: &mut PersistentVolume, parser: RegionParser) 
     Ok(())
 }
 
-/// The allowed topologies of a StorageClass with the GA and beta zone keys renamed to `key`; other keys pass.
+/// The allowed topologies of a StorageClass with the GA and beta zone keys renamed to `key`; other keys pass. A
+/// term without expressions comes out without the field (upstream builds each term anew, nil until appended to).
 pub fn translate_allowed_topologies(terms: &[TopologySelectorTerm], key: &str) -> Vec<TopologySelectorTerm> {
     terms
         .iter()
         .map(|term| TopologySelectorTerm {
-            match_label_expressions: term.match_label_expressions.as_ref().map(|exprs| {
+            match_label_expressions: term.match_label_expressions.as_ref().filter(|e| !e.is_empty()).map(|exprs| {
                 exprs
                     .iter()
                     .map(|e| {

@@ -96,7 +96,7 @@ impl InTreePlugin for VsphereVolume {
     fn translate_in_tree_storage_class_to_csi(&self, mut sc: StorageClass) -> Result<StorageClass> {
         let mut params = BTreeMap::new();
         for (k, v) in sc.parameters.take().unwrap_or_default() {
-            let key = k.to_lowercase();
+            let key = super::go::to_lower(&k);
             match key.as_str() {
                 FS_TYPE_KEY => {
                     params.insert(CSI_FS_TYPE_KEY.to_string(), v);
@@ -128,7 +128,9 @@ impl InTreePlugin for VsphereVolume {
         let Some(vs) = &volume.vsphere_volume else {
             return Err(TranslationError::new("volume is nil or VsphereVolume not defined on volume"));
         };
-        // The name must be unique per disk: it is the unique part of the staging path.
+        // The name must be unique per disk: it is the unique part of the staging path. With a storage policy,
+        // upstream reads it from the new PV's (nil) vSphere source and panics; we carry it, as the PV translation
+        // does and as that line meant to.
         Ok(inline_pv(format!("{DRIVER_NAME}-{}", vs.volume_path), csi_source(vs), ACCESS_MODE_READ_WRITE_ONCE))
     }
 
