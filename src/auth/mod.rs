@@ -5,6 +5,7 @@
 //!   first start, plus the admin kubeconfig.
 //! - [`tls`]: the rustls server configuration: a reloadable serving certificate; client certificates requested.
 //! - [`trust`]: the client CA and the front-proxy (request header) CA and names, replaceable at run time.
+//! - [`x509v1`]: X.509 v1 client certificates, which rustls refuses and kube-apiserver accepts.
 //! - [`authn`]: request authentication: front proxy, x509, static tokens, TokenReview.
 //! - [`authz`]: request attributes as kube-apiserver derives them; authorization by SubjectAccessReview.
 //! - [`delegated`]: the calls to kube-apiserver (TokenReview, SubjectAccessReview, the
@@ -19,6 +20,7 @@ pub mod delegated;
 pub mod options;
 pub mod tls;
 pub mod trust;
+pub mod x509v1;
 
 use rustls::crypto::CryptoProvider;
 use std::path::{Path, PathBuf};

@@ -26,6 +26,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
 use super::trust::{CaBundle, ClientTrust};
+use super::x509v1::is_pre_v3;
 use super::{Error, Result};
 
 /// ALPN protocols offered by the server, in order of preference.
@@ -157,7 +158,8 @@ impl ResolvesServerCert for ReloadableCertResolver {
 
 /// Requests a client certificate and checks that the client holds its private key (the handshake signature), but
 /// leaves chain verification to the authenticator (see the module documentation). A certificate that cannot even be
-/// parsed fails the handshake.
+/// parsed fails the handshake. The key of an X.509 v1 certificate, which rustls's own check refuses to read
+/// (`UnsupportedCertVersion`), is read by [`super::x509v1`]: kube-apiserver accepts v1 client certificates.
 pub struct ClientCertRequester {
     trust: Arc<ClientTrust>,
     provider: Arc<CryptoProvider>,
@@ -206,7 +208,11 @@ impl ClientCertVerifier for ClientCertRequester {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        let algs = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algs).or_else(|e| match is_pre_v3(cert) {
+            true => super::x509v1::verify_tls12_signature(message, cert, dss, algs),
+            false => Err(e),
+        })
     }
 
     fn verify_tls13_signature(
@@ -215,7 +221,11 @@ impl ClientCertVerifier for ClientCertRequester {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        let algs = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algs).or_else(|e| match is_pre_v3(cert) {
+            true => super::x509v1::verify_tls13_signature(message, cert, dss, algs),
+            false => Err(e),
+        })
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -36,6 +36,8 @@ pub const DEFAULT_EXTRA_HEADERS_PREFIX: &str = "X-Remote-Extra-";
 /// A CA bundle that client certificate chains are verified against (clientAuth usage required, as in Go).
 pub struct CaBundle {
     digest: [u8; 32],
+    /// The CA certificates themselves, for the v1 client certificates webpki refuses ([`super::x509v1`]).
+    anchors: Vec<CertificateDer<'static>>,
     subjects: Vec<DistinguishedName>,
     verifier: Arc<dyn ClientCertVerifier>,
     len: usize,
@@ -64,7 +66,8 @@ impl CaBundle {
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), super::crypto_provider())
             .build()
             .map_err(|e| Error::Invalid(format!("CA bundle: {e}")))?;
-        Ok(CaBundle { digest: Sha256::digest(pem).into(), subjects, verifier, len: certs.len() })
+        let len = certs.len();
+        Ok(CaBundle { digest: Sha256::digest(pem).into(), subjects, verifier, anchors: certs, len })
     }
 
     pub fn from_file(path: &Path) -> Result<Self> {
@@ -72,14 +75,18 @@ impl CaBundle {
         Self::from_pem(&pem).map_err(|e| Error::file(path, e.to_string()))
     }
 
-    /// Whether `chain` (end entity first) chains to this bundle now.
+    /// Whether `chain` (end entity first) chains to this bundle now. A v1 end entity, which webpki refuses, is
+    /// accepted when a CA of the bundle issued it, as Go's crypto/x509 (kube-apiserver) accepts it.
     pub fn verifies(&self, chain: &[CertificateDer<'_>]) -> bool {
-        match chain.split_first() {
-            Some((end_entity, intermediates)) => {
-                self.verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()).is_ok()
-            }
-            None => false,
-        }
+        let Some((end_entity, intermediates)) = chain.split_first() else { return false };
+        let now = UnixTime::now();
+        self.verifier.verify_client_cert(end_entity, intermediates, now).is_ok()
+            || super::x509v1::issued_by_anchor(
+                end_entity,
+                &self.anchors,
+                &super::crypto_provider().signature_verification_algorithms,
+                now,
+            )
     }
 
     /// SHA-256 of the PEM it was read from: equal digests, equal bundles.

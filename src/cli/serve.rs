@@ -197,27 +197,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let encryption = args.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
     crate::auth::tls::install_default_crypto_provider();
     let addr = SocketAddr::new(args.bind_address, args.secure_port);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = listen(addr).await?;
     let port = listener.local_addr()?.port();
     let host = if args.bind_address.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { args.bind_address };
     let server_url = match host {
         IpAddr::V6(h) => format!("https://[{h}]:{port}"),
         IpAddr::V4(h) => format!("https://{h}:{port}"),
     };
-    let dev = ensure_dev_certs(&DevCertOptions {
-        cert_dir: args.cert_dir.clone(),
-        namespaces: vec![args.service_namespace.clone(), "kube-system".into(), "default".into()],
-        kubeconfig_server: server_url.clone(),
-        ..DevCertOptions::default()
-    })?;
-    let (cert, key) = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => (dev.serving_cert_path.clone(), dev.serving_key_path.clone()),
-    };
-    // TLS, authentication and authorization with their reloads; kept alive until the server stops.
-    let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
-
-    // Room for the encryption envelope and metadata on top of the largest object.
+    // The store next: like the port, it is one process's, and a second server on the same --data-dir stops here,
+    // before it rewrites the certificate directory's admin.kubeconfig for its own port. Values have room for the
+    // encryption envelope and metadata on top of the largest object.
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
     let storage: Arc<dyn Storage> = if args.etcd.enabled() {
         let client = args.etcd.connect().await?;
@@ -237,6 +226,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => storage,
     };
+    let dev = ensure_dev_certs(&DevCertOptions {
+        cert_dir: args.cert_dir.clone(),
+        namespaces: vec![args.service_namespace.clone(), "kube-system".into(), "default".into()],
+        kubeconfig_server: server_url.clone(),
+        ..DevCertOptions::default()
+    })?;
+    let (cert, key) = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => (dev.serving_cert_path.clone(), dev.serving_key_path.clone()),
+    };
+    // TLS, authentication and authorization with their reloads; kept alive until the server stops.
+    let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
+
     let overrides: HashMap<String, String> = args.storage_version.iter().cloned().collect();
     let kinds = kinds(&overrides)?;
     let registry = Arc::new(Registry::new(
@@ -260,17 +262,41 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
     println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());
     let shutdown_state = state.clone();
+    let (stopping, mut stopped) = tokio::sync::watch::channel(false);
     let shutdown = async move {
         shutdown_signal().await;
         shutdown_state.ready.store(false, std::sync::atomic::Ordering::Relaxed);
         tracing::info!("shutting down");
-        if let Some(s) = scheduler {
-            s.stop().await;
+        // As kube-apiserver: a second signal does not wait for anything.
+        tokio::spawn(async {
+            shutdown_signal().await;
+            tracing::warn!("second signal: exiting at once");
+            std::process::exit(1);
+        });
+        let _ = stopping.send(true);
+    };
+    // The scheduler stops while the server drains its connections, not before: its own bound (5 s) would
+    // otherwise come on top of the connections'.
+    let stop_scheduler = async move {
+        if stopped.wait_for(|s| *s).await.is_ok() {
+            if let Some(s) = scheduler {
+                s.stop().await;
+            }
         }
     };
-    crate::server::serve::serve(listener, auth.tls.clone(), app, shutdown).await;
+    tokio::join!(crate::server::serve::serve(listener, auth.tls.clone(), app, shutdown), stop_scheduler);
     drop(auth);
     Ok(())
+}
+
+/// Binds the HTTPS port; the error names the address, as kube-apiserver's does ("failed to listen on ...").
+async fn listen(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "failed to listen on {addr}: address already in use (another process listens on this port; choose another --secure-port or stop it)"
+        ),
+        _ => anyhow::anyhow!("failed to listen on {addr}: {e}"),
+    })
 }
 
 /// The running scheduler: what a graceful shutdown stops.

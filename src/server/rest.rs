@@ -109,15 +109,22 @@ fn content_type(headers: &HeaderMap) -> String {
 
 /// How much of an oversized body is read and discarded so the client, still sending, gets to see the 413.
 const MAX_DRAIN: usize = 32 * 1024 * 1024;
+/// How long at most that goes on.
+const MAX_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Reads and discards the rest of a body, up to [`MAX_DRAIN`]: never buffered.
-async fn drain(mut body: Body, mut seen: usize) {
-    while seen < MAX_DRAIN {
-        match body.frame().await {
-            Some(Ok(f)) => seen += f.data_ref().map(|d| d.len()).unwrap_or(0),
-            _ => return,
+/// Reads and discards the rest of a body, up to [`MAX_DRAIN`] and [`MAX_DRAIN_TIME`], never buffered, in the
+/// background: the 413 is answered at once, while the client may still be sending, and the connection closes (with
+/// the unread rest) only after the client had the time to read it. Closing at once would reset the connection
+/// under a client still sending, which would then never see the answer.
+fn drain(mut body: Body, mut seen: usize) {
+    tokio::spawn(tokio::time::timeout(MAX_DRAIN_TIME, async move {
+        while seen < MAX_DRAIN {
+            match body.frame().await {
+                Some(Ok(f)) => seen += f.data_ref().map(|d| d.len()).unwrap_or(0),
+                _ => return,
+            }
         }
-    }
+    }));
 }
 
 /// Reads the body, refusing more than [`MAX_REQUEST_BODY`] with 413 without buffering more than that.
@@ -125,7 +132,7 @@ pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> ApiResult<Byte
     let too_large = || ApiError::too_large(format!("Request entity too large: limit is {MAX_REQUEST_BODY}"));
     let declared = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len > MAX_REQUEST_BODY) {
-        drain(body, 0).await;
+        drain(body, 0);
         return Err(too_large());
     }
     let mut body = body;
@@ -137,7 +144,7 @@ pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> ApiResult<Byte
         let Ok(d) = frame.into_data() else { continue };
         let len = first.as_ref().map_or(0, Bytes::len) + buf.len() + d.len();
         if len > MAX_REQUEST_BODY {
-            drain(body, len).await;
+            drain(body, len);
             return Err(too_large());
         }
         match first.take() {

@@ -4,15 +4,24 @@
 //! directly, and the client certificate chain (whose key the client proved to hold; the authenticator
 //! verifies the chain per request) is attached to every request as a [`PeerCertificates`] extension
 //! (plus the remote address as axum's `ConnectInfo<SocketAddr>`).
+//!
+//! Shutdown is kube-apiserver's: no new connections, in-flight requests finish (within a grace period), and
+//! long-running responses, i.e. watches (marked [`LongRunning`]), end at once, cleanly, so that their clients re-list
+//! and re-watch elsewhere instead of holding the shutdown for the whole grace period.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::Request;
-use hyper::body::Incoming;
+use axum::http::{Request, Response};
+use bytes::Bytes;
+use futures::FutureExt as _;
+use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
@@ -22,6 +31,10 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::auth::authn::PeerCertificates;
+
+/// A response extension: the body is a long-running stream (a watch) that ends when the server shuts down.
+#[derive(Debug, Clone, Copy)]
+pub struct LongRunning;
 
 /// Tunables of [`serve_with_options`].
 #[derive(Debug, Clone)]
@@ -139,7 +152,7 @@ async fn handle_connection(
         result = handshake => match result {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
-                tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                log_handshake_failure(remote, &e);
                 return;
             }
             Err(_) => {
@@ -157,13 +170,15 @@ async fn handle_connection(
         .filter(|certs| !certs.is_empty())
         .map(|certs| PeerCertificates::new(certs.to_vec()));
 
+    let stop = shutdown.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let extensions = req.extensions_mut();
         extensions.insert(ConnectInfo(remote));
         if let Some(peer) = &peer {
             extensions.insert(peer.clone());
         }
-        app.clone().oneshot(req)
+        let stop = stop.clone();
+        app.clone().oneshot(req).map(|resp| resp.map(|resp| ending_at_shutdown(resp, stop)))
     });
 
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
@@ -181,6 +196,52 @@ async fn handle_connection(
     conn.as_mut().graceful_shutdown();
     if let Err(e) = conn.await {
         tracing::debug!(%remote, error = %e, "connection error during shutdown");
+    }
+}
+
+/// A refused client certificate is worth an operator's attention (its user gets nothing but a closed connection);
+/// other handshake failures (scanners, clients giving up, plain HTTP) are not.
+fn log_handshake_failure(remote: SocketAddr, e: &std::io::Error) {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(_)) => {
+            tracing::warn!(%remote, error = %e, "TLS handshake failed: client certificate refused");
+        }
+        _ => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
+    }
+}
+
+/// A [`LongRunning`] response's body ends when `stop` turns true: the client sees the stream end as it does when a
+/// watch times out, not a reset connection. Other responses are untouched: they finish within the grace period.
+fn ending_at_shutdown(resp: Response<Body>, stop: watch::Receiver<bool>) -> Response<Body> {
+    if resp.extensions().get::<LongRunning>().is_none() {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let stop = async move {
+        // Also ends when the sender is gone, i.e. the server stopped.
+        let mut stop = stop;
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    Response::from_parts(parts, Body::new(UntilShutdown { body, stop: Some(Box::pin(stop)) }))
+}
+
+struct UntilShutdown {
+    body: Body,
+    /// None once the shutdown came.
+    stop: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl hyper::body::Body for UntilShutdown {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let Some(stop) = self.stop.as_mut() else { return Poll::Ready(None) };
+        if stop.as_mut().poll(cx).is_ready() {
+            self.stop = None;
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut self.body).poll_frame(cx)
     }
 }
 

@@ -42,6 +42,19 @@ async fn slow() -> &'static str {
     "slow done"
 }
 
+/// How many `/watch` requests reached their handler.
+static WATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A watch: one event, then nothing until the server shuts down.
+async fn watch() -> Response {
+    WATCHES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let first = futures::stream::once(async { Ok::<_, std::convert::Infallible>(Bytes::from_static(b"event\n")) });
+    let mut r =
+        Response::new(axum::body::Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending())));
+    r.extensions_mut().insert(LongRunning);
+    r
+}
+
 struct TestServer {
     addr: SocketAddr,
     certs: DevCerts,
@@ -74,7 +87,11 @@ impl TestServer {
                 .expect("tokens")
                 .with_trust(reloader.trust.clone().expect("client trust")),
         );
-        let app = axum::Router::new().route("/whoami", get(whoami)).route("/slow", get(slow)).with_state(authn);
+        let app = axum::Router::new()
+            .route("/whoami", get(whoami))
+            .route("/slow", get(slow))
+            .route("/watch", get(watch))
+            .with_state(authn);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(serve_with_options(
             listener,
@@ -364,6 +381,33 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         assert_eq!((status, body.as_str()), (StatusCode::OK, "slow done"));
     }
     assert!(TcpStream::connect(addr).await.is_err(), "listener closed");
+}
+
+/// Watches end, cleanly, as soon as the server shuts down, over HTTP/1.1 and HTTP/2: they do not hold the shutdown
+/// for the grace period (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_long_running_responses_at_once() {
+    let server = TestServer::start(ServeOptions::default()).await;
+    let ca_pem = server.ca_pem();
+    let watches: Vec<_> = [&b"http/1.1"[..], b"h2"]
+        .into_iter()
+        .map(|alpn| {
+            let (ca_pem, addr) = (ca_pem.clone(), server.addr);
+            tokio::spawn(async move { Client { alpn, ..Client::new(&ca_pem) }.get(addr, "/watch", None).await })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while WATCHES.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(std::time::Instant::now() < deadline, "the watches did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    server.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    for watch in watches {
+        let (status, body) = watch.await.expect("join").expect("the watch ends cleanly");
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "event\n"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

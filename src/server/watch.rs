@@ -128,5 +128,7 @@ pub(super) async fn watch(
         });
     let mut r = Response::new(Body::from_stream(stream));
     r.headers_mut().insert("content-type", HeaderValue::from_static(content_type_for(out)));
+    // Ends when the server shuts down, as kube-apiserver's watches do (see `serve`).
+    r.extensions_mut().insert(super::serve::LongRunning);
     Ok(r)
 }

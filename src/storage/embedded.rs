@@ -108,7 +108,15 @@ impl EmbeddedStorage {
         std::fs::create_dir_all(dir)
             .map_err(|e| StorageError::Unavailable(format!("creating {}: {e}", dir.display())))?;
         let path = dir.join("store.redb");
-        let db = Database::create(&path).map_err(|e| unavailable(format_args!("opening {}: {e}", path.display())))?;
+        let db = Database::create(&path).map_err(|e| match e {
+            // redb locks the file (flock) for as long as it is open.
+            redb::DatabaseError::DatabaseAlreadyOpen => StorageError::Unavailable(format!(
+                "the data directory {} is in use by another process ({} is locked)",
+                dir.display(),
+                path.display()
+            )),
+            e => unavailable(format_args!("opening {}: {e}", path.display())),
+        })?;
 
         let txn = db.begin_write().map_err(unavailable)?;
         let revision = {

@@ -320,6 +320,15 @@ async fn group_commit_gives_distinct_revisions() {
     assert_eq!(listed.items.len(), 3200);
 }
 
+#[test]
+fn a_store_open_elsewhere_is_in_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _first = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).expect("open");
+    let Err(e) = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()) else { panic!("opened twice") };
+    let want = format!("the data directory {} is in use by another process", dir.path().display());
+    assert!(e.to_string().contains(&want), "{e}");
+}
+
 /// `cargo test --release --lib bench_creates -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]

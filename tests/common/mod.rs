@@ -173,6 +173,27 @@ impl Server {
         }
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Waits up to `timeout` for the server to exit (after a signal was sent to it); its exit status, or None when
+    /// it still runs (or was not running).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.as_mut()?.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Writes `value` under `key` straight into the embedded store of this (stopped) server, as corruption or an
     /// older writer would leave it.
     pub fn write_raw(&self, key: &str, value: &[u8]) {
