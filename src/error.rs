@@ -12,7 +12,8 @@ pub struct FieldError {
     /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, `FieldValueDuplicate`, `FieldValueForbidden`, `FieldValueTooLong`.
     pub reason: &'static str,
     pub field: String,
-    /// The full message, e.g. `spec.resource.resource: Required value`.
+    /// The full message, e.g. `spec.resource.resource: Required value` (Go's `field.Error.Error()`): the field path,
+    /// then [`body`](Self::body).
     pub message: String,
 }
 
@@ -21,6 +22,12 @@ fn quote(v: &str) -> String {
 }
 
 impl FieldError {
+    /// The message without its leading field path (Go's `field.Error.ErrorBody()`): what kube-apiserver sends as a
+    /// cause's `message`, next to the path in `field`, so that a client printing `<field>: <message>` (kubectl)
+    /// names the field once. A message that does not start with the path is all body.
+    pub fn body(&self) -> &str {
+        self.message.strip_prefix(self.field.as_str()).and_then(|m| m.strip_prefix(": ")).unwrap_or(&self.message)
+    }
     pub fn required(field: impl Into<String>) -> Self {
         let field = field.into();
         FieldError { reason: "FieldValueRequired", message: format!("{field}: Required value"), field }
@@ -305,11 +312,24 @@ impl ApiError {
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(StatusReason::UnsupportedMediaType, format!("the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json (got {})", quote(content_type)))
     }
-    /// 422 with one cause per invalid field; the message lists them all, as kube-apiserver does.
+    /// 422 with one cause per invalid field, as kube-apiserver's `NewInvalid`: the message is `<Kind>.<group>
+    /// "<name>" is invalid: ` and the full messages (field path included) of the causes, each once, in brackets when
+    /// there are several (Go's `ErrorList.ToAggregate()`); each cause carries its path in `field` and the rest in
+    /// `message` (see [`Status`](Self::status)).
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<FieldError>) -> Self {
-        let msgs: Vec<&str> = causes.iter().map(|c| c.message.as_str()).collect();
-        let list = if msgs.len() == 1 { msgs[0].to_string() } else { format!("[{}]", msgs.join(", ")) };
-        let mut e = Self::new(StatusReason::Invalid, format!("{kind}.{group} {} is invalid: {list}", quote(name)));
+        let mut msgs: Vec<&str> = Vec::with_capacity(causes.len());
+        for c in &causes {
+            if !msgs.contains(&c.message.as_str()) {
+                msgs.push(&c.message);
+            }
+        }
+        let qualified_kind = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let message = match msgs.as_slice() {
+            [] => format!("{qualified_kind} {} is invalid", quote(name)),
+            [one] => format!("{qualified_kind} {} is invalid: {one}", quote(name)),
+            many => format!("{qualified_kind} {} is invalid: [{}]", quote(name), many.join(", ")),
+        };
+        let mut e = Self::new(StatusReason::Invalid, message);
         e.details = Some(Box::new(Details {
             name: name.to_string(),
             group: group.to_string(),
@@ -379,7 +399,7 @@ impl ApiError {
                     .iter()
                     .map(|c| StatusCause {
                         field: text(&c.field),
-                        message: Some(c.message.clone()),
+                        message: Some(c.body().to_string()),
                         reason: Some(c.reason.to_string()),
                     })
                     .collect()
@@ -477,9 +497,31 @@ mod tests {
             ],
         );
         assert_eq!(e.code, 422);
-        assert!(e
-            .message
-            .contains("[spec.resource.resource: Required value, metadata.name: Invalid value: \"x\": must be y]"));
-        assert_eq!(e.status()["details"]["causes"].as_array().map(|a| a.len()), Some(2));
+        assert_eq!(
+            e.message,
+            "StorageState.migration.k8s.io \"x\" is invalid: [spec.resource.resource: Required value, metadata.name: \
+             Invalid value: \"x\": must be y]"
+        );
+        // Each cause names its field once: the path in `field`, the rest in `message` (Go's ErrorBody).
+        assert_eq!(
+            e.status()["details"]["causes"],
+            serde_json::json!([
+                {"reason": "FieldValueRequired", "field": "spec.resource.resource", "message": "Required value"},
+                {"reason": "FieldValueInvalid", "field": "metadata.name", "message": "Invalid value: \"x\": must be y"},
+            ])
+        );
+    }
+
+    /// As Go's `ErrorList.ToAggregate`: one message once, however many causes carry it; the core group has no
+    /// `.<group>` suffix.
+    #[test]
+    fn invalid_message_is_the_deduplicated_aggregate() {
+        let twice = vec![FieldError::required("spec.x"), FieldError::required("spec.x")];
+        let e = ApiError::invalid("Namespace", "", "n", twice);
+        assert_eq!(e.message, "Namespace \"n\" is invalid: spec.x: Required value");
+        assert_eq!(e.status()["details"]["causes"].as_array().map(Vec::len), Some(2));
+        // A cause whose message does not start with its field (a storage key and why it cannot be read) is sent whole.
+        let unreadable = FieldError { reason: "X", field: "/registry/k".into(), message: "bad data".into() };
+        assert_eq!(unreadable.body(), "bad data");
     }
 }

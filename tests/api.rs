@@ -362,15 +362,18 @@ async fn openapi_documents() {
     let s = Server::start(&[]);
     let c = s.client().await;
 
-    // The root lists exactly the group-versions this server serves (those of its discovery), nothing else.
-    let served: BTreeSet<String> = get(&c, "/apis").await.ok(200)["groups"]
+    // The root lists exactly the group-versions this server serves (those of its discovery), nothing else: the
+    // core group's under /api (standalone: v1, for namespaces), the others under /apis.
+    let mut served: BTreeSet<String> = get(&c, "/apis").await.ok(200)["groups"]
         .as_array()
         .expect("groups")
         .iter()
         .flat_map(|g| g["versions"].as_array().expect("versions").clone())
         .map(|v| format!("apis/{}", v["groupVersion"].as_str().expect("groupVersion")))
         .collect();
-    assert!(served.contains("apis/migration.k8s.io/v1alpha1"), "{served:?}");
+    let core = get(&c, "/api").await.ok(200)["versions"].as_array().expect("versions").clone();
+    served.extend(core.iter().map(|v| format!("api/{}", v.as_str().expect("version"))));
+    assert!(served.contains("apis/migration.k8s.io/v1alpha1") && served.contains("api/v1"), "{served:?}");
     let root = get(&c, "/openapi/v3").await.ok(200);
     let paths = root["paths"].as_object().expect("paths");
     assert_eq!(paths.keys().cloned().collect::<BTreeSet<_>>(), served, "{root}");
@@ -1360,7 +1363,7 @@ async fn watch_streams() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(cols, ["Name", "Resource", "Status", "Migrated", "Progress", "Remaining", "Age"]);
+    assert_eq!(cols, ["Name", "Resource", "Status", "Migrated", "Progress", "Remaining", "Age", "Reason", "Message"]);
     assert_eq!(t1["object"]["rows"].as_array().map(Vec::len), Some(1));
     assert_eq!(t1["object"]["rows"][0]["cells"][0], "w-t1");
     assert_eq!(t1["object"]["rows"][0]["object"]["kind"], "PartialObjectMetadata");
@@ -1465,7 +1468,11 @@ async fn tables_and_partial_metadata() {
     assert!(t["metadata"]["resourceVersion"].as_str().is_some_and(|s| !s.is_empty()), "{t}");
     let cols = t["columnDefinitions"].as_array().expect("columns");
     let col_names: Vec<&str> = cols.iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(col_names, ["Name", "Resource", "Status", "Migrated", "Progress", "Remaining", "Age"]);
+    // AGE, then the wide columns (priority 1).
+    assert_eq!(
+        col_names,
+        ["Name", "Resource", "Status", "Migrated", "Progress", "Remaining", "Age", "Reason", "Message"]
+    );
     assert_eq!((cols[0]["type"].as_str(), cols[0]["format"].as_str()), (Some("string"), Some("name")));
     assert_eq!(cols[6]["type"], "date");
     assert_eq!(cols[3]["type"], "integer");
@@ -1507,7 +1514,7 @@ async fn tables_and_partial_metadata() {
     let t = get_accept(&c, SS_PATH, TABLE_ACCEPT).await.ok(200);
     let col_names: Vec<&str> =
         t["columnDefinitions"].as_array().expect("columns").iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(col_names, ["Name", "Current", "Persisted", "Heartbeat", "Age"]);
+    assert_eq!(col_names, ["Name", "Current", "Persisted", "Heartbeat", "Age", "Reporters"]);
     assert_eq!(cells(&t["rows"][0])[..3], [json!("jobs.batch"), json!(""), json!("Unknown")]);
 
     // The metadata client of the garbage collector and namespace controller.

@@ -3,6 +3,7 @@
 //! Adding a kind = one file + one line in [`kinds`].
 
 pub mod csi_translation;
+pub mod namespace;
 pub mod printers;
 pub mod shoot_state;
 pub mod storage_state;

@@ -176,6 +176,8 @@ impl Kind for ShootState {
             Column::new("Gardener Data", "integer", "Number of gardener data entries."),
             Column::new("Extensions", "integer", "Number of extension resource states."),
             Column::new("Size", "string", "Size of the object as stored (JSON)."),
+            // Wide only: the resources extension states refer to.
+            Column::new("Resources", "integer", "Number of resource data entries.").wide(),
         ]
     }
     fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
@@ -188,6 +190,7 @@ impl Kind for ShootState {
             Value::from(self.spec.gardener.len()),
             Value::from(self.spec.extensions.len()),
             Value::from(human_bytes(size)),
+            Value::from(self.spec.resources.len()),
         ]
     }
 }

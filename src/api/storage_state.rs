@@ -204,6 +204,10 @@ impl Kind for StorageState {
                 .json_path(".status.persistedStorageVersionHashes"),
             Column::new("Heartbeat", "date", "The last time the trigger confirmed the current storage version hash.")
                 .json_path(".status.lastHeartbeatTime"),
+            // Wide only: which API server replicas report a hash (the HA extension), to see who is stale.
+            Column::new("Reporters", "string", "The replicas that report a current storage version hash.")
+                .json_path(".status.currentStorageVersionHashes[*].reporterID")
+                .wide(),
         ]
     }
     fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
@@ -212,6 +216,9 @@ impl Kind for StorageState {
             Value::from(s.current_storage_version_hash.unwrap_or_default()),
             Value::from(s.persisted_storage_version_hashes.join(",")),
             age_cell(s.last_heartbeat_time.as_ref(), now),
+            Value::from(
+                s.current_storage_version_hashes.iter().map(|r| r.reporter_id.as_str()).collect::<Vec<_>>().join(","),
+            ),
         ]
     }
 }

@@ -129,6 +129,14 @@ impl StorageVersionMigration {
         }
     }
 
+    /// The condition [`phase`](Self::phase) names (none while Pending): whose reason and message wide output shows.
+    fn shown_condition(&self) -> Option<&MigrationCondition> {
+        [CONDITION_SUCCEEDED, CONDITION_FAILED, CONDITION_RUNNING]
+            .into_iter()
+            .find(|t| self.is_true(t))
+            .and_then(|t| self.condition(t))
+    }
+
     /// Percent of the objects migrated, rounded down (100 once Succeeded); None while nothing tells.
     pub fn progress(&self) -> Option<i64> {
         if self.is_true(CONDITION_SUCCEEDED) {
@@ -268,6 +276,14 @@ impl Kind for StorageVersionMigration {
             Column::new("Progress", "string", "Migrated objects as a share of migrated and remaining ones."),
             Column::new("Remaining", "integer", "Estimate of the objects still to migrate.")
                 .json_path(".status.remainingObjectsEstimate"),
+            // Wide only: why the migration is where STATUS says (e.g. Superseded) and the condition's message (the
+            // error a Failed migration stopped at, the one a Running one is retrying), too long for every listing.
+            Column::new("Reason", "string", "The reason of the condition STATUS shows.")
+                .json_path(".status.conditions[?(@.status==\"True\")].reason")
+                .wide(),
+            Column::new("Message", "string", "The message of the condition STATUS shows.")
+                .json_path(".status.conditions[?(@.status==\"True\")].message")
+                .wide(),
         ]
     }
     fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
@@ -279,6 +295,8 @@ impl Kind for StorageVersionMigration {
             Value::from(migrated),
             self.progress().map_or(Value::Null, |p| Value::from(format!("{p}%"))),
             remaining.map_or(Value::Null, Value::from),
+            Value::from(self.shown_condition().and_then(|c| c.reason.clone()).unwrap_or_default()),
+            Value::from(self.shown_condition().and_then(|c| c.message.clone()).unwrap_or_default()),
         ]
     }
 }

@@ -221,6 +221,12 @@ impl Authenticator {
         self.trust.as_ref()
     }
 
+    /// Whether a cluster authenticates for us (TokenReview): what a server behind kube-apiserver's aggregator, or
+    /// with `--authentication-kubeconfig`, has, and a standalone server has not.
+    pub fn delegates(&self) -> bool {
+        self.token_review.is_some()
+    }
+
     /// The user of a request, by every method that needs no network call (front proxy, x509, static tokens).
     pub fn authenticate(&self, peer: Option<&PeerCertificates>, headers: &HeaderMap) -> Option<UserInfo> {
         if let (Some(trust), Some(peer)) = (&self.trust, peer) {

@@ -175,6 +175,14 @@ impl Registry {
         Registry { resources, storage }
     }
 
+    /// These resources and `strategy`'s, on the same store with the same configuration.
+    pub fn with_resource(&self, strategy: Arc<dyn Strategy>) -> Registry {
+        let config = self.resources.first().map(|r| r.config.clone()).unwrap_or_default();
+        let mut resources = self.resources.clone();
+        resources.push(Arc::new(Resource { strategy, storage: self.storage.clone(), config }));
+        Registry { resources, storage: self.storage.clone() }
+    }
+
     /// The resource `plural` of `group` if `version` is served.
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Resource>> {
         self.resources.iter().find(|r| {
@@ -255,18 +263,17 @@ impl Resource {
 
     /// `/registry/<group>/<resource>/[<namespace>/]<name>`
     pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
-        let i = self.info();
-        match namespace.filter(|_| i.namespaced) {
-            Some(ns) => format!("/registry/{}/{}/{ns}/{name}", i.group, i.plural),
-            None => format!("/registry/{}/{}/{name}", i.group, i.plural),
-        }
+        format!("{}{name}", self.prefix(namespace))
     }
 
+    /// `/registry/<group>/<resource>/[<namespace>/]`, as kube-apiserver keys objects (`/registry/<resource>/` for
+    /// the core group, e.g. `/registry/namespaces/`, which encryption at rest's resource patterns expect).
     pub fn prefix(&self, namespace: Option<&str>) -> String {
         let i = self.info();
+        let (group, resource) = (if i.group.is_empty() { String::new() } else { format!("{}/", i.group) }, i.plural);
         match namespace.filter(|_| i.namespaced) {
-            Some(ns) => format!("/registry/{}/{}/{ns}/", i.group, i.plural),
-            None => format!("/registry/{}/{}/", i.group, i.plural),
+            Some(ns) => format!("/registry/{group}{resource}/{ns}/"),
+            None => format!("/registry/{group}{resource}/"),
         }
     }
 

@@ -78,6 +78,16 @@ impl Column {
         self.json_path = Some(path);
         self
     }
+    /// A column only wide output shows (`kubectl get -o wide`): priority 1, as kube-apiserver's printers and CRDs
+    /// mark them. Tables put such columns after AGE, as kube-apiserver's do (pods: ... AGE IP NODE).
+    pub const fn wide(mut self) -> Self {
+        self.priority = 1;
+        self
+    }
+    /// How many of `columns` come before AGE: those up to the first wide one.
+    pub fn before_age(columns: &[Column]) -> usize {
+        columns.iter().take_while(|c| c.priority == 0).count()
+    }
 }
 
 /// The typed side of a kind: implemented by each kind's struct, whose `metadata` it reaches through
@@ -110,7 +120,7 @@ pub trait Kind:
     /// The answer to a create of a create-only kind ([`KindInfo::create_only`]), computed from the validated
     /// request (typically its status).
     fn respond(&mut self) {}
-    /// The kind's own printer columns (Name and Age are added around them).
+    /// The kind's own printer columns (Name and Age are added around them), wide ones ([`Column::wide`]) last.
     fn columns() -> Vec<Column>;
     /// Whether [`cells`](Self::cells) reads `metadata`; when not, Table lists decode objects without it.
     const CELLS_READ_METADATA: bool = true;

@@ -185,25 +185,27 @@ pub fn schema(kind: &dyn Strategy) -> Result<Value, CrdError> {
     Ok(s)
 }
 
-/// `additionalPrinterColumns`: the kind's columns with a JSONPath, then AGE.
+/// `additionalPrinterColumns`: the kind's columns with a JSONPath, AGE, then the wide ones among them (priority 1),
+/// in the order the served Table has them.
 fn printer_columns(kind: &dyn Strategy) -> Vec<Value> {
-    let mut cols: Vec<Value> = kind
-        .columns()
-        .iter()
-        .filter_map(|c| {
-            let mut v =
-                json!({"name": c.name, "type": c.type_, "jsonPath": c.json_path?, "description": c.description});
-            if !c.format.is_empty() {
-                v["format"] = json!(c.format);
-            }
-            if c.priority != 0 {
-                v["priority"] = json!(c.priority);
-            }
-            Some(v)
-        })
-        .collect();
+    let columns = kind.columns();
+    let (narrow, wide) = columns.split_at(crate::registry::strategy::Column::before_age(&columns));
+    let mut cols: Vec<Value> = narrow.iter().filter_map(printer_column).collect();
     cols.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
+    cols.extend(wide.iter().filter_map(printer_column));
     cols
+}
+
+/// One column of a CRD; `None` for a computed column no JSONPath expresses.
+fn printer_column(c: &crate::registry::strategy::Column) -> Option<Value> {
+    let mut v = json!({"name": c.name, "type": c.type_, "jsonPath": c.json_path?, "description": c.description});
+    if !c.format.is_empty() {
+        v["format"] = json!(c.format);
+    }
+    if c.priority != 0 {
+        v["priority"] = json!(c.priority);
+    }
+    Some(v)
 }
 
 /// The CustomResourceDefinition of one kind: every served version (the same schema), the storage version stored.
@@ -360,7 +362,10 @@ mod tests {
             for v in versions {
                 assert_eq!(v.get("subresources").is_some(), i.has_status);
                 let cols = v["additionalPrinterColumns"].as_array().unwrap();
-                assert_eq!(cols.last().unwrap()["name"], "Age");
+                // AGE after the kind's columns, before the wide ones, as in the served Table.
+                let age = cols.iter().position(|c| c["name"] == "Age").unwrap();
+                assert!(cols[..age].iter().all(|c| c.get("priority").is_none()), "{cols:?}");
+                assert!(cols[age + 1..].iter().all(|c| c["priority"] == 1), "{cols:?}");
             }
         }
     }

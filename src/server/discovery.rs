@@ -40,13 +40,16 @@ impl Doc {
 }
 
 pub struct Discovery {
+    /// `/apis`: every group but the core group.
     pub group_list: Doc,
     pub groups: BTreeMap<String, Doc>,
+    /// `/apis/<g>/<v>`, and `/api/<v>` under the group "".
     pub resource_lists: BTreeMap<(String, String), Doc>,
     /// Aggregated discovery for /apis, by version ("v2", "v2beta1").
     pub aggregated: BTreeMap<&'static str, Doc>,
-    /// Aggregated discovery for /api (no core group here: an empty list), by version.
+    /// Aggregated discovery for /api, by version: the core group when served (standalone), else an empty list.
     pub aggregated_legacy: BTreeMap<&'static str, Doc>,
+    /// `/api`: the core group's versions, none unless served.
     pub api_versions: Doc,
 }
 
@@ -151,7 +154,8 @@ fn resource_list(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> API
             });
         }
     }
-    APIResourceList { group_version: format!("{group}/{version}"), resources }
+    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    APIResourceList { group_version, resources }
 }
 
 // apidiscovery.k8s.io (v2, and v2beta1 of the same shape), which k8s-openapi does not carry.
@@ -237,12 +241,16 @@ fn discovery_list(version: &str, items: Vec<GroupDiscovery>) -> Doc {
 
 impl Discovery {
     pub fn build(kinds: &[Arc<dyn Strategy>]) -> Discovery {
-        let gv = group_versions(kinds);
+        let mut gv = group_versions(kinds);
+        // The core group is discovered under /api, never listed in /apis.
+        let core = gv.remove("").unwrap_or_default();
         let group_list = Doc::new(&APIGroupList { groups: gv.iter().map(|(g, vs)| api_group(g, vs)).collect() });
         let mut groups = BTreeMap::new();
         let mut resource_lists = BTreeMap::new();
         for (g, vs) in &gv {
             groups.insert(g.to_string(), Doc::new(&api_group(g, vs)));
+        }
+        for (g, vs) in gv.iter().chain((!core.is_empty()).then_some((&"", &core))) {
             for v in vs {
                 resource_lists.insert((g.to_string(), v.to_string()), Doc::new(&resource_list(kinds, g, v)));
             }
@@ -258,9 +266,18 @@ impl Discovery {
                 })
                 .collect();
             aggregated.insert(dv, discovery_list(dv, items));
-            aggregated_legacy.insert(dv, discovery_list(dv, Vec::new()));
+            // As kube-apiserver's /api: one nameless group.
+            let legacy = (!core.is_empty()).then(|| GroupDiscovery {
+                metadata: ObjectMeta::default(),
+                versions: core.iter().map(|v| version_discovery(kinds, "", v)).collect(),
+            });
+            aggregated_legacy.insert(dv, discovery_list(dv, legacy.into_iter().collect()));
         }
-        let api_versions = Doc::new(&APIVersions { versions: Vec::new(), server_address_by_client_cidrs: Vec::new() });
+        let api_versions = Doc::new(&APIVersions {
+            versions: strings(&core),
+            // Clients reach us at the address they used; there is no other to advertise.
+            server_address_by_client_cidrs: Vec::new(),
+        });
         Discovery { group_list, groups, resource_lists, aggregated, aggregated_legacy, api_versions }
     }
 }
@@ -275,6 +292,33 @@ struct GroupVersionKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The core group (namespaces, standalone) is discovered under /api as kube-apiserver's is, never in /apis.
+    #[test]
+    fn the_core_group_is_discovered_under_api() {
+        let mut kinds = crate::api::kinds(&Default::default()).expect("kinds");
+        let without = Discovery::build(&kinds);
+        let json = |d: &Doc| serde_json::from_slice::<serde_json::Value>(&d.body).expect("json");
+        assert_eq!(json(&without.api_versions)["versions"], serde_json::json!([]));
+        assert_eq!(json(&without.aggregated_legacy["v2"])["items"], serde_json::json!([]));
+
+        kinds.push(Arc::new(crate::registry::store::Store::<crate::api::namespace::Namespace>::new("v1")));
+        let d = Discovery::build(&kinds);
+        assert_eq!(json(&d.api_versions)["versions"], serde_json::json!(["v1"]));
+        let core = json(&d.resource_lists[&(String::new(), "v1".to_string())]);
+        assert_eq!(core["groupVersion"], "v1");
+        let names: Vec<&str> =
+            core["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+        assert_eq!(names, ["namespaces", "namespaces/status"]);
+        // kube-apiserver's hash of namespaces: the storage version v1 of the core group.
+        assert_eq!(core["resources"][0]["storageVersionHash"], "Q3oi5N2YM8M=");
+        let legacy = json(&d.aggregated_legacy["v2"]);
+        assert_eq!(legacy["items"][0]["metadata"], serde_json::json!({}));
+        assert_eq!(legacy["items"][0]["versions"][0]["resources"][0]["resource"], "namespaces");
+        let groups = json(&d.group_list);
+        assert!(groups["groups"].as_array().unwrap().iter().all(|g| g["name"] != ""), "{groups}");
+        assert_eq!(groups, json(&without.group_list));
+    }
 
     #[test]
     fn aggregated_negotiation() {

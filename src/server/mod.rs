@@ -6,6 +6,7 @@ pub mod crd;
 pub mod csi_admission;
 pub mod discovery;
 pub mod metrics;
+mod namespaces;
 pub mod negotiate;
 pub mod openapi;
 pub mod query;
@@ -45,15 +46,28 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Feature gates and CSIDriver lookup of the CSI migration webhooks.
     pub csi_migration: Arc<csi_admission::CsiMigration>,
+    /// Set once the namespaces of objects stored before namespaces were served exist (see [`namespaces`]).
+    namespaces_in_use: tokio::sync::OnceCell<()>,
 }
 
 impl AppState {
+    /// The server state over `registry`'s resources. Standalone (no cluster authenticates for us, so no
+    /// kube-apiserver stands in front), the server is all the API its clients have, and it also serves the core
+    /// group's namespaces: kubectl asks for them, and a `kind: List` file maps only where the core group `v1` is
+    /// served. Behind kube-apiserver's aggregator the core group is kube-apiserver's and none of it is served here.
     pub fn new(
         registry: Arc<Registry>,
         authn: Arc<Authenticator>,
         metrics: Arc<Metrics>,
         bookmark_interval: Duration,
     ) -> Self {
+        let registry = match authn.delegates() {
+            true => registry,
+            false => {
+                let namespaces = crate::registry::store::Store::<crate::api::namespace::Namespace>::new("v1");
+                Arc::new(registry.with_resource(Arc::new(namespaces)))
+            }
+        };
         let kinds: Vec<_> = registry.resources.iter().map(|r| r.strategy.clone()).collect();
         AppState {
             discovery: Discovery::build(&kinds),
@@ -65,6 +79,7 @@ impl AppState {
             bookmark_interval,
             ready: AtomicBool::new(true),
             csi_migration: Arc::default(),
+            namespaces_in_use: tokio::sync::OnceCell::new(),
         }
     }
 }
@@ -288,7 +303,7 @@ fn bytes_response(body: bytes::Bytes, content_type: &'static str, etag: Option<&
     r
 }
 
-/// GET /api, /apis, /apis/<g>, /apis/<g>/<v>.
+/// GET /api, /api/<v>, /apis, /apis/<g>, /apis/<g>/<v>.
 pub(crate) fn discovery_response(
     st: &AppState,
     method: &Method,
@@ -335,6 +350,11 @@ pub(crate) fn discovery_response(
         }
         ["apis", g, v] => {
             let doc = d.resource_lists.get(&(g.to_string(), v.to_string())).ok_or_else(ApiError::path_not_found)?;
+            Ok(bytes_response(doc.body.clone(), "application/json", None, headers))
+        }
+        // The core group's versions (standalone only), keyed by the empty group.
+        ["api", v] => {
+            let doc = d.resource_lists.get(&(String::new(), v.to_string())).ok_or_else(ApiError::path_not_found)?;
             Ok(bytes_response(doc.body.clone(), "application/json", None, headers))
         }
         _ => Err(ApiError::path_not_found()),

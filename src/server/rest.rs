@@ -214,6 +214,8 @@ async fn dispatch(
     };
     let q = QueryParams::parse(query)?;
     let ns = t.namespace.as_deref();
+    // Standalone, the namespaces are this server's: a create brings its namespace into being.
+    super::namespaces::before(st, &res, method, headers, ns, !q.dry_run.is_empty()).await?;
     let accept = headers.get("accept").and_then(|v| v.to_str().ok());
     labels.group = t.group.clone();
     labels.version = t.version.clone();
@@ -311,12 +313,14 @@ async fn dispatch(
                 authorize_unsafe_delete(st, request).await?;
             }
             let obj = res.delete(ns, name, v, &opts).await?;
+            super::namespaces::deleted(st, &res, std::slice::from_ref(&obj), &opts);
             Ok(json_response(StatusCode::OK, &obj, JSON, &[]))
         }
         (Method::DELETE, None) => {
             labels.verb = "DELETECOLLECTION";
             let opts = delete_options(body, headers, &q).await?;
             let list = res.delete_collection(ns, v, &q.list_params()?, &opts).await?;
+            super::namespaces::deleted(st, &res, &list.items, &opts);
             render_list(&res, v, list, Output::Json, &q)
         }
         (m, _) => {

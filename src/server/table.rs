@@ -1,7 +1,7 @@
 //! Table output (`as=Table`), built from a kind's printer columns; Name first and Age last, as for CRDs.
 
 use crate::api::printers::human_duration;
-use crate::registry::strategy::Strategy;
+use crate::registry::strategy::{Column, Strategy};
 use serde_json::{json, Value};
 
 /// What rows carry (`includeObject`).
@@ -34,17 +34,28 @@ impl IncludeObject {
     }
 }
 
+/// Name, the kind's columns, Age, then the kind's wide columns (priority 1, shown by `kubectl get -o wide`).
 pub fn column_definitions(strategy: &dyn Strategy) -> Vec<Value> {
     let mut cols = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
         "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
     })];
-    cols.extend(strategy.columns().into_iter().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)));
-    cols.push(json!({
-        "name": "Age", "type": "date", "format": "", "priority": 0,
-        "description": "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.",
-    }));
+    let columns = strategy.columns();
+    let age_at = 1 + Column::before_age(&columns);
+    cols.extend(columns.into_iter().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)));
+    cols.insert(
+        age_at,
+        json!({
+            "name": "Age", "type": "date", "format": "", "priority": 0,
+            "description": "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.",
+        }),
+    );
     cols
+}
+
+/// Where the Age cell goes in a row of `strategy`: where [`column_definitions`] puts the Age column.
+fn age_index(strategy: &dyn Strategy) -> usize {
+    1 + Column::before_age(&strategy.columns())
 }
 
 /// A JSON object of `fields`, moved in (`json!` would deep-copy every interpolated value).
@@ -79,7 +90,7 @@ pub fn row(
 ) -> Value {
     let mut cells = vec![obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
     cells.extend(strategy.cells(&obj, now));
-    cells.push(age(obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str), now));
+    cells.insert(age_index(strategy), age(obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str), now));
     let cells = Value::Array(cells);
     match include {
         IncludeObject::None => object([("cells", cells)]),
@@ -148,7 +159,7 @@ pub fn raw_row(
     let meta: Meta = serde_json::from_str(meta_raw).ok()?;
     let mut cells = vec![meta.name.map_or(Value::Null, |n| Value::String(n.into_owned()))];
     cells.extend(strategy.cells_from_json(stored, span, now)?);
-    cells.push(age(meta.creation_timestamp.as_deref(), now));
+    cells.insert(age_index(strategy), age(meta.creation_timestamp.as_deref(), now));
     let mut out = Vec::with_capacity(256 + if include == IncludeObject::None { 0 } else { stored.len() });
     out.extend_from_slice(b"{\"cells\":");
     serde_json::to_writer(&mut out, &cells).ok()?;

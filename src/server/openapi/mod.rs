@@ -128,6 +128,13 @@ fn write_params() -> Vec<Value> {
     ]
 }
 
+/// A PATCH's parameters: a write's, and `force` for apply.
+fn patch_params() -> Vec<Value> {
+    let mut params = write_params();
+    params.push(param("force", "query", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.", "boolean"));
+    params
+}
+
 fn list_params() -> Vec<Value> {
     vec![
         param("allowWatchBookmarks", "query", "allowWatchBookmarks requests watch events with type \"BOOKMARK\".", "boolean"),
@@ -169,19 +176,32 @@ fn camel(s: &str) -> String {
     c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
 }
 
+/// Where a group-version is served: `api/<v>` for the core group, `apis/<g>/<v>` for the others (also the key of
+/// its v3 document).
+fn group_version_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
 /// The v3 document of one group-version.
 pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> Value {
     let selected: Vec<&Arc<dyn Strategy>> =
         kinds.iter().filter(|k| k.info().group == group && k.info().versions.contains(&version)).collect();
     let mut paths = Map::new();
-    let gv_id = format!("{}{}", group.split('.').map(camel).collect::<String>(), camel(version));
+    // kube-openapi names the core group "Core" in operation IDs (readCoreV1Namespace).
+    let group_id = if group.is_empty() { "Core".to_string() } else { group.split('.').map(camel).collect() };
+    let gv_id = format!("{group_id}{}", camel(version));
+    let gv_path = group_version_path(group, version);
     for k in &selected {
         let i = k.info();
         let (name, _) = k.schemas();
         let list = list_name(&name);
         let gvk = json!({"group": group, "version": version, "kind": i.kind});
         let ns_seg = if i.namespaced { "/namespaces/{namespace}" } else { "" };
-        let base = format!("/apis/{group}/{version}{ns_seg}/{}", i.plural);
+        let base = format!("/{gv_path}{ns_seg}/{}", i.plural);
         let scope = if i.namespaced { "Namespaced" } else { "" };
         let body = |ct: &[&str]| {
             let mut content = Map::new();
@@ -193,6 +213,7 @@ pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> V
         let patch_body = json!({"content": {
             "application/json-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
             "application/merge-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
+            "application/apply-patch+yaml": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
         }, "required": true});
         let mut ns_params = vec![
             json!({"name": "name", "in": "path", "required": true, "description": format!("name of the {}", i.kind), "schema": {"type": "string", "uniqueItems": true}}),
@@ -231,7 +252,7 @@ pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> V
             json!({
                 "get": op("get", format!("read{gv_id}{scope}{k_}"), format!("read the specified {k_}"), &gvk, &name, vec![], None),
                 "put": op("put", format!("replace{gv_id}{scope}{k_}"), format!("replace the specified {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
-                "patch": op("patch", format!("patch{gv_id}{scope}{k_}"), format!("partially update the specified {k_}"), &gvk, &name, write_params(), Some(patch_body.clone())),
+                "patch": op("patch", format!("patch{gv_id}{scope}{k_}"), format!("partially update the specified {k_}"), &gvk, &name, patch_params(), Some(patch_body.clone())),
                 "delete": op("delete", format!("delete{gv_id}{scope}{k_}"), format!("delete a {k_}"), &gvk, &format!("{META}.Status"), vec![param("dryRun", "query", "When present, indicates that modifications should not be persisted.", "string"), param("propagationPolicy", "query", "Whether and how garbage collection will be performed.", "string")], None),
                 "parameters": ns_params.clone(),
             }),
@@ -242,14 +263,14 @@ pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> V
                 json!({
                     "get": op("get", format!("read{gv_id}{scope}{k_}Status"), format!("read status of the specified {k_}"), &gvk, &name, vec![], None),
                     "put": op("put", format!("replace{gv_id}{scope}{k_}Status"), format!("replace status of the specified {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
-                    "patch": op("patch", format!("patch{gv_id}{scope}{k_}Status"), format!("partially update status of the specified {k_}"), &gvk, &name, write_params(), Some(patch_body)),
+                    "patch": op("patch", format!("patch{gv_id}{scope}{k_}Status"), format!("partially update status of the specified {k_}"), &gvk, &name, patch_params(), Some(patch_body)),
                     "parameters": ns_params,
                 }),
             );
         }
         if i.namespaced {
             paths.insert(
-                format!("/apis/{group}/{version}/{}", i.plural),
+                format!("/{gv_path}/{}", i.plural),
                 json!({"get": op("list", format!("list{gv_id}{k_}ForAllNamespaces"), format!("list or watch objects of kind {k_}"), &gvk, &list, list_params(), None)}),
             );
         }
@@ -373,7 +394,7 @@ impl OpenApi {
         let mut root = Map::new();
         for k in kinds {
             for v in k.info().versions {
-                let key = format!("apis/{}/{v}", k.info().group);
+                let key = group_version_path(k.info().group, v);
                 if v3.contains_key(&key) {
                     continue;
                 }

@@ -1,0 +1,160 @@
+//! Namespace (core `v1`), served only when the server stands alone: then kubectl talks to nothing else, and what it
+//! asks of the core group must have kube-apiserver's answers (its lookup of a namespace after a namespaced object
+//! was not found, `kubectl get namespaces`, a `kind: List` file with a Namespace in it). Behind kube-apiserver's
+//! aggregator the core group is kube-apiserver's, and this kind is not served at all (see
+//! [`AppState::new`](crate::server::AppState::new)).
+//!
+//! As kube-apiserver with its `NamespaceAutoProvision` admission plugin: creating an object in a namespace that
+//! does not exist creates the namespace (see `server::namespaces`), so the namespaces are at least those in use.
+
+use crate::error::FieldError;
+use crate::registry::strategy::{Column, Kind, KindInfo};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The label kube-apiserver gives every namespace: its name, so that selectors can pick namespaces by name.
+pub const LABEL_METADATA_NAME: &str = "kubernetes.io/metadata.name";
+/// The finalizer kube-apiserver puts in every new namespace's spec: its contents are deleted before it goes.
+pub const FINALIZER_KUBERNETES: &str = "kubernetes";
+pub const PHASE_ACTIVE: &str = "Active";
+
+/// Namespace provides a scope for Names. Use of multiple namespaces is optional.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.api.core.v1.Namespace")]
+pub struct Namespace {
+    /// Standard object's metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec defines the behavior of the Namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<NamespaceSpec>,
+    /// Status describes the current status of a Namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<NamespaceStatus>,
+}
+
+/// NamespaceSpec describes the attributes on a Namespace.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.api.core.v1.NamespaceSpec")]
+pub struct NamespaceSpec {
+    /// Finalizers is an opaque list of values that must be empty to permanently remove object from storage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+}
+
+/// NamespaceStatus is information about the current status of a Namespace.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.api.core.v1.NamespaceStatus")]
+pub struct NamespaceStatus {
+    /// Phase is the current lifecycle phase of the namespace: Active or Terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Represents the latest available observations of a namespace's current state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<NamespaceCondition>,
+}
+
+/// NamespaceCondition contains details about state of namespace.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "io.k8s.api.core.v1.NamespaceCondition")]
+pub struct NamespaceCondition {
+    /// Type of namespace controller condition.
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// Status of the condition, one of True, False, Unknown.
+    #[serde(default)]
+    pub status: String,
+    /// Last time the condition transitioned from one status to another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// Unique, one-word, CamelCase reason for the condition's last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message indicating details about last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+static INFO: KindInfo = KindInfo {
+    group: "",
+    kind: "Namespace",
+    list_kind: "NamespaceList",
+    plural: "namespaces",
+    singular: "namespace",
+    namespaced: false,
+    short_names: &["ns"],
+    categories: &[],
+    versions: &["v1"],
+    has_status: true,
+    name_rule: crate::registry::object_meta::NameRule::Label,
+    // kube-apiserver's namespace strategy allows an update without resourceVersion.
+    unconditional_update: true,
+    create_only: false,
+};
+
+crate::kube_resource!(Namespace, kube::core::ClusterResourceScope);
+
+impl Kind for Namespace {
+    const CELLS_READ_METADATA: bool = false;
+    fn info() -> &'static KindInfo {
+        &INFO
+    }
+    fn clear_status(&mut self) {
+        self.status = None;
+    }
+    fn swap_status(&mut self, other: &mut Self) {
+        std::mem::swap(&mut self.status, &mut other.status);
+    }
+    /// kube-apiserver's defaulting: the name as the `kubernetes.io/metadata.name` label, which no write can change.
+    fn defaults(&mut self) {
+        if let Some(name) = self.metadata.name.clone().filter(|n| !n.is_empty()) {
+            self.metadata.labels.get_or_insert_with(Default::default).insert(LABEL_METADATA_NAME.into(), name);
+        }
+    }
+    /// As kube-apiserver's namespace strategy: a new namespace is Active and carries the `kubernetes` finalizer.
+    fn prepare_for_create(&mut self) {
+        self.status = Some(NamespaceStatus { phase: Some(PHASE_ACTIVE.into()), conditions: Vec::new() });
+        let finalizers = &mut self.spec.get_or_insert_with(Default::default).finalizers;
+        if !finalizers.iter().any(|f| f == FINALIZER_KUBERNETES) {
+            finalizers.push(FINALIZER_KUBERNETES.into());
+        }
+    }
+    fn validate(&self) -> Vec<FieldError> {
+        // The name (a DNS label) is checked with the metadata; the spec has nothing else to get wrong.
+        Vec::new()
+    }
+    fn columns() -> Vec<Column> {
+        vec![Column::new("Status", "string", "The status of the namespace").json_path(".status.phase")]
+    }
+    fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        vec![Value::from(self.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default())]
+    }
+}
+
+/// A namespace named `name`, as kube-apiserver's `NamespaceAutoProvision` creates it (the rest is defaulted).
+pub fn provisioned(name: &str) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_namespaces_are_active_labelled_and_finalized() {
+        let mut ns: Namespace = serde_json::from_value(provisioned("garden-dev")).expect("decode");
+        ns.defaults();
+        ns.prepare_for_create();
+        let v = serde_json::to_value(&ns).expect("encode");
+        assert_eq!(v["metadata"]["labels"][LABEL_METADATA_NAME], "garden-dev");
+        assert_eq!(v["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
+        assert_eq!(v["status"]["phase"], "Active");
+        assert_eq!(ns.cells(chrono::Utc::now()), [Value::from("Active")]);
+    }
+}
