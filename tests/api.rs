@@ -518,6 +518,16 @@ async fn create_get_update_delete_and_metadata() {
     assert_ne!(na, nb);
     assert_eq!(a["metadata"]["generateName"], "gen-");
     assert_eq!(get(&c, &path(na)).await.ok(200)["metadata"]["uid"], a["metadata"]["uid"]);
+    // A long prefix (a DNS label's 63 characters, ShootState) is cut to 58 before the suffix, as apimachinery's name
+    // generator does; only a prefix that is no valid label with its trailing dash masked is refused.
+    let shoots = "/apis/core.gardener.cloud/v1beta1/namespaces/gen/shootstates";
+    let long = format!("{}-", "g".repeat(61));
+    let shoot = |prefix: &str| json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState", "metadata": {"generateName": prefix}});
+    let made = create_ok(&c, shoots, &shoot(&long)).await;
+    let name = made["metadata"]["name"].as_str().expect("name");
+    assert!(name.len() == 63 && name.starts_with(&"g".repeat(58)), "{name}");
+    let st = post(&c, shoots, &shoot(&"g".repeat(64))).await.status_err(422, "Invalid");
+    assert_eq!(st["details"]["causes"][0]["field"], "metadata.generateName", "{st}");
 
     // AlreadyExists.
     let st = post(&c, SVM_PATH, &svm("crud")).await.status_err(409, "AlreadyExists");

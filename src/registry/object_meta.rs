@@ -114,18 +114,22 @@ pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, rule: NameRule)
     let mut errs = Vec::new();
     let name = meta.name.as_deref().unwrap_or_default();
     let generate_name = meta.generate_name.as_deref().unwrap_or_default();
+    // generateName first, as apimachinery checks it: a valid name prefix, i.e. valid once a trailing dash is
+    // masked (the random suffix follows it); its length is checked before the base is cut to 58 characters.
+    if !generate_name.is_empty() {
+        let masked = match generate_name.strip_suffix('-') {
+            Some(base) => format!("{base}a"),
+            None => generate_name.to_string(),
+        };
+        for e in rule.check(&masked) {
+            errs.push(FieldError::invalid("metadata.generateName", generate_name, &e));
+        }
+    }
     if name.is_empty() {
         errs.push(FieldError::required_msg("metadata.name", "name or generateName is required"));
     } else {
         for e in rule.check(name) {
             errs.push(FieldError::invalid("metadata.name", name, &e));
-        }
-    }
-    if !generate_name.is_empty() {
-        // generateName is valid when it is a valid name prefix (the random suffix makes it whole).
-        let probe = format!("{generate_name}a");
-        for e in rule.check(&probe) {
-            errs.push(FieldError::invalid("metadata.generateName", generate_name, &e));
         }
     }
     let namespace = meta.namespace.as_deref().unwrap_or_default();

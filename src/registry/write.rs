@@ -12,6 +12,9 @@ use crate::error::{ApiError, ApiResult, FieldError, StatusReason};
 use crate::storage::StorageError;
 use serde_json::Value;
 
+/// The longest generateName kept whole: 63 (a DNS label) less the 5 random characters.
+const MAX_GENERATED_NAME_BASE: usize = 58;
+
 /// Everything but metadata and status: what a generation bump is about.
 fn spec_equal<K: Kind>(a: &K, b: &K) -> bool {
     let strip = |k: &K| {
@@ -92,7 +95,9 @@ impl<K: Kind> Store<K> {
         let sink = Sink::new(at.storage.as_ref(), opts.dry_run);
         for attempt in 0..8 {
             if generate {
-                obj.meta_mut().name = Some(format!("{generate_name}{}", random_suffix()));
+                // As apimachinery's name generator: the base cut to 58 characters, then 5 random ones.
+                let base: String = generate_name.chars().take(MAX_GENERATED_NAME_BASE).collect();
+                obj.meta_mut().name = Some(format!("{base}{}", random_suffix()));
             }
             let name = obj.meta().name.clone().unwrap_or_default();
             let mut errs = Self::validate_meta(&obj);
