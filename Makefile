@@ -6,6 +6,8 @@ CERT_DIR ?= ./certs
 # cargo's output directory: CARGO_TARGET_DIR when it is set, as for cargo itself.
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 BIN := $(TARGET_DIR)/release/migration-apiserver
+# The Python `kubernetes` client for the tests lives in this venv (see scripts/install-test-deps.sh).
+PYTHON_VENV ?= $(TARGET_DIR)/pyenv
 # make deploy: FORM=aggregated (APIServices, default) or crds (CRDs + admission webhooks); IMAGE=<registry>/<name>:<tag>
 FORM ?= aggregated
 # make run ARGS='--storage-version shootstates.core.gardener.cloud=v1alpha1': further serve flags.
@@ -27,8 +29,9 @@ run: build
 # Installs what the tests need when it is missing (protoc, kubectl, etcd), then runs unit and integration tests on
 # the embedded store, and the API conformance suite again on etcd.
 deps:
-	bash scripts/install-test-deps.sh
+	PYTHON_VENV=$(PYTHON_VENV) bash scripts/install-test-deps.sh
 
+test: export MIGRATION_APISERVER_TEST_PYTHON = $(abspath $(PYTHON_VENV))/bin/python
 test: deps
 	$(CARGO) build --bin migration-apiserver
 	$(CARGO) test --workspace --all-targets --no-fail-fast

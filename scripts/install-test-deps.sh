@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and the test suite need on a fresh Debian machine, only when it is missing:
-# protoc (etcd-client generates its gRPC code at build time), kubectl, and etcd (the etcd backend's tests).
+# protoc (etcd-client generates its gRPC code at build time), kubectl, etcd (the etcd backend's tests), and the Python
+# `kubernetes` client (an independent client in the tests), from PyPI into a venv at $PYTHON_VENV when python3 lacks it.
 set -euo pipefail
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ "${1:-}" = "--build-only" ] || {
   command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
 }
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
@@ -14,6 +16,25 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+if [ "${1:-}" != "--build-only" ] && [ -n "${PYTHON_VENV:-}" ] \
+    && ! "$PYTHON_VENV/bin/python" -c 'import kubernetes' >/dev/null 2>&1; then
+  rm -rf "$PYTHON_VENV"
+  if python3 -c 'import kubernetes' >/dev/null 2>&1; then
+    # python3 already has it: the venv sees the system's packages.
+    python3 -m venv --system-site-packages "$PYTHON_VENV"
+  else
+    # Debian's python3 makes venvs (with pip) only with python3-venv.
+    if ! python3 -m venv "$PYTHON_VENV" >/dev/null 2>&1; then
+      SUDO=""
+      [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
+      rm -rf "$PYTHON_VENV"
+      python3 -m venv "$PYTHON_VENV"
+    fi
+    "$PYTHON_VENV/bin/pip" install -q kubernetes
+  fi
 fi
 # Debian's etcd-server package starts a system etcd on 2379; the tests start their own on free ports.
 [ "${1:-}" = "--build-only" ] || {

@@ -438,8 +438,9 @@ async fn openapi_documents() {
     let gvks =
         schema["x-kubernetes-group-version-kind"].as_array().unwrap_or_else(|| panic!("schema GVK array: {schema}"));
     assert!(gvks.contains(&json!({"group": GROUP, "version": "v1alpha1", "kind": "StorageState"})), "{gvks:?}");
-    // PATCH advertises exactly what is served: no strategic merge (kubectl apply would use it), no apply.
-    let want: BTreeSet<&str> = ["application/json-patch+json", "application/merge-patch+json"].into();
+    // PATCH advertises exactly what is served: no strategic merge (client-side kubectl apply would use it).
+    let want: BTreeSet<&str> =
+        ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"].into();
     for plural in ["storagestates", "storageversionmigrations"] {
         for sub in ["", "/status"] {
             let p = format!("/apis/migration.k8s.io/v1alpha1/{plural}/{{name}}{sub}");
@@ -449,6 +450,7 @@ async fn openapi_documents() {
             let params: Vec<&str> =
                 patch["parameters"].as_array().expect("params").iter().filter_map(|x| x["name"].as_str()).collect();
             assert!(params.contains(&"fieldValidation") && params.contains(&"dryRun"), "{p}: {params:?}");
+            assert!(params.contains(&"fieldManager") && params.contains(&"force"), "{p}: {params:?}");
         }
     }
 
@@ -1012,7 +1014,7 @@ async fn request_body_errors() {
     get(&c, &format!("{SVM_PATH}/large")).await.status_err(404, "NotFound");
 
     // Patch types that are not served: 415 naming what is.
-    for ct in ["application/strategic-merge-patch+json", "application/apply-patch+yaml", "text/plain"] {
+    for ct in ["application/strategic-merge-patch+json", "application/apply-patch+cbor", "text/plain"] {
         let r = call(&c, Method::PATCH, &p, &[("content-type", ct)], br#"{"metadata":{"labels":{"a":"b"}}}"#.to_vec())
             .await;
         let st = r.status_err(415, "UnsupportedMediaType");

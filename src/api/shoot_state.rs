@@ -32,12 +32,17 @@ pub struct ShootState {
 pub struct ShootStateSpec {
     /// Gardener holds the data required to generate resources deployed by the gardenlet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // Merged by name, as Gardener declares it (patchMergeKey=name, patchStrategy=merge).
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"], "x-kubernetes-patch-merge-key" = "name", "x-kubernetes-patch-strategy" = "merge"))]
     pub gardener: Vec<GardenerResourceData>,
     /// Extensions holds the state of custom resources reconciled by extension controllers in the seed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // Gardener declares no list type (several states may share a kind): one value.
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub extensions: Vec<ExtensionResourceState>,
     /// Resources holds the data of resources referred to by extension controller states.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub resources: Vec<ResourceData>,
 }
 

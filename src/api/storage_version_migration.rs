@@ -78,6 +78,8 @@ impl GroupVersionResource {
 pub struct StorageVersionMigrationStatus {
     /// The latest available observations of the migration's current state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // Merged by type, as the upstream type declares it (patchMergeKey=type, patchStrategy=merge).
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "x-kubernetes-patch-merge-key" = "type", "x-kubernetes-patch-strategy" = "merge"))]
     pub conditions: Vec<MigrationCondition>,
     /// Number of objects rewritten (or found deleted or already rewritten) so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,11 +4,13 @@
 //! [`Strategy`]. It knows no kind by name.
 
 pub mod admission;
+mod apply;
 pub mod continue_token;
 pub mod decode;
 pub mod default_patch;
 mod delete;
 mod json_patch;
+pub mod managed;
 pub mod object_meta;
 mod read;
 pub mod selectors;
@@ -54,6 +56,9 @@ impl FieldValidation {
 pub struct WriteOptions {
     pub dry_run: bool,
     pub field_validation: FieldValidation,
+    /// Who writes, as `metadata.managedFields` records it: the `fieldManager` parameter, or the client's
+    /// User-Agent up to its first `/` (kube-apiserver's default).
+    pub manager: String,
 }
 
 /// The outcome of a write: the object as returned to the client, warnings for the `Warning` header.
@@ -114,8 +119,19 @@ pub struct ObjectRef<'a> {
 /// one.
 #[derive(Debug)]
 pub enum Change {
-    Replace { body: Value, dups: Vec<String> },
-    Patch { patch_type: PatchType, patch: Value },
+    Replace {
+        body: Value,
+        dups: Vec<String>,
+    },
+    Patch {
+        patch_type: PatchType,
+        patch: Value,
+    },
+    /// Server-side apply of a configuration (creates the object when it is missing).
+    Apply {
+        config: Value,
+        force: bool,
+    },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -393,6 +409,22 @@ impl Resource {
     ) -> ApiResult<Written> {
         let target = ObjectRef { namespace, name, version };
         self.strategy.update(self, &target, Change::Patch { patch_type, patch }, status, opts).await
+    }
+
+    /// PATCH with `application/apply-patch+yaml`: server-side apply of `config` by `opts.manager`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+        config: Value,
+        force: bool,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        let target = ObjectRef { namespace, name, version };
+        self.strategy.update(self, &target, Change::Apply { config, force }, status, opts).await
     }
 
     /// DELETE: removes the object, or marks it for deletion while finalizers remain.

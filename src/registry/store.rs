@@ -3,6 +3,7 @@
 //! step runs on `&mut K`, and the object is encoded once for storage. [`Store`] is the one implementation of the
 //! object-safe [`Strategy`]: types are erased there, at the router's edge, and nowhere else.
 
+use super::managed::shape::Shape;
 use super::strategy::{kind_schemas, note_unknown, path_string, Admitted, Column, Defaulted, Kind, KindInfo, Strategy};
 use super::{
     decode, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation, ObjectRef, Resource,
@@ -18,12 +19,15 @@ use std::marker::PhantomData;
 /// One kind's typed store; the storage it writes to is the [`Resource`]'s.
 pub struct Store<K: Kind> {
     storage_version: String,
+    /// The kind's schema as structured merge reads it (server-side apply, managedFields).
+    pub(super) shape: Shape,
     _k: PhantomData<fn() -> K>,
 }
 
 impl<K: Kind> Store<K> {
     pub fn new(storage_version: &str) -> Self {
-        Store { storage_version: storage_version.to_string(), _k: PhantomData }
+        let (root, defs) = kind_schemas::<K>();
+        Store { storage_version: storage_version.to_string(), shape: Shape::of_kind(&root, &defs), _k: PhantomData }
     }
 }
 

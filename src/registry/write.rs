@@ -10,6 +10,7 @@ use super::{
 };
 use crate::error::{ApiError, ApiResult, FieldError, StatusReason};
 use crate::storage::StorageError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::Value;
 
 /// The longest generateName kept whole: 63 (a DNS label) less the 5 random characters.
@@ -68,6 +69,21 @@ impl<K: Kind> Store<K> {
         dups: &[String],
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
+        self.create_managed(at, namespace, version, body, dups, opts, None).await
+    }
+
+    /// A create whose managedFields are `applied` (an apply's), or recorded as the manager's update.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_managed(
+        &self,
+        at: &Resource,
+        namespace: Option<&str>,
+        version: &str,
+        body: &Value,
+        dups: &[String],
+        opts: &WriteOptions,
+        applied: Option<Option<Vec<ManagedFieldsEntry>>>,
+    ) -> ApiResult<Written> {
         let info = K::info();
         let (mut obj, warnings) = Self::decode_body(at, body, dups, version, opts.field_validation)?;
         at.check_namespace_of(&mut obj.meta_mut().namespace, namespace)?;
@@ -89,6 +105,10 @@ impl<K: Kind> Store<K> {
             m.uid = Some(uuid::Uuid::new_v4().to_string());
             m.creation_timestamp = Some(now());
             m.generation = Some(1);
+        }
+        match applied {
+            Some(managed) => obj.meta_mut().managed_fields = managed,
+            None => self.manage_update(None, &mut obj, version, false, opts)?,
         }
         let generate_name = obj.meta().generate_name.clone().unwrap_or_default();
         let generate = obj.meta().name.as_deref().unwrap_or_default().is_empty() && !generate_name.is_empty();
@@ -154,15 +174,34 @@ impl<K: Kind> Store<K> {
             (Change::Patch { patch, .. }, None) => {
                 patch.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null())
             }
+            (Change::Apply { config, .. }, None) => {
+                config.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|r| !r.is_empty())
+            }
         };
         let key = at.key(target.namespace, name);
         let sink = Sink::new(at.storage.as_ref(), opts.dry_run);
         loop {
-            let cur_kv = at.storage.get(&key).await?.ok_or_else(|| at.not_found(name))?;
+            let Some(cur_kv) = at.storage.get(&key).await? else {
+                return match &change {
+                    // Apply creates what is missing.
+                    Change::Apply { config, force } if !status => {
+                        let (merged, managed) = self.apply_config(at, target, None, config, *force, false, opts)?;
+                        self.create_managed(at, target.namespace, version, &merged, &[], opts, Some(managed)).await
+                    }
+                    _ => Err(at.not_found(name)),
+                };
+            };
             let cur = Self::read(&cur_kv)?;
             let patched;
+            let mut applied = None;
             let (body, dups): (&Value, &[String]) = match &change {
                 Change::Replace { body, dups } => (body, dups),
+                Change::Apply { config, force } => {
+                    let (merged, managed) = self.apply_config(at, target, Some(&cur), config, *force, status, opts)?;
+                    applied = Some(managed);
+                    patched = merged;
+                    (&patched, &[])
+                }
                 Change::Patch { patch, .. } => {
                     let mut doc = Self::response(&cur, version)?;
                     match &json_patch {
@@ -182,6 +221,10 @@ impl<K: Kind> Store<K> {
             };
             Self::check_precondition(at, name, body, cur_kv.mod_revision)?;
             let (mut new, warnings) = self.prepare_update(at, target, &cur, body, dups, status, opts)?;
+            match applied {
+                Some(managed) => new.meta_mut().managed_fields = managed,
+                None => self.manage_update(Some(&cur), &mut new, version, status, opts)?,
+            }
             // A no-op write whose encoding matches what is stored is skipped (no new revision), as kube-apiserver
             // does; a stale encoding (older storage version) is rewritten.
             let bytes = self.encode(at, &mut new)?;

@@ -135,7 +135,9 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         out.insert("enum".into(), json!([c]));
     }
     for (k, v) in m {
-        if KEPT.contains(&k.as_str()) || k.starts_with("x-kubernetes-") {
+        // apiextensions knows its own x-kubernetes- keys only; the patch-strategy markers the served OpenAPI
+        // carries (as kube-apiserver's built-in types do) have list-type equivalents there.
+        if KEPT.contains(&k.as_str()) || (k.starts_with("x-kubernetes-") && !k.starts_with("x-kubernetes-patch-")) {
             out.insert(k.clone(), v.clone());
         }
     }
@@ -152,7 +154,17 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         out.entry("type").or_insert(json!("object"));
     }
     if let Some(items) = m.get("items") {
-        out.insert("items".into(), structural(items, defs, depth + 1)?);
+        let mut items = structural(items, defs, depth + 1)?;
+        // apiextensions wants a map list's keys required (or defaulted); validation requires them anyway.
+        if let (Some("map"), Some(Value::Array(keys))) =
+            (m.get("x-kubernetes-list-type").and_then(Value::as_str), m.get("x-kubernetes-list-map-keys"))
+        {
+            let required = items.as_object_mut().map(|o| o.entry("required").or_insert(json!([])));
+            if let Some(Value::Array(required)) = required {
+                required.extend(keys.iter().filter(|k| !required.contains(k)).cloned().collect::<Vec<_>>());
+            }
+        }
+        out.insert("items".into(), items);
     }
     // A map's value schema; `additionalProperties: false` (closed objects) has no place in a structural schema.
     if let Some(ap @ Value::Object(_)) = m.get("additionalProperties") {

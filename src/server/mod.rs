@@ -15,6 +15,7 @@ pub mod rest;
 pub mod serve;
 pub mod table;
 mod watch;
+mod write_options;
 
 use crate::auth::authn::{Authenticator, PeerCertificates, UserInfo};
 use crate::auth::authz::{forbidden, AuthorizationMode, Authorizer, Decision, RequestAttributes};

@@ -30,6 +30,10 @@ pub struct QueryParams {
     pub include_object: Option<String>,
     pub dry_run: Vec<String>,
     pub field_validation: Option<String>,
+    pub field_manager: String,
+    /// Apply only: take the fields of other managers on conflict.
+    #[serde(deserialize_with = "go_optional_bool")]
+    pub force: Option<bool>,
     pub propagation_policy: Option<String>,
     #[serde(deserialize_with = "go_bool")]
     pub ignore_store_read_error_with_cluster_breaking_potential: bool,

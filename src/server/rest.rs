@@ -5,11 +5,12 @@ use super::negotiate::{negotiate, Output};
 use super::query::QueryParams;
 use super::render::{json_response, raw_table_list, render_list, render_one, render_raw_list, JSON};
 use super::watch::watch;
+use super::write_options::{apply_config, dry_run, patch_options_valid, write_options, APPLY_PATCH};
 use super::AppState;
 use crate::auth::authn::UserInfo;
 use crate::auth::authz::{Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult, StatusReason};
-use crate::registry::{decode::parse_json, DeleteOptions, FieldValidation, PatchType, WriteOptions};
+use crate::registry::{decode::parse_json, DeleteOptions, PatchType};
 use crate::request_info::RequestInfo;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -82,21 +83,6 @@ fn target(info: &RequestInfo) -> Option<Target> {
 #[cfg(test)]
 fn parse_target(path: &str) -> Option<Target> {
     target(&RequestInfo::parse(&Method::GET, path, None))
-}
-
-/// `dryRun` of a write: every value must be `All` (kube-apiserver's ValidateDryRun), else a 422 naming the
-/// options kind (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`).
-fn dry_run(values: &[String], options_kind: &str) -> ApiResult<bool> {
-    if values.iter().any(|v| v != "All") {
-        let list = serde_json::to_string(values).unwrap_or_default();
-        let cause = crate::error::FieldError {
-            reason: "FieldValueNotSupported",
-            field: "dryRun".into(),
-            message: format!("dryRun: Unsupported value: {list}: supported values: \"All\""),
-        };
-        return Err(ApiError::invalid(options_kind, "meta.k8s.io", "", vec![cause]));
-    }
-    Ok(!values.is_empty())
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -271,7 +257,7 @@ async fn dispatch(
             labels.verb = "POST";
             let out = negotiate(accept, false)?;
             let (obj, dups) = json_body(body, headers, info.kind).await?;
-            let opts = write_options(&q, "CreateOptions")?;
+            let opts = write_options(&q, "CreateOptions", headers)?;
             let w = res.create(ns, v, obj, &dups, &opts).await?;
             let _ = out;
             Ok(json_response(StatusCode::CREATED, &w.object, JSON, &w.warnings))
@@ -280,7 +266,7 @@ async fn dispatch(
             labels.verb = "PUT";
             negotiate(accept, false)?;
             let (obj, dups) = json_body(body, headers, info.kind).await?;
-            let w = res.update(ns, name, v, obj, dups, status, &write_options(&q, "UpdateOptions")?).await?;
+            let w = res.update(ns, name, v, obj, dups, status, &write_options(&q, "UpdateOptions", headers)?).await?;
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
             Ok(json_response(code, &w.object, JSON, &w.warnings))
         }
@@ -289,19 +275,31 @@ async fn dispatch(
             negotiate(accept, false)?;
             let ct = content_type(headers);
             let pt = match ct.as_str() {
-                "application/json-patch+json" => PatchType::Json,
-                "application/merge-patch+json" => PatchType::Merge,
+                "application/json-patch+json" => Some(PatchType::Json),
+                "application/merge-patch+json" => Some(PatchType::Merge),
+                APPLY_PATCH => None,
                 _ => {
                     return Err(ApiError::new(
                         StatusReason::UnsupportedMediaType,
-                        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json (got {ct:?})"),
+                        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, {APPLY_PATCH} (got {ct:?})"),
                     ))
                 }
             };
+            let mut opts = write_options(&q, "PatchOptions", headers)?;
+            patch_options_valid(&q, pt.is_none())?;
             let raw = read_body(body, headers).await?;
-            let (patch, _) = parse_json(&raw)?;
-            let w = res.patch(ns, name, v, pt, patch, status, &write_options(&q, "PatchOptions")?).await?;
-            Ok(json_response(StatusCode::OK, &w.object, JSON, &w.warnings))
+            let w = match pt {
+                Some(pt) => {
+                    let (patch, _) = parse_json(&raw)?;
+                    res.patch(ns, name, v, pt, patch, status, &opts).await?
+                }
+                None => {
+                    opts.manager = q.field_manager.clone();
+                    res.apply(ns, name, v, apply_config(&raw)?, q.force == Some(true), status, &opts).await?
+                }
+            };
+            let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
+            Ok(json_response(code, &w.object, JSON, &w.warnings))
         }
         (Method::DELETE, Some(name)) => {
             labels.verb = "DELETE";
@@ -416,13 +414,6 @@ fn summarize(body: &[u8]) -> String {
     } else {
         head
     }
-}
-
-fn write_options(q: &QueryParams, options_kind: &str) -> ApiResult<WriteOptions> {
-    Ok(WriteOptions {
-        dry_run: dry_run(&q.dry_run, options_kind)?,
-        field_validation: FieldValidation::parse(q.field_validation.as_deref())?,
-    })
 }
 
 async fn delete_options(body: Body, headers: &HeaderMap, q: &QueryParams) -> ApiResult<DeleteOptions> {

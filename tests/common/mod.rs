@@ -312,3 +312,17 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
         std::thread::sleep(Duration::from_millis(25));
     }
 }
+
+/// Runs the Python interpreter that has the `kubernetes` package (`make test` installs it into a venv and names it
+/// in MIGRATION_APISERVER_TEST_PYTHON; else `python3`); it must succeed; returns stdout.
+pub fn python(args: &[&str]) -> String {
+    let interpreter = std::env::var("MIGRATION_APISERVER_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&interpreter).args(args).output().unwrap_or_else(|e| panic!("{interpreter}: {e}"));
+    assert!(
+        out.status.success(),
+        "{interpreter} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,120 @@
+//! `metadata.managedFields` on the typed store's writes, and server-side apply, as kube-apiserver's field manager
+//! runs them: every create, update and patch records what its manager changed (an Update entry); an apply merges
+//! its configuration into the live object (see [`super::managed`]). The object then goes through the same
+//! defaulting, preparation and validation as any write.
+
+use super::managed::{Managers, Scope};
+use super::store::Store;
+use super::strategy::Kind;
+use super::{ObjectRef, Resource, WriteOptions};
+use crate::error::{ApiError, ApiResult};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use serde_json::Value;
+
+impl<K: Kind> Store<K> {
+    /// The object as structured merge sees it: JSON in the request's version, without managedFields.
+    fn tree(obj: &K, version: &str) -> ApiResult<Value> {
+        let mut v = Self::response(obj, version)?;
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        Ok(v)
+    }
+
+    /// What structured merge compares a create against: the kind's empty object (as Go's zero value encodes).
+    fn empty(version: &str) -> ApiResult<Value> {
+        let zero: K = serde_json::from_value(Value::Object(Default::default()))
+            .map_err(|e| ApiError::internal(format!("the empty {} does not decode: {e}", K::info().kind)))?;
+        Self::tree(&zero, version)
+    }
+
+    /// Records an update by `opts.manager` on `new`, whose managedFields are the client's (a main resource write)
+    /// or the current ones (a /status write). As kube-apiserver: the client's entries count when it sent some
+    /// (`[{}]` clears them all), else the current object's. Nothing to do when nothing changed.
+    pub(super) fn manage_update(
+        &self,
+        cur: Option<&K>,
+        new: &mut K,
+        version: &str,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<()> {
+        if cur.is_some_and(|c| c == new) {
+            return Ok(());
+        }
+        let current = || Managers::decode(cur.and_then(|c| c.meta().managed_fields.as_deref()).unwrap_or_default());
+        let sent = Managers::decode(new.meta().managed_fields.as_deref().unwrap_or_default());
+        let mut managers = match sent {
+            Ok(m) if m.entries() > 0 && !status => m,
+            _ => current().unwrap_or_default(),
+        };
+        let api_version = K::info().api_version(version);
+        let scope = self.scope(&api_version, status);
+        let old = match cur {
+            Some(c) => Self::tree(c, version)?,
+            None => Self::empty(version)?,
+        };
+        managers.update(&scope, &old, &Self::tree(new, version)?, &opts.manager);
+        new.meta_mut().managed_fields = managers.encode();
+        Ok(())
+    }
+
+    fn scope<'a>(&'a self, api_version: &'a str, status: bool) -> Scope<'a> {
+        Scope {
+            shape: &self.shape,
+            api_version,
+            subresource: if status { "status" } else { "" },
+            has_status: K::info().has_status,
+        }
+    }
+
+    /// An apply's object: `config` merged into `live` (or into nothing, for a create) by `opts.manager`, with its
+    /// managedFields; a 400 for a configuration of another version or kind, or one carrying managedFields.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn apply_config(
+        &self,
+        at: &Resource,
+        target: &ObjectRef<'_>,
+        live: Option<&K>,
+        config: &Value,
+        force: bool,
+        status: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<(Value, Option<Vec<ManagedFieldsEntry>>)> {
+        let info = K::info();
+        let api_version = info.api_version(target.version);
+        let sent_version = config.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+        if sent_version != api_version {
+            return Err(ApiError::bad_request(format!(
+                "Incorrect version specified in apply patch. Specified patch version: {sent_version}, expected: {api_version}"
+            )));
+        }
+        let sent_kind = config.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if sent_kind != info.kind {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the apply patch ({sent_kind}) does not match the kind of the resource ({})",
+                info.kind
+            )));
+        }
+        if config.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        let mut config = config.clone();
+        // The name and namespace come from the URL when the configuration leaves them out.
+        if let Some(meta) = config.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.entry("name").or_insert_with(|| Value::from(target.name));
+        }
+        at.check_type_meta(&config, target.version)?;
+        let managed = live.and_then(|l| l.meta().managed_fields.as_deref()).unwrap_or_default();
+        let mut managers = Managers::decode(managed)
+            .map_err(|e| ApiError::internal(format!("failed to decode managed fields: {e}")))?;
+        let empty = Self::empty(target.version)?;
+        let live = match live {
+            Some(l) => Self::tree(l, target.version)?,
+            None => empty.clone(),
+        };
+        let scope = self.scope(&api_version, status);
+        let merged = managers.apply(&scope, &empty, &live, &config, &opts.manager, force)?;
+        Ok((merged, managers.encode()))
+    }
+}
