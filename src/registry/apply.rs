@@ -29,8 +29,9 @@ impl<K: Kind> Store<K> {
     }
 
     /// Records an update by `opts.manager` on `new`, whose managedFields are the client's (a main resource write)
-    /// or the current ones (a /status write). As kube-apiserver: the client's entries count when it sent some
-    /// (`[{}]` clears them all), else the current object's. Nothing to do when nothing changed.
+    /// or the current ones (a /status write), as kube-apiserver's field manager: the client's entries count when it
+    /// sent readable ones, else the current object's; `[]` or `[{}]` resets them, and an existing object without
+    /// entries is not tracked until it is applied to. Nothing to do when nothing changed.
     pub(super) fn manage_update(
         &self,
         cur: Option<&K>,
@@ -42,12 +43,19 @@ impl<K: Kind> Store<K> {
         if cur.is_some_and(|c| c == new) {
             return Ok(());
         }
+        let sent = new.meta().managed_fields.as_deref();
+        let reset =
+            !status && sent.is_some_and(|s| s.is_empty() || (s.len() == 1 && s[0] == ManagedFieldsEntry::default()));
         let current = || Managers::decode(cur.and_then(|c| c.meta().managed_fields.as_deref()).unwrap_or_default());
-        let sent = Managers::decode(new.meta().managed_fields.as_deref().unwrap_or_default());
-        let mut managers = match sent {
-            Ok(m) if m.entries() > 0 && !status => m,
+        let mut managers = match (reset, Managers::decode(sent.unwrap_or_default())) {
+            (true, _) => Managers::default(),
+            (false, Ok(m)) if m.entries() > 0 && !status => m,
             _ => current().unwrap_or_default(),
         };
+        if cur.is_some() && managers.entries() == 0 {
+            new.meta_mut().managed_fields = None;
+            return Ok(());
+        }
         let api_version = K::info().api_version(version);
         let scope = self.scope(&api_version, status);
         let old = match cur {
@@ -83,18 +91,12 @@ impl<K: Kind> Store<K> {
     ) -> ApiResult<(Value, Option<Vec<ManagedFieldsEntry>>)> {
         let info = K::info();
         let api_version = info.api_version(target.version);
+        // apimachinery's versionCheckManager: the configuration is of the request's group, version and kind.
         let sent_version = config.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-        if sent_version != api_version {
-            return Err(ApiError::bad_request(format!(
-                "Incorrect version specified in apply patch. Specified patch version: {sent_version}, expected: {api_version}"
-            )));
-        }
         let sent_kind = config.get("kind").and_then(Value::as_str).unwrap_or_default();
-        if sent_kind != info.kind {
-            return Err(ApiError::bad_request(format!(
-                "the kind in the apply patch ({sent_kind}) does not match the kind of the resource ({})",
-                info.kind
-            )));
+        if sent_version != api_version || sent_kind != info.kind {
+            let gv = if sent_version.contains('/') { sent_version.to_string() } else { format!("/{sent_version}") };
+            return Err(ApiError::bad_request(format!("invalid object type: {gv}, Kind={sent_kind}")));
         }
         if config.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
             return Err(ApiError::bad_request("metadata.managedFields must be nil"));

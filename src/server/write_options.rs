@@ -32,7 +32,7 @@ pub(super) fn write_options(q: &QueryParams, options_kind: &str, headers: &Heade
         errs.push(FieldError::too_long("fieldManager", FIELD_MANAGER_MAX_LENGTH));
     }
     for (i, c) in q.field_manager.char_indices() {
-        if c.is_control() {
+        if !is_print(c) {
             let detail = format!("invalid character {} (at position {i})", go_unicode(c));
             errs.push(FieldError::invalid("fieldManager", &q.field_manager, &detail));
         }
@@ -41,7 +41,14 @@ pub(super) fn write_options(q: &QueryParams, options_kind: &str, headers: &Heade
         return Err(ApiError::invalid(options_kind, "meta.k8s.io", "", errs));
     }
     let manager = match q.field_manager.as_str() {
-        "" => manager_from_user_agent(headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("")),
+        "" => {
+            let ua = headers.get("user-agent").map(|v| String::from_utf8_lossy(v.as_bytes())).unwrap_or_default();
+            match manager_from_user_agent(&ua) {
+                // apimachinery's name for a manager it cannot name.
+                m if m.is_empty() => "unknown".to_string(),
+                m => m,
+            }
+        }
         m => m.to_string(),
     };
     Ok(WriteOptions { dry_run, field_validation, manager })
@@ -49,6 +56,14 @@ pub(super) fn write_options(q: &QueryParams, options_kind: &str, headers: &Heade
 
 const FIELD_MANAGER_MAX_LENGTH: usize = 128;
 pub(super) const APPLY_PATCH: &str = "application/apply-patch+yaml";
+
+/// Go's `unicode.IsPrint`, near enough: no control, format or separator characters but the ASCII space.
+fn is_print(c: char) -> bool {
+    let format = matches!(c, '\u{AD}' | '\u{600}'..='\u{605}' | '\u{61C}' | '\u{6DD}' | '\u{70F}' | '\u{180E}'
+        | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}'
+        | '\u{FFF9}'..='\u{FFFB}');
+    c == ' ' || !(c.is_control() || c.is_whitespace() || format)
+}
 
 /// Go's `%#U`: `U+0007`.
 fn go_unicode(c: char) -> String {
@@ -59,7 +74,7 @@ fn go_unicode(c: char) -> String {
 /// bytes (`kubectl-edit/v1.32 (linux/amd64) ...` -> `kubectl-edit`).
 fn manager_from_user_agent(ua: &str) -> String {
     let mut out = String::new();
-    for c in ua.split('/').next().unwrap_or("").chars().filter(|c| !c.is_control()) {
+    for c in ua.split('/').next().unwrap_or("").chars().filter(|c| is_print(*c)) {
         if out.len() + c.len_utf8() > FIELD_MANAGER_MAX_LENGTH {
             break;
         }
@@ -78,11 +93,16 @@ pub(super) fn patch_options_valid(q: &QueryParams, apply: bool) -> ApiResult<()>
     Err(ApiError::invalid("PatchOptions", "meta.k8s.io", "", vec![err]))
 }
 
-/// An apply configuration: YAML (JSON is YAML) of one object, as kube-apiserver reads it.
+/// An apply configuration: YAML (JSON is YAML) of one object, as kube-apiserver reads it. JSON, what kubectl, Helm
+/// and Flux send, is read as JSON; YAML by a parser that bounds how far aliases may expand (an alias replays its
+/// anchor: a few kilobytes can otherwise stand for billions of values).
 pub(super) fn apply_config(raw: &[u8]) -> ApiResult<Value> {
-    let v: Value = serde_yaml_ng::from_slice(raw).map_err(|e| {
-        ApiError::bad_request(format!("error encoding patch: error converting YAML to JSON: yaml: {e}"))
-    })?;
+    let v: Value = match serde_json::from_slice(raw) {
+        Ok(v) => v,
+        Err(_) => serde_saphyr::from_slice(raw).map_err(|e| {
+            ApiError::bad_request(format!("error encoding patch: error converting YAML to JSON: yaml: {e}"))
+        })?,
+    };
     match v {
         Value::Object(_) => Ok(v),
         Value::Null => Ok(Value::Object(Default::default())),

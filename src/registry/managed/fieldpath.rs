@@ -122,6 +122,32 @@ impl Set {
         }
     }
 
+    pub fn remove_member(&mut self, pe: &PathElement) {
+        self.members.remove(pe);
+    }
+
+    pub fn remove_child(&mut self, pe: &PathElement) {
+        self.children.remove(pe);
+    }
+
+    pub fn child_mut(&mut self, pe: &PathElement) -> Option<&mut Set> {
+        self.children.get_mut(pe)
+    }
+
+    /// Keeps only the paths through `pe` (the member and the subtree).
+    pub fn retain_root(&mut self, pe: &PathElement) {
+        self.members.retain(|m| m == pe);
+        self.children.retain(|c, _| c == pe);
+    }
+
+    /// Drops subtrees left without paths.
+    pub fn prune_empty(&mut self) {
+        for c in self.children.values_mut() {
+            c.prune_empty();
+        }
+        self.children.retain(|_, c| !c.is_empty());
+    }
+
     /// The child set below `pe`, if any path continues there.
     pub fn child(&self, pe: &PathElement) -> Option<&Set> {
         self.children.get(pe)

@@ -22,6 +22,11 @@ pub const UPDATE: &str = "Update";
 /// kubectl's manager for `apply --server-side`; it alone upgrades from client-side apply's annotation.
 const KUBECTL: &str = "kubectl";
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// How many Update entries an object keeps, and the entry older ones are folded into (apimachinery's defaults).
+const MAX_UPDATERS: usize = 10;
+const ANCIENT_CHANGES: &str = "ancient-changes";
+/// The largest the annotations may grow by the last-applied annotation kubectl's applies keep in step.
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 /// The manager given the fields of an object that had none recorded when it is first applied to.
 const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
@@ -83,24 +88,27 @@ impl Scope<'_> {
         }
     }
 
-    /// The fields a write here can own: no server bookkeeping, and status only through /status.
+    /// The fields a write here can own: no server bookkeeping (apiVersion, kind, metadata's identity and
+    /// bookkeeping fields), and status only through /status.
     fn filter(&self, set: &Set) -> Set {
-        let root = |p: &[PathElement], f: &str| matches!(p.first(), Some(PathElement::Field(x)) if x == f);
-        let mut out = Set::default();
-        for p in set.paths() {
-            let status = root(&p, "status");
-            let keep = match p.as_slice() {
-                [PathElement::Field(f)] if f == "apiVersion" || f == "kind" || f == "metadata" => false,
-                [PathElement::Field(m), PathElement::Field(f)] if m == "metadata" => {
-                    !STRIPPED_META.contains(&f.as_str())
-                }
-                _ if self.subresource == "status" => status,
-                _ => !(self.has_status && status),
-            };
-            if keep {
-                out.insert(&p);
+        let field = |f: &str| PathElement::Field(f.to_string());
+        let mut out = set.clone();
+        for f in ["apiVersion", "kind", "metadata"] {
+            out.remove_member(&field(f));
+        }
+        if let Some(meta) = out.child_mut(&field("metadata")) {
+            for f in STRIPPED_META {
+                meta.remove_member(&field(f));
+                meta.remove_child(&field(f));
             }
         }
+        if self.subresource == "status" {
+            out.retain_root(&field("status"));
+        } else if self.has_status {
+            out.remove_member(&field("status"));
+            out.remove_child(&field("status"));
+        }
+        out.prune_empty();
         out
     }
 }
@@ -114,10 +122,17 @@ impl Managers {
     /// The entries of `metadata.managedFields`; an entry of another fieldsType or an unreadable set is an error.
     pub fn decode(entries: &[ManagedFieldsEntry]) -> Result<Managers, String> {
         let mut out = BTreeMap::new();
-        for e in entries {
-            let fields_type = e.fields_type.as_deref().unwrap_or_default();
-            if !fields_type.is_empty() && fields_type != "FieldsV1" {
-                return Err(format!("invalid fieldsType {fields_type:?}"));
+        for (i, e) in entries.iter().enumerate() {
+            if !matches!(e.operation.as_deref(), Some(APPLY | UPDATE)) {
+                return Err("operation must be `Apply` or `Update`".into());
+            }
+            if e.api_version.as_deref().unwrap_or_default().is_empty() {
+                return Err("apiVersion must not be empty".into());
+            }
+            match e.fields_type.as_deref().unwrap_or_default() {
+                "FieldsV1" => {}
+                "" => return Err(format!("missing fieldsType in managed fields entry {i}")),
+                other => return Err(format!("invalid fieldsType {other:?} in managed fields entry {i}")),
             }
             let set = match &e.fields_v1 {
                 Some(FieldsV1(v)) => Set::from_fields_v1(v)?,
@@ -191,6 +206,51 @@ impl Managers {
         let time = if changed.is_empty() { time } else { Some(now()) };
         self.0.insert(me, Owned { set, api_version: scope.api_version.to_string(), time });
         self.0.retain(|_, o| !o.set.is_empty());
+        self.cap_updaters();
+    }
+
+    /// At most [`MAX_UPDATERS`] Update entries, as apimachinery's capManagers keeps them: the oldest are folded, per
+    /// API version, into one `ancient-changes` entry, so that managers named after every client cannot grow an
+    /// object without bound.
+    fn cap_updaters(&mut self) {
+        let mut updaters: Vec<ManagerId> = self.0.keys().filter(|id| id.operation == UPDATE).cloned().collect();
+        if updaters.len() <= MAX_UPDATERS {
+            return;
+        }
+        let second = |o: &Owned| o.time.as_ref().map_or(0, |t| t.0.as_second());
+        updaters.sort_by(|a, b| (second(&self.0[a]), &a.manager).cmp(&(second(&self.0[b]), &b.manager)));
+        let mut first_of_version: BTreeMap<String, ManagerId> = BTreeMap::new();
+        let mut count = updaters.len();
+        for id in updaters {
+            if count <= MAX_UPDATERS {
+                break;
+            }
+            let Some(owned) = self.0.get(&id).cloned() else { continue };
+            let bucket = ManagerId {
+                manager: ANCIENT_CHANGES.into(),
+                operation: UPDATE.into(),
+                api_version: owned.api_version.clone(),
+                subresource: String::new(),
+            };
+            match first_of_version.get(&owned.api_version) {
+                None => {
+                    first_of_version.insert(owned.api_version.clone(), id);
+                }
+                Some(first) => {
+                    if !self.0.contains_key(&bucket) {
+                        if let Some(f) = self.0.remove(first) {
+                            self.0.insert(bucket.clone(), f);
+                        }
+                    }
+                    self.0.remove(&id);
+                    if let Some(b) = self.0.get_mut(&bucket) {
+                        b.set = b.set.union(&owned.set);
+                        b.time = owned.time;
+                    }
+                    count -= 1;
+                }
+            }
+        }
     }
 
     /// Applies `config` to `live` for `manager`; the object to store, or a conflict.
@@ -212,9 +272,10 @@ impl Managers {
             Err(Failure::Conflicts(conflicts)) if manager == KUBECTL && !force => {
                 // kubectl upgrading from client-side apply: conflicts on fields its last-applied annotation set (to
                 // the live values) are its own.
-                let allowed = last_applied_fields(scope, live);
-                if allowed.is_none_or(|a| conflicts.iter().any(|(_, p)| !a.contains(p))) {
-                    return Err(Failure::Conflicts(conflicts).into());
+                let allowed = last_applied_fields(scope, live).unwrap_or_default();
+                let uncovered: Vec<_> = conflicts.into_iter().filter(|(_, p)| !allowed.contains(p)).collect();
+                if !uncovered.is_empty() {
+                    return Err(Failure::Conflicts(uncovered).into());
                 }
                 *self = before;
                 self.apply_once(scope, live, config, manager, true)?
@@ -238,16 +299,10 @@ impl Managers {
         let previous = self.0.remove(&me);
         let time = previous.as_ref().and_then(|o| o.time.clone());
         self.0.insert(me.clone(), Owned { set, api_version: scope.api_version.to_string(), time });
-        // Prune: what this manager applied last time and not now goes, unless someone (this apply included) owns it
-        // or something in it. A field or item still owned in part stays, and its parts that are no one's go one by
-        // one (structured-merge-diff removes it and adds the owned parts back).
+        // Prune: what this manager applied last time and not now goes, unless someone (this apply included) owns it.
         if let Some(last) = previous {
             let owned = self.0.values().fold(Set::default(), |acc, o| acc.union(&o.set));
-            for path in last.set.difference(&owned).paths() {
-                if !owned.has_below(&path) {
-                    walk::remove(&mut merged, &path);
-                }
-            }
+            walk::prune(&mut merged, scope.shape, &last.set.difference(&owned), Some(&owned));
         }
         let cmp = walk::compare(live, &merged, scope.shape);
         let changed = scope.filter(&cmp.changed());
@@ -268,6 +323,7 @@ impl Managers {
             }
         }
         self.0.retain(|_, o| !o.set.is_empty());
+        self.cap_updaters();
         Ok(merged)
     }
 }
@@ -322,6 +378,10 @@ impl From<Failure> for ApiError {
 fn last_applied_fields(scope: &Scope, live: &Value) -> Option<Set> {
     let text = live.pointer("/metadata/annotations")?.get(LAST_APPLIED)?.as_str()?;
     let last: Value = serde_json::from_str(text).ok()?;
+    // Only an annotation of the version applied in says what the applier set.
+    if last.get("apiVersion").and_then(Value::as_str) != Some(scope.api_version) {
+        return None;
+    }
     let set = walk::to_set(&last, scope.shape).ok()?;
     let cmp = walk::compare(&last, live, scope.shape);
     Some(set.difference(&cmp.modified).difference(&cmp.added).difference(&cmp.removed))
@@ -329,8 +389,9 @@ fn last_applied_fields(scope: &Scope, live: &Value) -> Option<Set> {
 
 /// kubectl's server-side applies keep the client-side apply annotation, where there is one, in step with the
 /// applied configuration, so that a later client-side apply computes the right patch.
-fn keep_last_applied(mut merged: Value, live: &Value, config: &Value, manager: &str) -> Value {
-    let has = live.pointer("/metadata/annotations").and_then(|a| a.get(LAST_APPLIED)).is_some();
+fn keep_last_applied(mut merged: Value, _live: &Value, config: &Value, manager: &str) -> Value {
+    let annotations = merged.pointer("/metadata/annotations").and_then(Value::as_object);
+    let has = annotations.and_then(|a| a.get(LAST_APPLIED)).and_then(Value::as_str).is_some_and(|s| !s.is_empty());
     if manager != KUBECTL || !has {
         return merged;
     }
@@ -340,6 +401,11 @@ fn keep_last_applied(mut merged: Value, live: &Value, config: &Value, manager: &
     }
     if let Some(a) = merged.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
         a.insert(LAST_APPLIED.into(), Value::from(applied.to_string()));
+        // Too large for the annotations' limit: dropped rather than failing the apply, as apimachinery does.
+        let size: usize = a.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum();
+        if size > MAX_ANNOTATIONS_BYTES {
+            a.remove(LAST_APPLIED);
+        }
     }
     merged
 }

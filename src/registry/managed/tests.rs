@@ -179,7 +179,8 @@ fn fields_left_out_of_an_apply_are_removed_unless_owned() {
     w.apply("b", obj(json!({"y": "y"})), false).unwrap();
     w.apply("a", obj(json!({"tags": ["u"]})), false).unwrap();
     // x, the item and tag t were a's alone: gone; y is b's too: kept.
-    assert_eq!(w.object["spec"], json!({"y": "y", "byName": [], "tags": ["u"]}));
+    // byName held only a's item: the field goes with it, as structured-merge-diff removes a declared field.
+    assert_eq!(w.object["spec"], json!({"y": "y", "tags": ["u"]}));
     assert_eq!(w.owners()["a/Apply"], [r#".spec.tags[="u"]"#]);
 }
 
@@ -193,6 +194,52 @@ fn a_partly_owned_field_is_not_pruned_whole() {
     m.set.insert(&[PathElement::Field("spec".into()), PathElement::Field("data".into())]);
     w.apply("a", obj(json!({"byName": [{"name": "n", "v": 1}]})), false).unwrap();
     assert_eq!(w.object["spec"], json!({"byName": [{"name": "n", "v": 1}]}), "the list stays, data goes");
+}
+
+#[test]
+fn a_list_item_is_pruned_whole_even_with_parts_owned_by_others() {
+    let mut w = World::new();
+    w.apply("a", obj(json!({"x": 1, "byName": [{"name": "n", "v": 1}]})), false).unwrap();
+    let mut new = w.object.clone();
+    new["spec"]["byName"][0]["w"] = json!(2);
+    w.update("b", new);
+    w.apply("a", obj(json!({"x": 1})), false).unwrap();
+    // As structured-merge-diff: the item goes (never a keyless half item), and b owns nothing any more.
+    assert_eq!(w.object["spec"], json!({"x": 1, "byName": []}));
+    assert!(!w.owners().contains_key("b/Update"), "{:?}", w.owners());
+}
+
+#[test]
+fn null_in_a_configuration_keeps_what_others_set() {
+    let mut w = World::new();
+    let mut live = obj(json!({"data": {"k": 1}}));
+    live["metadata"]["annotations"] = json!({"team": "a"});
+    w.update("someone", live);
+    let mut config = obj(json!({"data": null}));
+    config["metadata"]["annotations"] = Value::Null;
+    w.apply("helm", config, true).unwrap();
+    assert_eq!(w.object["metadata"]["annotations"], json!({"team": "a"}));
+    assert_eq!(w.object["spec"]["data"], json!({"k": 1}));
+    // A scalar set to null is null.
+    w.apply("helm", obj(json!({"x": null})), true).unwrap();
+    assert_eq!(w.object["spec"]["x"], Value::Null);
+}
+
+#[test]
+fn update_managers_are_capped_at_ten() {
+    let mut w = World::new();
+    for i in 0..13 {
+        let mut new = w.object.clone();
+        if new["spec"].get("data").is_none() {
+            new["spec"]["data"] = json!({});
+        }
+        new["spec"]["data"][format!("k{i}")] = json!(i);
+        w.update(&format!("client-{i:02}"), new);
+    }
+    let owners = w.owners();
+    let updaters: Vec<&String> = owners.keys().filter(|k| k.ends_with("/Update")).collect();
+    assert_eq!(updaters.len(), 10, "{owners:?}");
+    assert!(owners.contains_key("ancient-changes/Update"), "{owners:?}");
 }
 
 #[test]
@@ -266,8 +313,11 @@ fn managed_fields_round_trip_and_sort_as_upstream() {
     assert!(entries.iter().all(|e| e.time.is_some() && e.fields_type.as_deref() == Some("FieldsV1")));
     let again = Managers::decode(&entries).unwrap().encode().unwrap();
     assert_eq!(again, entries);
-    // `[{}]`, kube's way to clear: decodes to a manager owning nothing, which is dropped.
-    assert!(Managers::decode(&[ManagedFieldsEntry::default()]).unwrap().encode().is_none());
+    // Entries kube-apiserver would not decode are refused (an update then keeps the current ones).
+    assert!(Managers::decode(&[ManagedFieldsEntry::default()]).is_err());
+    let mut bad = entries[0].clone();
+    bad.fields_type = Some("FieldsV2".into());
+    assert!(Managers::decode(&[bad]).is_err());
 }
 
 #[test]

@@ -129,20 +129,34 @@ pub fn merge(live: &Value, config: &Value, shape: &Shape) -> Result<Value, Strin
 }
 
 fn merge_at(live: &Value, config: &Value, shape: &Shape, path: &mut Vec<PathElement>) -> Result<Value, String> {
+    if config.is_null() {
+        // A granular object or list set to null merges as an empty one: the live entries stay (structured-merge-diff
+        // reads null as empty there), and the applier owns the field as a whole.
+        let keeps = match (shape, live) {
+            (Shape::Object { atomic: false, .. } | Shape::Untyped, Value::Object(_)) => true,
+            (Shape::List { kind, .. }, Value::Array(_)) => *kind != ListKind::Atomic,
+            _ => false,
+        };
+        return Ok(if keeps { live.clone() } else { Value::Null });
+    }
     match (node(shape, config), live, config) {
         (Node::Object(fields, values), Value::Object(l), Value::Object(c)) => {
-            let mut out = l.clone();
-            for (k, cv) in c {
-                let merged = match l.get(k) {
-                    Some(lv) => {
+            // Each live entry is copied once: those the configuration names are merged, the others taken as they are.
+            let mut out = Map::new();
+            for (k, lv) in l {
+                let merged = match c.get(k) {
+                    Some(cv) => {
                         path.push(PathElement::Field(k.clone()));
                         let m = merge_at(lv, cv, field_shape(fields, values, k), path)?;
                         path.pop();
                         m
                     }
-                    None => cv.clone(),
+                    None => lv.clone(),
                 };
                 out.insert(k.clone(), merged);
+            }
+            for (k, cv) in c.iter().filter(|(k, _)| !l.contains_key(*k)) {
+                out.insert(k.clone(), cv.clone());
             }
             Ok(Value::Object(out))
         }
@@ -321,40 +335,50 @@ fn compare_leaf(old: Option<&Value>, new: Option<&Value>, path: &[PathElement], 
     }
 }
 
-/// Whether the JSON text `json` (an element's key or value) is `v`.
-fn same_json(json: &str, v: &Value) -> bool {
-    serde_json::from_str::<Value>(json).is_ok_and(|j| j == *v)
-}
-
-/// Removes the field or item at `path` from `v`, if it is there.
-pub fn remove(v: &mut Value, path: &[PathElement]) {
-    let matches = |pe: &PathElement, item: &Value| match pe {
-        PathElement::Key(k) => k.iter().all(|(name, json)| item.get(name).is_some_and(|x| same_json(json, x))),
-        PathElement::Value(json) => same_json(json, item),
-        _ => false,
-    };
-    match path {
-        [] => {}
-        [last] => match (last, v) {
-            (PathElement::Field(f), Value::Object(m)) => {
-                m.remove(f);
+/// Removes from `v` what `remove` names, structured-merge-diff's prune: a list item or map entry in it goes whole;
+/// a declared field in it (or whose parts in it are all that was there) goes whole unless someone still owns
+/// something in it, in which case only those of its parts in `remove` go. One walk: each item's element is computed
+/// once.
+pub fn prune(v: &mut Value, shape: &Shape, remove: &Set, owned: Option<&Set>) {
+    let owned_below = |pe: &PathElement| owned.and_then(|o| o.child(pe)).is_some_and(|c| !c.is_empty());
+    let owned_member = |pe: &PathElement| owned.is_some_and(|o| o.contains(std::slice::from_ref(pe)));
+    match node(shape, v) {
+        Node::Leaf => {}
+        Node::Object(fields, values) => {
+            let Some(m) = v.as_object_mut() else { return };
+            let keys: Vec<String> = m.keys().cloned().collect();
+            for k in keys {
+                let pe = PathElement::Field(k.clone());
+                let named = remove.contains(std::slice::from_ref(&pe));
+                let below = remove.child(&pe);
+                let whole = match fields.contains_key(&k) {
+                    true => (named || below.is_some()) && !owned_below(&pe) && !owned_member(&pe),
+                    false => named,
+                };
+                if whole {
+                    m.remove(&k);
+                } else if let (Some(below), Some(child)) = (below, m.get_mut(&k)) {
+                    prune(child, field_shape(fields, values, &k), below, owned.and_then(|o| o.child(&pe)));
+                }
             }
-            (PathElement::Index(i), Value::Array(a)) if *i < a.len() => {
-                a.remove(*i);
-            }
-            (pe, Value::Array(a)) => a.retain(|item| !matches(pe, item)),
-            _ => {}
-        },
-        [first, rest @ ..] => {
-            let child = match (first, v) {
-                (PathElement::Field(f), Value::Object(m)) => m.get_mut(f),
-                (PathElement::Index(i), Value::Array(a)) => a.get_mut(*i),
-                (pe, Value::Array(a)) => a.iter_mut().find(|item| matches(pe, item)),
-                _ => None,
-            };
-            if let Some(child) = child {
-                remove(child, rest);
-            }
+        }
+        Node::List(items, kind) => {
+            let Some(list) = v.as_array_mut() else { return };
+            let mut index = 0;
+            list.retain_mut(|item| {
+                let Ok(pe) = item_element(item, kind, index) else {
+                    index += 1;
+                    return true;
+                };
+                index += 1;
+                if remove.contains(std::slice::from_ref(&pe)) {
+                    return false;
+                }
+                if let Some(below) = remove.child(&pe) {
+                    prune(item, items, below, owned.and_then(|o| o.child(&pe)));
+                }
+                true
+            });
         }
     }
 }
