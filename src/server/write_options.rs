@@ -41,14 +41,10 @@ pub(super) fn write_options(q: &QueryParams, options_kind: &str, headers: &Heade
         return Err(ApiError::invalid(options_kind, "meta.k8s.io", "", errs));
     }
     let manager = match q.field_manager.as_str() {
-        "" => {
-            let ua = headers.get("user-agent").map(|v| String::from_utf8_lossy(v.as_bytes())).unwrap_or_default();
-            match manager_from_user_agent(&ua) {
-                // apimachinery's name for a manager it cannot name.
-                m if m.is_empty() => "unknown".to_string(),
-                m => m,
-            }
-        }
+        // Empty when there is no User-Agent either: the field manager names that writer `unknown`.
+        "" => manager_from_user_agent(
+            &headers.get("user-agent").map(|v| String::from_utf8_lossy(v.as_bytes())).unwrap_or_default(),
+        ),
         m => m.to_string(),
     };
     Ok(WriteOptions { dry_run, field_validation, manager })

@@ -25,6 +25,8 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// How many Update entries an object keeps, and the entry older ones are folded into (apimachinery's defaults).
 const MAX_UPDATERS: usize = 10;
 const ANCIENT_CHANGES: &str = "ancient-changes";
+/// The name of a writer that gave none (no fieldManager, no User-Agent).
+const UNKNOWN_MANAGER: &str = "unknown";
 /// The largest the annotations may grow by the last-applied annotation kubectl's applies keep in step.
 const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 /// The manager given the fields of an object that had none recorded when it is first applied to.
@@ -44,6 +46,16 @@ struct ManagerId {
 }
 
 impl ManagerId {
+    /// An applier is the same manager whatever API version it applies in, so its identity leaves the version out.
+    fn new(manager: &str, operation: &str, api_version: &str, subresource: &str) -> ManagerId {
+        ManagerId {
+            manager: manager.to_string(),
+            operation: operation.to_string(),
+            api_version: if operation == APPLY { String::new() } else { api_version.to_string() },
+            subresource: subresource.to_string(),
+        }
+    }
+
     /// As upstream prints a manager in a conflict.
     fn describe(&self) -> String {
         let mut s = format!("{:?}", self.manager);
@@ -79,13 +91,10 @@ pub struct Scope<'a> {
 }
 
 impl Scope<'_> {
+    /// The writer's identity; a writer without a name is `unknown`, as apimachinery names it.
     fn id(&self, manager: &str, operation: &str) -> ManagerId {
-        ManagerId {
-            manager: manager.to_string(),
-            operation: operation.to_string(),
-            api_version: if operation == APPLY { String::new() } else { self.api_version.to_string() },
-            subresource: self.subresource.to_string(),
-        }
+        let manager = if manager.is_empty() { UNKNOWN_MANAGER } else { manager };
+        ManagerId::new(manager, operation, self.api_version, self.subresource)
     }
 
     /// The fields a write here can own: no server bookkeeping (apiVersion, kind, metadata's identity and
@@ -113,11 +122,6 @@ impl Scope<'_> {
     }
 }
 
-fn now() -> Time {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
-}
-
 impl Managers {
     /// The entries of `metadata.managedFields`; an entry of another fieldsType or an unreadable set is an error.
     pub fn decode(entries: &[ManagedFieldsEntry]) -> Result<Managers, String> {
@@ -140,12 +144,9 @@ impl Managers {
             };
             let operation = e.operation.clone().unwrap_or_default();
             let api_version = e.api_version.clone().unwrap_or_default();
-            let id = ManagerId {
-                manager: e.manager.clone().unwrap_or_default(),
-                api_version: if operation == APPLY { String::new() } else { api_version.clone() },
-                operation,
-                subresource: e.subresource.clone().unwrap_or_default(),
-            };
+            let (manager, subresource) = (e.manager.as_deref(), e.subresource.as_deref());
+            let id =
+                ManagerId::new(manager.unwrap_or_default(), &operation, &api_version, subresource.unwrap_or_default());
             out.insert(id, Owned { set, api_version, time: e.time.clone() });
         }
         Ok(Managers(out))
@@ -203,7 +204,7 @@ impl Managers {
         let mine = self.0.remove(&me);
         let (previous, time) = mine.map_or((Set::default(), None), |o| (o.set, o.time));
         let set = previous.difference(&removed).union(&changed);
-        let time = if changed.is_empty() { time } else { Some(now()) };
+        let time = if changed.is_empty() { time } else { Some(super::now()) };
         self.0.insert(me, Owned { set, api_version: scope.api_version.to_string(), time });
         self.0.retain(|_, o| !o.set.is_empty());
         self.cap_updaters();
@@ -226,12 +227,7 @@ impl Managers {
                 break;
             }
             let Some(owned) = self.0.get(&id).cloned() else { continue };
-            let bucket = ManagerId {
-                manager: ANCIENT_CHANGES.into(),
-                operation: UPDATE.into(),
-                api_version: owned.api_version.clone(),
-                subresource: String::new(),
-            };
+            let bucket = ManagerId::new(ANCIENT_CHANGES, UPDATE, &owned.api_version, "");
             match first_of_version.get(&owned.api_version) {
                 None => {
                     first_of_version.insert(owned.api_version.clone(), id);
@@ -282,7 +278,7 @@ impl Managers {
             }
             result => result?,
         };
-        Ok(keep_last_applied(merged, live, config, manager))
+        Ok(keep_last_applied(merged, config, manager))
     }
 
     fn apply_once(
@@ -319,7 +315,7 @@ impl Managers {
         }
         if &merged != live {
             if let Some(o) = self.0.get_mut(&me) {
-                o.time = Some(now());
+                o.time = Some(super::now());
             }
         }
         self.0.retain(|_, o| !o.set.is_empty());
@@ -389,7 +385,7 @@ fn last_applied_fields(scope: &Scope, live: &Value) -> Option<Set> {
 
 /// kubectl's server-side applies keep the client-side apply annotation, where there is one, in step with the
 /// applied configuration, so that a later client-side apply computes the right patch.
-fn keep_last_applied(mut merged: Value, _live: &Value, config: &Value, manager: &str) -> Value {
+fn keep_last_applied(mut merged: Value, config: &Value, manager: &str) -> Value {
     let annotations = merged.pointer("/metadata/annotations").and_then(Value::as_object);
     let has = annotations.and_then(|a| a.get(LAST_APPLIED)).and_then(Value::as_str).is_some_and(|s| !s.is_empty());
     if manager != KUBECTL || !has {
