@@ -12,8 +12,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use migration_apiserver::csi;
 use serde_json::{json, Value};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1151,16 +1150,7 @@ async fn call(c: &kube::Client, method: Method, path: &str, body: Vec<u8>) -> (u
 // migration-apiserver translate
 
 fn translate(args: &[&str], input: &str) -> (bool, String, String) {
-    let mut child = Command::new(BIN)
-        .arg("translate")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn translate");
-    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
-    let out = child.wait_with_output().expect("output");
+    let out = translate_cli(args, input.as_bytes());
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 

@@ -20,9 +20,8 @@ mod common;
 mod tables;
 
 use common::requests::post;
-use common::{Server, BIN};
+use common::{translate_cli, Server, BIN};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::process::{Command, Stdio};
 use tables::{Case, Failure, Input, Outcome};
 
@@ -33,17 +32,8 @@ const TRANSLATIONS: &str = "/apis/migration.k8s.io/v1alpha1/csitranslations";
 
 /// `migration-apiserver translate <args>` with `doc` as JSON on stdin.
 fn translate_command(args: &[&str], doc: Option<&Value>) -> Outcome {
-    let mut child = Command::new(BIN)
-        .arg("translate")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn translate");
     let input = doc.map(|d| serde_json::to_vec(d).expect("json")).unwrap_or_default();
-    child.stdin.take().expect("stdin").write_all(&input).expect("write stdin");
-    let out = child.wait_with_output().expect("output");
+    let out = translate_cli(args, &input);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         return Ok(if doc.is_some() {
