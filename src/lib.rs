@@ -1,6 +1,7 @@
 //! migration-apiserver: an aggregated API server and admission webhook server for storage version migration.
 pub mod api;
 pub mod auth;
+pub mod byte_size;
 pub mod cli;
 pub mod csi;
 pub mod duration;

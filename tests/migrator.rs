@@ -190,13 +190,13 @@ async fn wait_metric(m: &Server, prefix: &str, value: f64) -> String {
 const LABEL: &str = "resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\"";
 
 /// (b) A flaky target: dropped connections (before and after the write reached the target), 429 with Retry-After,
-/// 500 and 503, 410 on LISTs (injected by the proxy, and real ones: the target keeps little history and the
-/// migration's own writes expire its continue tokens), plus concurrent deletes and writes. The migration succeeds;
+/// 500 and 503, 410 on LISTs (injected by the proxy, and real ones: the target keeps little history and no list
+/// snapshots, so the migration's own writes expire its continue tokens), plus concurrent deletes and writes. The migration succeeds;
 /// every object is rewritten, or was deleted meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flaky_target_migration_succeeds_and_rewrites_everything() {
     const N: usize = 300;
-    let mut target = stale_target(N, 3, &["--watch-history", "100"]).await;
+    let mut target = stale_target(N, 3, &["--watch-history", "100", "--list-snapshot-timeout", "0"]).await;
     let tc = target.client().await;
     let before = resource_versions(&tc).await;
     assert_eq!(before.len(), N);

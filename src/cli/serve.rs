@@ -9,7 +9,7 @@ use crate::server::{router, AppState};
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use crate::storage::encryption::{EncryptedStorage, EncryptionConfig};
 use crate::storage::etcd::{EtcdOptions, EtcdStorage};
-use crate::storage::Storage;
+use crate::storage::{HistoryLimit, Storage};
 use clap::ValueEnum;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -57,9 +57,23 @@ pub struct ServeArgs {
     /// Objects larger than this (encoded) are rejected.
     #[arg(long, default_value_t = 1536 * 1024)]
     pub max_object_bytes: usize,
-    /// Events kept for watch resumption and consistent paged lists.
+    /// Events kept in memory for watch resumption (a watch from an older resourceVersion gets 410 Gone).
     #[arg(long, default_value_t = 100_000)]
     pub watch_history: usize,
+    /// Memory the watch history may take (keys, values and previous values of its events); whichever of this and
+    /// --watch-history is reached first drops the oldest events. Quantity: 64Mi, 1Gi, ...
+    #[arg(long, default_value = "64Mi", value_parser = crate::byte_size::parse_byte_size)]
+    pub watch_history_bytes: usize,
+    /// Page cache of the embedded store (redb): reads of objects not in it go to the file (and the kernel's page
+    /// cache, which is not counted in the server's RSS). Quantity: 128Mi, 1Gi, ...
+    #[arg(long, default_value = "128Mi", value_parser = crate::byte_size::parse_byte_size)]
+    pub storage_cache_size: usize,
+    /// How long the embedded store keeps a chunked list's snapshot after its last page: continue tokens within it
+    /// read the first page's state at a cost independent of the store's size and of the writes since; older ones
+    /// fall back to the watch history, then 410 Gone. A pinned snapshot makes the file grow by what is written
+    /// meanwhile (at most 5 minutes' worth, longer only with a longer timeout); 0 pins none.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub list_snapshot_timeout: Duration,
     /// How often watches that allow bookmarks get one.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub watch_bookmark_interval: Duration,
@@ -208,16 +222,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // before it rewrites the certificate directory's admin.kubeconfig for its own port. Values have room for the
     // encryption envelope and metadata on top of the largest object.
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
+    let history = HistoryLimit { events: args.watch_history, bytes: args.watch_history_bytes };
     let storage: Arc<dyn Storage> = if args.etcd.enabled() {
         let client = args.etcd.connect().await?;
-        let opts = EtcdOptions {
-            history: args.watch_history,
-            max_value_bytes,
-            compaction_interval: args.etcd.compaction_interval,
-        };
+        let opts = EtcdOptions { history, max_value_bytes, compaction_interval: args.etcd.compaction_interval };
         EtcdStorage::open(client, &args.etcd.prefix, opts).await?
     } else {
-        EmbeddedStorage::open(&args.data_dir, EmbeddedOptions { history: args.watch_history, max_value_bytes })?
+        let opts = EmbeddedOptions {
+            history,
+            max_value_bytes,
+            cache_bytes: args.storage_cache_size,
+            list_snapshot_idle: args.list_snapshot_timeout,
+        };
+        EmbeddedStorage::open(&args.data_dir, opts)?
     };
     let storage: Arc<dyn Storage> = match encryption {
         Some(config) => {

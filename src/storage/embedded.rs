@@ -7,7 +7,8 @@
 //! [`MAX_BATCH`]), applies them all in one write transaction (a failed precondition consumes no revision), commits
 //! durably, publishes the events to the hub, and only then replies: an acknowledged write has been fsynced.
 
-use super::hub::{WatchHub, DEFAULT_HISTORY};
+use super::hub::{HistoryLimit, WatchHub};
+use super::snapshots::{self, Snapshots};
 use super::{Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -36,16 +37,25 @@ const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {
-    /// How many events the in-memory history (watch replay, consistent paged lists) keeps.
-    pub history: usize,
+    /// What the in-memory history (watch replay, continue tokens whose snapshot is gone) keeps.
+    pub history: HistoryLimit,
     /// The largest value accepted.
     pub max_value_bytes: usize,
+    /// redb's page cache (its own default is 1 GiB, which a server holding a large store fills).
+    pub cache_bytes: usize,
+    /// How long a chunked list's snapshot is kept after its last page (see `snapshots`); zero pins none.
+    pub list_snapshot_idle: Duration,
 }
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
         // etcd's default request size limit.
-        Self { history: DEFAULT_HISTORY, max_value_bytes: 1536 * 1024 }
+        Self {
+            history: HistoryLimit::default(),
+            max_value_bytes: 1536 * 1024,
+            cache_bytes: 128 << 20,
+            list_snapshot_idle: snapshots::DEFAULT_IDLE,
+        }
     }
 }
 
@@ -58,6 +68,8 @@ pub struct EmbeddedStorage {
     writer: Option<std::thread::JoinHandle<()>>,
     opts: EmbeddedOptions,
     path: PathBuf,
+    /// Snapshots pinned by chunked lists (shared with the writer, which prunes them).
+    snapshots: Arc<Snapshots>,
 }
 
 enum OpKind {
@@ -108,7 +120,7 @@ impl EmbeddedStorage {
         std::fs::create_dir_all(dir)
             .map_err(|e| StorageError::Unavailable(format!("creating {}: {e}", dir.display())))?;
         let path = dir.join("store.redb");
-        let db = Database::create(&path).map_err(|e| match e {
+        let db = Database::builder().set_cache_size(opts.cache_bytes).create(&path).map_err(|e| match e {
             // redb locks the file (flock) for as long as it is open.
             redb::DatabaseError::DatabaseAlreadyOpen => StorageError::Unavailable(format!(
                 "the data directory {} is in use by another process ({} is locked)",
@@ -131,13 +143,20 @@ impl EmbeddedStorage {
         let hub = Arc::new(WatchHub::new(revision, opts.history));
         let current = Arc::new(AtomicU64::new(revision));
         let (tx, rx) = mpsc::channel(QUEUE);
-        let writer = Writer { db: db.clone(), hub: hub.clone(), current: current.clone(), revision };
+        let snapshots = Arc::new(Snapshots::new(opts.list_snapshot_idle));
+        let writer = Writer {
+            db: db.clone(),
+            hub: hub.clone(),
+            current: current.clone(),
+            revision,
+            snapshots: snapshots.clone(),
+        };
         let handle = std::thread::Builder::new()
             .name("storage-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StorageError::Internal(format!("starting the writer thread: {e}")))?;
         tracing::info!(path = %path.display(), revision, "opened embedded storage");
-        Ok(Arc::new(Self { db, hub, revision: current, ops: Some(tx), writer: Some(handle), opts, path }))
+        Ok(Arc::new(Self { db, hub, revision: current, ops: Some(tx), writer: Some(handle), opts, path, snapshots }))
     }
 
     /// The database file.
@@ -169,6 +188,7 @@ impl EmbeddedStorage {
 impl Drop for EmbeddedStorage {
     fn drop(&mut self) {
         // Closing the queue lets the writer finish what is queued and exit; joining releases the file.
+        self.snapshots.clear();
         self.ops.take();
         if let Some(handle) = self.writer.take() {
             if handle.join().is_err() {
@@ -183,6 +203,7 @@ struct Writer {
     hub: Arc<WatchHub>,
     current: Arc<AtomicU64>,
     revision: Revision,
+    snapshots: Arc<Snapshots>,
 }
 
 /// The outcome of one batch: a result per op, the events of the successful ones, and the new revision.
@@ -209,6 +230,8 @@ impl Writer {
                         self.revision = applied.revision;
                         self.current.store(applied.revision, Ordering::Release);
                         self.hub.publish(applied.events);
+                        // Writes are what a pinned snapshot costs (pages held back): drop the expired ones now.
+                        self.snapshots.prune();
                     }
                     for (op, result) in batch.drain(..).zip(applied.results) {
                         let _ = op.reply.send(result);
@@ -350,12 +373,15 @@ type StoredEntry = (AccessGuard<'static, &'static str>, AccessGuard<'static, &'s
 
 /// Reads a page of keys under `prefix` from `objects`, with `overlay` (if any) replacing the values of the keys
 /// it holds.
+/// `known_remaining`, the number of keys under the prefix after `start_after` when a page before counted them,
+/// spares counting the rest of the collection.
 fn list_page(
     objects: &ReadOnlyTable<&'static str, &'static [u8]>,
     prefix: &str,
     start_after: Option<&str>,
     limit: usize,
     overlay: &Overlay,
+    known_remaining: Option<u64>,
 ) -> Result<(Vec<KeyValue>, u64)> {
     let lower = match start_after {
         Some(s) if s >= prefix => Bound::Excluded(s),
@@ -393,6 +419,9 @@ fn list_page(
             (Some((k, _)), Some(kv)) => k.value() < kv.key.as_str(),
         };
         let full = limit != 0 && items.len() >= limit;
+        if full && known_remaining.is_some() {
+            break;
+        }
         if from_db {
             if full {
                 remaining += 1;
@@ -408,6 +437,7 @@ fn list_page(
             }
         }
     }
+    let remaining = known_remaining.map_or(remaining, |known| known.saturating_sub(items.len() as u64));
     Ok((items, remaining))
 }
 
@@ -423,26 +453,41 @@ impl Storage for EmbeddedStorage {
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
-        let txn = self.db.begin_read().map_err(unavailable)?;
-        let snapshot = read_revision(&txn)?;
-        let (overlay, revision) = match opts.revision {
-            Some(r) if r < snapshot => {
-                // Every event up to the snapshot must be in the ring before it can be rolled back to `r`.
-                tokio::time::timeout(PUBLISH_TIMEOUT, self.hub.wait_published(snapshot))
-                    .await
-                    .map_err(|_| StorageError::Unavailable(format!("revision {snapshot} was not published in time")))?;
-                let history = self.hub.history_between(r, snapshot, prefix)?;
-                (build_overlay(&history), r)
+        let start_after = opts.start_after.as_deref();
+        // A continue page whose first page pinned its snapshot reads that snapshot: no history to replay.
+        let pinned = opts.revision.and_then(|r| self.snapshots.get(r, prefix, start_after).map(|s| (r, s)));
+        // `exact`: the table is the store as of `revision` (not a later state with an overlay), so it may be pinned.
+        let (objects, revision, overlay, known_remaining, exact) = match pinned {
+            Some((r, snap)) => (snap.table, r, Overlay::new(), snap.remaining_after_start, true),
+            None => {
+                let txn = self.db.begin_read().map_err(unavailable)?;
+                let snapshot = read_revision(&txn)?;
+                let (overlay, revision) = match opts.revision {
+                    Some(r) if r < snapshot => {
+                        // Every event up to the snapshot must be in the ring before it can be rolled back to `r`.
+                        tokio::time::timeout(PUBLISH_TIMEOUT, self.hub.wait_published(snapshot)).await.map_err(
+                            |_| StorageError::Unavailable(format!("revision {snapshot} was not published in time")),
+                        )?;
+                        let history = self.hub.history_between(r, snapshot, prefix)?;
+                        (build_overlay(&history), r)
+                    }
+                    _ => (Overlay::new(), snapshot),
+                };
+                let table = Arc::new(txn.open_table(OBJECTS).map_err(unavailable)?);
+                (table, revision, overlay, None, revision == snapshot)
             }
-            _ => (Overlay::new(), snapshot),
         };
-        let objects = txn.open_table(OBJECTS).map_err(unavailable)?;
-        let prefix = prefix.to_owned();
+        let table = objects.clone();
+        let (page_prefix, start, limit) = (prefix.to_owned(), opts.start_after.clone(), opts.limit);
         let (items, remaining) = tokio::task::spawn_blocking(move || {
-            list_page(&objects, &prefix, opts.start_after.as_deref(), opts.limit, &overlay)
+            list_page(&table, &page_prefix, start.as_deref(), limit, &overlay, known_remaining)
         })
         .await
         .map_err(|e| StorageError::Internal(format!("list task failed: {e}")))??;
+        // A page with more to come pins what it read, for the pages after it.
+        if let (Some(last), true, true) = (items.last(), remaining > 0, exact) {
+            self.snapshots.pin(revision, &objects, prefix, &last.key, remaining);
+        }
         Ok(ListResult { items, revision, more: remaining > 0, remaining })
     }
 

@@ -4,7 +4,7 @@ use super::*;
 use std::collections::HashSet;
 
 fn opts(history: usize) -> EmbeddedOptions {
-    EmbeddedOptions { history, max_value_bytes: 1024 }
+    EmbeddedOptions { history: HistoryLimit::events(history), max_value_bytes: 1024, ..EmbeddedOptions::default() }
 }
 
 fn open(dir: &Path, history: usize) -> Arc<EmbeddedStorage> {
@@ -169,6 +169,64 @@ async fn consistent_list_at_old_revision() {
     let mid = s.list("/p/", page(None, 0, Some(9))).await.expect("list");
     assert_eq!(keys(&mid), ["/p/a", "/p/b", "/p/bb", "/p/c", "/p/e"]);
     assert_eq!(mid.items[3].value, b("new"));
+}
+
+/// A continue page reads the snapshot its first page pinned: consistent at the first page's revision however many
+/// writes followed, even when they overflowed the history, and its `remaining` without counting again.
+#[tokio::test]
+async fn continue_pages_read_the_pinned_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = open(dir.path(), 2);
+    for i in 0..10 {
+        s.create(&format!("/p/{i:02}"), b("old")).await.expect("create");
+    }
+    let p1 = s.list("/p/", page(None, 3, None)).await.expect("list");
+    assert_eq!((p1.revision, p1.more, p1.remaining), (10, true, 7));
+    for i in 0..10 {
+        s.update(&format!("/p/{i:02}"), b("new"), i + 1).await.expect("update");
+    }
+    s.delete("/p/05", None).await.expect("delete");
+    s.create("/p/035", b("new")).await.expect("create");
+    // Rolling back through the history is impossible now: only the snapshot can answer.
+    assert!(matches!(s.list("/p/", page(None, 0, Some(11))).await, Err(StorageError::Expired { .. })));
+
+    let p2 = s.list("/p/", page(Some("/p/02"), 3, Some(10))).await.expect("continue");
+    assert_eq!(keys(&p2), ["/p/03", "/p/04", "/p/05"]);
+    assert!(p2.items.iter().all(|kv| kv.value == b("old") && kv.mod_revision < 11));
+    assert_eq!((p2.revision, p2.more, p2.remaining), (10, true, 4));
+    let p3 = s.list("/p/", page(Some("/p/05"), 10, Some(10))).await.expect("continue");
+    assert_eq!(keys(&p3), ["/p/06", "/p/07", "/p/08", "/p/09"]);
+    assert_eq!((p3.more, p3.remaining), (false, 0));
+    // A page whose start no earlier page ended at counts for itself.
+    let odd = s.list("/p/", page(Some("/p/07"), 1, Some(10))).await.expect("continue");
+    assert_eq!((keys(&odd), odd.remaining), (vec!["/p/08"], 1));
+    // The latest state is untouched by the snapshot.
+    let latest = s.list("/p/", page(None, 0, None)).await.expect("list");
+    assert_eq!(latest.items.len(), 10);
+    assert!(latest.items.iter().all(|kv| kv.value == b("new")));
+}
+
+/// At most `MAX_PINNED` snapshots are kept: the least recently used goes, and its continue token falls back to
+/// the history (expired here).
+#[tokio::test]
+async fn pinned_snapshots_are_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = open(dir.path(), 1);
+    for k in ["/p/a", "/p/b", "/p/c"] {
+        s.create(k, b("v")).await.expect("create");
+    }
+    let mut revisions = Vec::new();
+    for _ in 0..=snapshots::MAX_PINNED {
+        let first = s.list("/p/", page(None, 1, None)).await.expect("list");
+        revisions.push(first.revision);
+        let current = s.get("/p/c").await.expect("get").expect("present");
+        s.update("/p/c", b("v"), current.mod_revision).await.expect("update");
+    }
+    let (oldest, newest) = (revisions[0], revisions[revisions.len() - 1]);
+    let evicted = s.list("/p/", page(Some("/p/a"), 1, Some(oldest))).await;
+    assert!(matches!(evicted, Err(StorageError::Expired { .. })), "{:?}", evicted.map(|r| r.revision));
+    let kept = s.list("/p/", page(Some("/p/a"), 1, Some(newest))).await.expect("continue");
+    assert_eq!((keys(&kept), kept.revision), (vec!["/p/b"], newest));
 }
 
 #[tokio::test]

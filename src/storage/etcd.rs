@@ -69,7 +69,8 @@ impl EtcdArgs {
 }
 
 use super::{
-    Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchHub, WatchItem,
+    Event, EventKind, HistoryLimit, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError,
+    WatchHub, WatchItem,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -90,7 +91,7 @@ const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 pub struct EtcdOptions {
     /// Events kept in memory for watch resumption (like kube-apiserver's watch cache).
-    pub history: usize,
+    pub history: HistoryLimit,
     /// Values larger than this are refused before they reach etcd.
     pub max_value_bytes: usize,
     /// How often etcd's history is compacted (zero: never, leave it to another compactor).

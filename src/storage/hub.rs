@@ -1,7 +1,8 @@
 //! The watch hub: fans committed events out to watchers and keeps a bounded in-memory history ring.
 //!
 //! The writer calls [`WatchHub::publish`] right after each commit, in revision order. The ring keeps the newest
-//! `capacity` events; `compacted` is the revision of the newest event dropped from it (or the store's revision at
+//! events within a [`HistoryLimit`] (a count and a size in bytes: with large objects the count alone would let the
+//! ring take gigabytes); `compacted` is the revision of the newest event dropped from it (or the store's revision at
 //! open), so every event with a revision greater than `compacted` that has been published is in the ring.
 //!
 //! Watchers are pushed to through bounded channels with `try_send`: a watcher that does not keep up is sent an
@@ -15,6 +16,38 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 /// Default number of events kept in the history ring.
 pub const DEFAULT_HISTORY: usize = 10_000;
+/// Default size of the history ring (`--watch-history-bytes`).
+pub const DEFAULT_HISTORY_BYTES: usize = 64 << 20;
+/// What one event costs in the ring beyond its keys and values: the `Event`, its `Arc`, the ring slot and the
+/// allocations' headers (an estimate; it only needs to keep the bound honest for small objects).
+const EVENT_OVERHEAD: usize = 192;
+
+/// How much history the ring keeps: at most `events` events, and at most `bytes` of them (keys, values and the
+/// previous values they carry). The newest event is always kept, whatever its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryLimit {
+    pub events: usize,
+    pub bytes: usize,
+}
+
+impl Default for HistoryLimit {
+    fn default() -> Self {
+        Self { events: DEFAULT_HISTORY, bytes: DEFAULT_HISTORY_BYTES }
+    }
+}
+
+impl HistoryLimit {
+    /// A count limit alone (tests).
+    pub fn events(events: usize) -> Self {
+        Self { events, bytes: usize::MAX }
+    }
+}
+
+/// The memory an event holds in the ring.
+fn event_bytes(e: &Event) -> usize {
+    let prev = e.prev.as_ref().map_or(0, |p| p.key.len() + p.value.len());
+    EVENT_OVERHEAD + e.key.len() + e.value.len() + prev
+}
 /// Default number of live events a watcher may have queued before it is dropped.
 pub const DEFAULT_WATCH_BUFFER: usize = 2048;
 
@@ -22,12 +55,14 @@ pub struct WatchHub {
     state: Mutex<HubState>,
     /// The newest revision whose events are in the ring and have been handed to watchers.
     progress: watch::Sender<Revision>,
-    capacity: usize,
+    limit: HistoryLimit,
     buffer: usize,
 }
 
 struct HubState {
     ring: VecDeque<Arc<Event>>,
+    /// What the ring's events hold ([`event_bytes`]).
+    ring_bytes: usize,
     /// Every published event with a revision greater than this is in the ring.
     compacted: Revision,
     watchers: Vec<Watcher>,
@@ -41,22 +76,23 @@ struct Watcher {
 }
 
 impl WatchHub {
-    /// A hub for a store at `revision`, keeping `capacity` events of history.
-    pub fn new(revision: Revision, capacity: usize) -> Self {
-        Self::with_watch_buffer(revision, capacity, DEFAULT_WATCH_BUFFER)
+    /// A hub for a store at `revision`, keeping history within `limit`.
+    pub fn new(revision: Revision, limit: HistoryLimit) -> Self {
+        Self::with_watch_buffer(revision, limit, DEFAULT_WATCH_BUFFER)
     }
 
     /// Like [`WatchHub::new`], with `buffer` live events allowed to queue per watcher.
-    pub fn with_watch_buffer(revision: Revision, capacity: usize, buffer: usize) -> Self {
+    pub fn with_watch_buffer(revision: Revision, limit: HistoryLimit, buffer: usize) -> Self {
         let (progress, _) = watch::channel(revision);
         Self {
             state: Mutex::new(HubState {
-                ring: VecDeque::with_capacity(capacity.min(DEFAULT_HISTORY)),
+                ring: VecDeque::new(),
+                ring_bytes: 0,
                 compacted: revision,
                 watchers: Vec::new(),
             }),
             progress,
-            capacity,
+            limit,
             // Leave room under tokio's channel limit for the replay and the error slot.
             buffer: buffer.clamp(1, Semaphore::MAX_PERMITS / 4),
         }
@@ -74,10 +110,14 @@ impl WatchHub {
         };
         let events: Vec<Arc<Event>> = events.into_iter().map(Arc::new).collect();
         let mut st = self.lock();
+        st.ring_bytes += events.iter().map(|e| event_bytes(e)).sum::<usize>();
         st.ring.extend(events.iter().cloned());
-        while st.ring.len() > self.capacity {
+        while st.ring.len() > self.limit.events.max(1) || (st.ring_bytes > self.limit.bytes && st.ring.len() > 1) {
             match st.ring.pop_front() {
-                Some(dropped) => st.compacted = dropped.revision,
+                Some(dropped) => {
+                    st.compacted = dropped.revision;
+                    st.ring_bytes -= event_bytes(&dropped);
+                }
                 None => break,
             }
         }
@@ -166,6 +206,7 @@ impl WatchHub {
     pub fn expire_all(&self, revision: Revision) {
         let mut st = self.lock();
         st.ring.clear();
+        st.ring_bytes = 0;
         st.compacted = st.compacted.max(revision);
         let oldest = st.compacted;
         for w in st.watchers.drain(..) {
@@ -261,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn replay_then_live_filtered_by_prefix() {
-        let hub = WatchHub::new(10, 100);
+        let hub = WatchHub::new(10, HistoryLimit::events(100));
         hub.publish(vec![ev(11, "/a/1"), ev(12, "/b/1"), ev(13, "/a/2")]);
         let mut rx = hub.watch("/a/", 11).expect("watch");
         hub.publish(vec![ev(14, "/a/3"), ev(15, "/b/2")]);
@@ -273,7 +314,7 @@ mod tests {
 
     #[tokio::test]
     async fn watch_ahead_of_published_skips_duplicates() {
-        let hub = WatchHub::new(0, 100);
+        let hub = WatchHub::new(0, HistoryLimit::events(100));
         hub.publish(vec![ev(1, "/a")]);
         // A reader saw revision 3 committed before the hub published it.
         let mut rx = hub.watch("/", 3).expect("watch");
@@ -283,7 +324,7 @@ mod tests {
 
     #[tokio::test]
     async fn expired_after_overflow() {
-        let hub = WatchHub::new(0, 3);
+        let hub = WatchHub::new(0, HistoryLimit::events(3));
         hub.publish((1..=5).map(|r| ev(r, "/k")).collect());
         assert_eq!(hub.compacted_revision(), 2);
         assert_eq!(hub.watch("/", 1).err(), Some(StorageError::Expired { requested: 1, oldest: 2 }));
@@ -296,8 +337,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn history_is_bounded_in_bytes() {
+        let big = |revision: Revision| Event {
+            kind: EventKind::Created,
+            revision,
+            key: "/k".to_owned(),
+            value: Bytes::from(vec![b'x'; 1000]),
+            prev: None,
+        };
+        // Room for two such events, not three.
+        let hub = WatchHub::new(0, HistoryLimit { events: 100, bytes: 2 * (1000 + 2 + EVENT_OVERHEAD) + 10 });
+        hub.publish((1..=5).map(big).collect());
+        assert_eq!(hub.compacted_revision(), 3);
+        assert!(matches!(hub.watch("/", 2), Err(StorageError::Expired { requested: 2, oldest: 3 })));
+        let mut rx = hub.watch("/", 3).expect("watch");
+        assert_eq!(revs(&mut rx), vec![4, 5]);
+        // One event larger than the whole bound is still kept (the newest always is).
+        let tiny = WatchHub::new(0, HistoryLimit { events: 100, bytes: 10 });
+        tiny.publish(vec![big(1), big(2)]);
+        assert_eq!(tiny.compacted_revision(), 1);
+    }
+
+    #[tokio::test]
     async fn slow_watcher_is_dropped_with_error() {
-        let hub = WatchHub::with_watch_buffer(0, 100, 4);
+        let hub = WatchHub::with_watch_buffer(0, HistoryLimit::events(100), 4);
         let mut slow = hub.watch("/", 0).expect("watch");
         let mut fast = hub.watch("/", 0).expect("watch");
         for r in 1..=10 {
@@ -317,7 +380,7 @@ mod tests {
 
     #[tokio::test]
     async fn closed_watchers_are_pruned() {
-        let hub = WatchHub::new(0, 100);
+        let hub = WatchHub::new(0, HistoryLimit::events(100));
         let rx = hub.watch("/", 0).expect("watch");
         drop(rx);
         hub.publish(vec![ev(1, "/x")]);
@@ -326,7 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn wait_published_returns_once_progress_reaches() {
-        let hub = Arc::new(WatchHub::new(0, 100));
+        let hub = Arc::new(WatchHub::new(0, HistoryLimit::events(100)));
         let h = hub.clone();
         let waiter = tokio::spawn(async move { h.wait_published(2).await });
         hub.publish(vec![ev(1, "/x")]);
@@ -341,7 +404,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fan_out_to_many_watchers() {
-        let hub = Arc::new(WatchHub::new(0, 100));
+        let hub = Arc::new(WatchHub::new(0, HistoryLimit::events(100)));
         let mut latencies = Vec::new();
         for round in 1..=20u64 {
             let (ready_tx, mut ready_rx) = mpsc::channel::<()>(100);

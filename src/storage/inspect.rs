@@ -64,7 +64,7 @@ pub async fn inspect_etcd(
 async fn scan_etcd(etcd: &super::etcd::EtcdArgs, prefix: &str) -> anyhow::Result<Vec<super::KeyValue>> {
     let client = etcd.connect().await?;
     let opts = super::etcd::EtcdOptions {
-        history: 1,
+        history: super::HistoryLimit::events(1),
         max_value_bytes: usize::MAX,
         compaction_interval: std::time::Duration::ZERO,
     };

@@ -8,12 +8,13 @@ pub mod encryption;
 pub mod etcd;
 mod hub;
 pub mod inspect;
+pub mod snapshots;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::sync::Arc;
 
-pub use hub::WatchHub;
+pub use hub::{HistoryLimit, WatchHub};
 
 /// A global revision. Every successful write (create, update, delete) takes the next one.
 pub type Revision = u64;
