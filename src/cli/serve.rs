@@ -223,10 +223,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // encryption envelope and metadata on top of the largest object.
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
     let history = HistoryLimit { events: args.watch_history, bytes: args.watch_history_bytes };
+    // The etcd backend is kept by its type too, for its metrics.
+    let mut etcd = None;
     let storage: Arc<dyn Storage> = if args.etcd.enabled() {
         let client = args.etcd.connect().await?;
         let opts = EtcdOptions { history, max_value_bytes, compaction_interval: args.etcd.compaction_interval };
-        EtcdStorage::open(client, &args.etcd.prefix, opts).await?
+        let store = EtcdStorage::open(client, &args.etcd.prefix, opts).await?;
+        etcd = Some(store.clone());
+        store
     } else {
         let opts = EmbeddedOptions {
             history,
@@ -264,6 +268,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         RegistryConfig { gc_finalizers: false, max_object_bytes: args.max_object_bytes },
     ));
     let metrics = Arc::new(Metrics::new());
+    if let Some(etcd) = &etcd {
+        etcd.register_metrics(&mut metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    }
     let state = Arc::new(
         AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
             .with_authorizer(auth.authorizer.clone())

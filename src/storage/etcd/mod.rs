@@ -1,10 +1,30 @@
 //! The production backend: etcd v3 behind the same `Storage` trait as the embedded store.
 //!
 //! etcd's revision is the resourceVersion; creates and updates are transactions comparing create_revision /
-//! mod_revision; paged lists read at the first page's revision; watches are etcd watches with progress
-//! notifications as bookmarks. Keys are `<--etcd-prefix>` + the registry's key without its `/registry` root, so the
-//! default prefix gives the same keys as kube-apiserver's.
+//! mod_revision; watches are served from one etcd watch per replica with progress notifications as bookmarks. Keys
+//! are `<--etcd-prefix>` + the registry's key without its `/registry` root, so the default prefix gives the same keys
+//! as kube-apiserver's.
+//!
+//! Reads are served from a watch cache, as kube-apiserver's cacher serves them: the one watch ([`feed`]) keeps every
+//! key under the prefix in memory ([`cache`]; memory grows with the stored objects, as kube-apiserver's does). A GET
+//! or LIST without a revision is a consistent read: it takes etcd's current revision from one cheap linearizable
+//! request, shared by the readers waiting for it ([`read_index`]), waits until the cache has reached that revision,
+//! and answers from memory; so a read after any replica's acknowledged write sees it. Reads at an older revision
+//! (continue pages, exact resourceVersions) go to etcd, whose MVCC serves them, unless the cache is exactly there;
+//! reads while the cache is not ready, or lags more than [`CACHE_WAIT`], go to etcd too.
 
+mod cache;
+mod compactor;
+mod feed;
+mod metrics;
+mod read_index;
+
+use cache::{At, Cache};
+use compactor::Compactor;
+use feed::{orders_progress, Feed};
+pub use metrics::CacheReads;
+use metrics::ReadCounters;
+use read_index::ReadIndex;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -69,15 +89,11 @@ impl EtcdArgs {
 }
 
 use super::{
-    Event, EventKind, HistoryLimit, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError,
-    WatchHub, WatchItem,
+    HistoryLimit, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchHub, WatchItem,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
-use etcd_client::{
-    Compare, CompareOp, DeleteOptions, EventType, GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse,
-    WatchClient, WatchOptions,
-};
+use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -88,6 +104,9 @@ const REGISTRY_ROOT: &str = "/registry";
 const LIST_BATCH: i64 = 1000;
 /// Largest gRPC message accepted from etcd (a page of big objects; etcd's own default response limit is 2 GiB).
 const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+/// How long a consistent read waits for the watch cache to reach etcd's revision before it reads etcd instead
+/// (kube-apiserver's cacher waits up to 3 s too).
+pub const CACHE_WAIT: Duration = Duration::from_secs(3);
 
 pub struct EtcdOptions {
     /// Events kept in memory for watch resumption (like kube-apiserver's watch cache).
@@ -98,25 +117,31 @@ pub struct EtcdOptions {
     pub compaction_interval: Duration,
 }
 
-/// The etcd backend. Reads and writes go to etcd; watches are served from one etcd watch on the whole prefix,
-/// fanned out by a [`WatchHub`] (kube-apiserver's watch cache, in small), which also turns etcd's progress
-/// notifications into bookmarks.
+/// The etcd backend. Writes go to etcd; reads are served from the watch cache (see the module doc); watches from
+/// a [`WatchHub`] fed by the same etcd watch, which also turns etcd's progress notifications into bookmarks.
 pub struct EtcdStorage {
     kv: KvClient,
     /// `--etcd-prefix` without a trailing slash.
     prefix: String,
     hub: Arc<WatchHub>,
+    cache: Arc<Cache>,
+    read_index: Arc<ReadIndex>,
     /// The newest etcd revision seen in any response or watch event.
     current: Arc<AtomicU64>,
     /// The newest compaction revision seen (etcd refuses reads and watches older than it).
     compacted: Arc<AtomicU64>,
     max_value_bytes: usize,
-    feed: tokio::task::JoinHandle<()>,
+    /// How long a consistent read waits for the cache to reach etcd's revision.
+    cache_wait: Duration,
+    reads: ReadCounters,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for EtcdStorage {
     fn drop(&mut self) {
-        self.feed.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -168,42 +193,94 @@ fn storage_error(e: etcd_client::Error, size: usize) -> StorageError {
     }
 }
 
+/// etcd's current revision from the cheapest linearizable request: a range read of the single key `key` (the
+/// prefix itself, without the prefix option), O(log n) in etcd. A count-only prefix range would count every key.
+async fn fetch_revision(mut kv: KvClient, key: String) -> Result<Revision> {
+    let resp = kv.get(key, None).await.map_err(|e| storage_error(e, 0))?;
+    Ok(resp.header().map_or(0, |h| rev(h.revision())))
+}
+
 impl EtcdStorage {
-    /// Connects the backend: reads etcd's current revision, starts the watch feed and, with a non-zero
-    /// `compaction_interval`, the compactor.
+    /// Connects the backend: reads etcd's current revision, starts the watch feed (which fills the watch cache
+    /// in the background; reads go to etcd until it is ready) and, with a non-zero `compaction_interval`, the
+    /// compactor.
     pub async fn open(client: etcd_client::Client, prefix: &str, opts: EtcdOptions) -> Result<Arc<Self>> {
         let prefix = prefix.trim_end_matches('/').to_string();
-        let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-        let probe = kv
-            .get(format!("{prefix}/"), Some(GetOptions::new().with_prefix().with_count_only()))
-            .await
-            .map_err(|e| storage_error(e, 0))?;
-        let revision = rev(probe.header().map_or(0, |h| h.revision()));
+        let kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
+        let revision = fetch_revision(kv.clone(), prefix.clone()).await?;
+        let version = match client.maintenance_client().status().await {
+            Ok(status) => status.version().to_string(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        let progress_ordered = orders_progress(&version);
+        if !progress_ordered {
+            tracing::warn!(
+                version = %version,
+                "etcd older than 3.4.31 / 3.5.13 may answer a requested progress notification before events it has \
+                 queued (etcd-io/etcd#15220): consistent reads are served from the watch cache only when its events \
+                 have caught up with etcd's revision, and read etcd otherwise"
+            );
+        }
         let hub = Arc::new(WatchHub::new(revision, opts.history));
+        let cache = Arc::new(Cache::new());
         let current = Arc::new(AtomicU64::new(revision));
         let compacted = Arc::new(AtomicU64::new(0));
-        let watch_client = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
         let feed = Feed {
-            watch: watch_client.clone(),
+            kv: kv.clone(),
+            watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
             prefix: prefix.clone(),
             hub: hub.clone(),
+            cache: cache.clone(),
             current: current.clone(),
             compacted: compacted.clone(),
+            progress_ordered,
         };
-        let feed = tokio::spawn(feed.run(revision));
+        let mut tasks = vec![tokio::spawn(feed.run(revision))];
+        let read_index = ReadIndex::new();
+        let (ri_kv, ri_key) = (kv.clone(), prefix.clone());
+        tasks.push(tokio::spawn(read_index.clone().run(move || fetch_revision(ri_kv.clone(), ri_key.clone()))));
         if !opts.compaction_interval.is_zero() {
             // kube-apiserver's key, outside every prefix: all servers on one etcd take turns compacting it.
             let compactor = Compactor { kv: kv.clone(), key: "compact_rev_key".into(), compacted: compacted.clone() };
-            // Stops with the feed's runtime; holding only clients, it needs no handle of its own.
-            tokio::spawn(compactor.run(opts.compaction_interval));
+            tasks.push(tokio::spawn(compactor.run(opts.compaction_interval)));
         }
         tracing::info!(prefix = %prefix, revision, "connected to etcd");
-        Ok(Arc::new(Self { kv, prefix, hub, current, compacted, max_value_bytes: opts.max_value_bytes, feed }))
+        Ok(Arc::new(Self {
+            kv,
+            prefix,
+            hub,
+            cache,
+            read_index,
+            current,
+            compacted,
+            max_value_bytes: opts.max_value_bytes,
+            // Without ordered progress notifications nothing but events moves the cache: waiting is pointless when
+            // etcd's revision moved through writes elsewhere, and events in flight have usually arrived by the
+            // time etcd's revision has been read.
+            cache_wait: if progress_ordered { CACHE_WAIT } else { Duration::ZERO },
+            reads: ReadCounters::new(),
+            tasks,
+        }))
     }
 
     /// The watch hub (history ring and watchers).
     pub fn hub(&self) -> &Arc<WatchHub> {
         &self.hub
+    }
+
+    /// Whether the watch cache answers reads (filled, and not being rebuilt).
+    pub fn cache_ready(&self) -> bool {
+        self.cache.is_ready()
+    }
+
+    /// Reads answered by the watch cache and by etcd so far.
+    pub fn cache_reads(&self) -> CacheReads {
+        self.reads.totals()
+    }
+
+    /// Registers `storage_cache_reads_total{operation, source}` (reads answered by the watch cache or by etcd).
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.reads.register(registry);
     }
 
     fn etcd_key(&self, key: &str) -> String {
@@ -227,17 +304,36 @@ impl EtcdStorage {
         Ok(())
     }
 
-    /// Every key under the registry `prefix` as stored (possibly encrypted), for `storage inspect`.
+    /// Every key under the registry `prefix` as stored (possibly encrypted), for `storage inspect`: read from etcd
+    /// itself, not the cache.
     pub async fn scan(&self, prefix: &str) -> Result<Vec<KeyValue>> {
-        Ok(self.list(prefix, ListOptions { start_after: None, limit: 0, revision: None }).await?.items)
+        Ok(self.list_etcd(prefix, ListOptions { start_after: None, limit: 0, revision: None }).await?.items)
     }
 
-    /// Whether etcd still has the history after `revision` (not compacted past it): a count-only range read at
+    /// The cache revision a consistent read may answer at: etcd's current revision (from a request that started
+    /// after the read began), once the cache has reached it. `None` when the cache is not ready or does not get
+    /// there within [`CACHE_WAIT`]: the read goes to etcd.
+    async fn consistent_cache_revision(&self) -> Result<Option<Revision>> {
+        if !self.cache.is_ready() {
+            return Ok(None);
+        }
+        let target = self.read_index.revision().await?;
+        self.current.fetch_max(target, Ordering::AcqRel);
+        if self.cache.wait_for(target, self.cache_wait).await {
+            return Ok(Some(target));
+        }
+        if self.cache.is_ready() {
+            tracing::debug!(target, cache = self.cache.revision(), "watch cache lagging; reading etcd");
+        }
+        Ok(None)
+    }
+
+    /// Whether etcd still has the history after `revision` (not compacted past it): a range read of one key at
     /// `revision + 1`, which etcd refuses with "compacted" otherwise. Compactions by other replicas or an operator
     /// count too; nothing of the history is scanned.
     async fn history_after(&self, revision: Revision) -> Result<bool> {
-        let opts = GetOptions::new().with_prefix().with_count_only().with_revision(revision as i64 + 1);
-        match self.kv.clone().get(format!("{}/", self.prefix), Some(opts)).await {
+        let opts = GetOptions::new().with_revision(revision as i64 + 1);
+        match self.kv.clone().get(self.prefix.clone(), Some(opts)).await {
             Ok(resp) => {
                 self.seen(resp.header());
                 Ok(true)
@@ -257,35 +353,16 @@ impl EtcdStorage {
         let oldest = self.compacted.load(Ordering::Acquire).max(requested + 1);
         StorageError::Expired { requested, oldest }
     }
-}
 
-fn to_key_value(prefix: &str, kv: &etcd_client::KeyValue) -> KeyValue {
-    KeyValue {
-        key: registry_key(prefix, kv.key()),
-        value: Bytes::copy_from_slice(kv.value()),
-        create_revision: rev(kv.create_revision()),
-        mod_revision: rev(kv.mod_revision()),
-        stale: false,
-    }
-}
-
-fn registry_key(prefix: &str, key: &[u8]) -> String {
-    let k = String::from_utf8_lossy(key);
-    match k.strip_prefix(prefix) {
-        Some(rest) => format!("{REGISTRY_ROOT}{rest}"),
-        None => k.into_owned(),
-    }
-}
-
-#[async_trait]
-impl Storage for EtcdStorage {
-    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+    /// GET from etcd itself.
+    async fn get_etcd(&self, key: &str) -> Result<Option<KeyValue>> {
         let resp = self.kv.clone().get(self.etcd_key(key), None).await.map_err(|e| storage_error(e, 0))?;
         self.seen(resp.header());
         Ok(resp.kvs().first().map(|kv| self.key_value(kv)))
     }
 
-    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+    /// LIST from etcd itself: at `opts.revision`, or linearizable at etcd's current revision.
+    async fn list_etcd(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
         let range = self.etcd_key(prefix).into_bytes();
         let end = prefix_end(&range);
         let mut start = match &opts.start_after {
@@ -332,6 +409,75 @@ impl Storage for EtcdStorage {
                 return Ok(ListResult { items, revision, more: true, remaining });
             }
         }
+    }
+
+    /// Why a compare failed: the key is gone, or it is at another revision.
+    fn missed(&self, key: &str, found: Option<&etcd_client::KeyValue>) -> StorageError {
+        match found {
+            None => StorageError::NotFound { key: key.to_owned() },
+            Some(kv) => StorageError::Conflict { key: key.to_owned(), current: rev(kv.mod_revision()) },
+        }
+    }
+}
+
+fn to_key_value(prefix: &str, kv: &etcd_client::KeyValue) -> KeyValue {
+    KeyValue {
+        key: registry_key(prefix, kv.key()),
+        value: Bytes::copy_from_slice(kv.value()),
+        create_revision: rev(kv.create_revision()),
+        mod_revision: rev(kv.mod_revision()),
+        stale: false,
+    }
+}
+
+/// Whether the cache holds `key` (or the keys under it): the feed watches `<--etcd-prefix>/`, the registry's
+/// `/registry/...` keys.
+fn in_cache(key: &str) -> bool {
+    key.strip_prefix(REGISTRY_ROOT).is_some_and(|rest| rest.starts_with('/'))
+}
+
+fn registry_key(prefix: &str, key: &[u8]) -> String {
+    let k = String::from_utf8_lossy(key);
+    match k.strip_prefix(prefix) {
+        Some(rest) => format!("{REGISTRY_ROOT}{rest}"),
+        None => k.into_owned(),
+    }
+}
+
+#[async_trait]
+impl Storage for EtcdStorage {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        if !in_cache(key) {
+            return self.get_etcd(key).await;
+        }
+        if let Some(target) = self.consistent_cache_revision().await? {
+            if let Some(found) = self.cache.get(key, At::AtLeast(target)) {
+                self.reads.get_cache.inc();
+                return Ok(found);
+            }
+        }
+        self.reads.get_etcd.inc();
+        self.get_etcd(key).await
+    }
+
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        if !in_cache(prefix) {
+            return self.list_etcd(prefix, opts).await;
+        }
+        let at = match opts.revision {
+            None => self.consistent_cache_revision().await?.map(At::AtLeast),
+            // A continue page or an exact resourceVersion: from the cache only if it is at exactly that revision
+            // (nothing written since the first page), and etcd has not compacted it as far as we know (that read
+            // is 410 Expired, as from etcd).
+            Some(r) if r >= self.compacted.load(Ordering::Acquire) => Some(At::Exactly(r)),
+            Some(_) => None,
+        };
+        if let Some(res) = at.and_then(|at| self.cache.list(prefix, &opts, at)) {
+            self.reads.list_cache.inc();
+            return Ok(res);
+        }
+        self.reads.list_etcd.inc();
+        self.list_etcd(prefix, opts).await
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
@@ -412,14 +558,12 @@ impl Storage for EtcdStorage {
     }
 
     async fn check_health(&self) -> Result<()> {
-        let mut kv = self.kv.clone();
-        let probe = kv.get(format!("{}/", self.prefix), Some(GetOptions::new().with_prefix().with_count_only()));
-        match tokio::time::timeout(Duration::from_secs(2), probe).await {
-            Ok(Ok(resp)) => {
-                self.seen(resp.header());
+        match tokio::time::timeout(Duration::from_secs(2), fetch_revision(self.kv.clone(), self.prefix.clone())).await {
+            Ok(Ok(r)) => {
+                self.current.fetch_max(r, Ordering::AcqRel);
                 Ok(())
             }
-            Ok(Err(e)) => Err(storage_error(e, 0)),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(StorageError::Unavailable("etcd did not answer in 2s".into())),
         }
     }
@@ -429,166 +573,18 @@ impl Storage for EtcdStorage {
     }
 }
 
-impl EtcdStorage {
-    /// Why a compare failed: the key is gone, or it is at another revision.
-    fn missed(&self, key: &str, found: Option<&etcd_client::KeyValue>) -> StorageError {
-        match found {
-            None => StorageError::NotFound { key: key.to_owned() },
-            Some(kv) => StorageError::Conflict { key: key.to_owned(), current: rev(kv.mod_revision()) },
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The one etcd watch on the whole prefix that feeds the hub; it resumes after its last revision whenever the
-/// stream breaks (etcd restarted, network), so watchers see no gap.
-struct Feed {
-    watch: WatchClient,
-    prefix: String,
-    hub: Arc<WatchHub>,
-    current: Arc<AtomicU64>,
-    compacted: Arc<AtomicU64>,
-}
-
-/// Why one etcd watch stream ended (the watch resumes from the last revision).
-#[derive(Debug, thiserror::Error)]
-enum WatchBroke {
-    #[error(transparent)]
-    Etcd(#[from] etcd_client::Error),
-    #[error("watch canceled: {0}")]
-    Canceled(String),
-}
-
-impl Feed {
-    async fn run(mut self, mut last: Revision) {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.stream(&mut last, &mut backoff).await {
-                Ok(()) => tracing::warn!(revision = last, "etcd watch stream ended; resuming"),
-                Err(e) => tracing::warn!(revision = last, error = %e, "etcd watch failed; resuming"),
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-    }
-
-    /// Follows one watch stream until it breaks, publishing its events and progress.
-    async fn stream(&mut self, last: &mut Revision, backoff: &mut Duration) -> std::result::Result<(), WatchBroke> {
-        let opts = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(*last as i64 + 1)
-            .with_prev_key()
-            .with_progress_notify();
-        let mut stream = self.watch.watch(format!("{}/", self.prefix), Some(opts)).await?;
-        // Bookmarks need etcd's word that nothing is pending; ask for it when etcd's revision moved without events
-        // of ours (writes elsewhere in etcd).
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            let msg = tokio::select! {
-                msg = stream.message() => msg,
-                _ = tick.tick() => {
-                    if self.current.load(Ordering::Acquire) > self.hub.progress_revision() {
-                        stream.request_progress().await?;
-                    }
-                    continue;
-                }
-            };
-            let Some(resp) = msg? else { return Ok(()) };
-            *backoff = Duration::from_millis(100);
-            if resp.canceled() {
-                let c = rev(resp.compact_revision());
-                if c == 0 {
-                    return Err(WatchBroke::Canceled(resp.cancel_reason().to_string()));
-                }
-                // The events between `last` and the compaction are gone: watchers must re-list.
-                tracing::warn!(
-                    revision = *last,
-                    compacted = c,
-                    "etcd history compacted past the watch; watchers expire"
-                );
-                self.compacted.fetch_max(c, Ordering::AcqRel);
-                *last = c - 1;
-                self.hub.expire_all(*last);
-                return Ok(());
-            }
-            let header = resp.header().map_or(0, |h| rev(h.revision()));
-            let events: Vec<Event> = resp.events().iter().filter_map(|e| to_event(&self.prefix, e)).collect();
-            if let Some(newest) = events.last().map(|e| e.revision) {
-                *last = newest;
-                self.current.fetch_max(newest, Ordering::AcqRel);
-                self.hub.publish(events);
-            } else if !resp.created() && header > *last {
-                // A progress notification: every event up to `header` has been sent.
-                *last = header;
-                self.current.fetch_max(header, Ordering::AcqRel);
-                self.hub.advance(header);
-            }
-        }
-    }
-}
-
-fn to_event(prefix: &str, e: &etcd_client::Event) -> Option<Event> {
-    let kv = e.kv()?;
-    let prev = e.prev_kv().map(|p| to_key_value(prefix, p));
-    let key = registry_key(prefix, kv.key());
-    let revision = rev(kv.mod_revision());
-    Some(match e.event_type() {
-        EventType::Put if kv.version() == 1 => {
-            Event { kind: EventKind::Created, revision, key, value: Bytes::copy_from_slice(kv.value()), prev: None }
-        }
-        EventType::Put => {
-            Event { kind: EventKind::Updated, revision, key, value: Bytes::copy_from_slice(kv.value()), prev }
-        }
-        EventType::Delete => {
-            let value = prev.as_ref().map(|p| p.value.clone()).unwrap_or_default();
-            Event { kind: EventKind::Deleted, revision, key, value, prev }
-        }
-    })
-}
-
-/// Compacts etcd's history like kube-apiserver: every interval, one replica (the one whose transaction on the
-/// shared compaction key wins) compacts to the revision recorded one interval earlier, so at least one interval
-/// of history stays for watches and paged lists.
-struct Compactor {
-    kv: KvClient,
-    key: String,
-    compacted: Arc<AtomicU64>,
-}
-
-impl Compactor {
-    async fn run(mut self, interval: Duration) {
-        let (mut version, mut recorded) = (0i64, 0i64);
-        let mut tick = tokio::time::interval(interval);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            match self.round(version, recorded).await {
-                Ok((v, r)) => (version, recorded) = (v, r),
-                Err(e) => tracing::warn!(error = %e, "etcd compaction failed"),
-            }
-        }
-    }
-
-    /// One round: records the current revision if nobody else did since `version`; compacts to `recorded`.
-    async fn round(&mut self, version: i64, recorded: i64) -> std::result::Result<(i64, i64), etcd_client::Error> {
-        let txn = Txn::new()
-            .when([Compare::version(self.key.clone(), CompareOp::Equal, version)])
-            .and_then([TxnOp::put(self.key.clone(), Vec::<u8>::new(), None)])
-            .or_else([TxnOp::get(self.key.clone(), None)]);
-        let resp = self.kv.txn(txn).await?;
-        let current = resp.header().map_or(0, |h| h.revision());
-        if !resp.succeeded() {
-            // Another replica compacts this round; follow its count.
-            let theirs = match resp.op_responses().into_iter().next() {
-                Some(TxnOpResponse::Get(get)) => get.kvs().first().map_or(0, |kv| kv.version()),
-                _ => 0,
-            };
-            return Ok((theirs, current));
-        }
-        if recorded > 0 {
-            self.kv.compact(recorded, None).await?;
-            self.compacted.fetch_max(rev(recorded), Ordering::AcqRel);
-            tracing::info!(revision = recorded, "compacted etcd history");
-        }
-        Ok((version + 1, current))
+    #[test]
+    fn the_cache_holds_the_registry_keys() {
+        assert!(in_cache("/registry/migration.k8s.io/storageversionmigrations/x"));
+        assert!(in_cache("/registry/"));
+        assert!(!in_cache("/registryx/a"));
+        assert!(!in_cache("/registry"));
+        assert!(!in_cache("/other/a"));
+        assert_eq!(registry_key("/custom", b"/custom/core/x"), "/registry/core/x");
+        assert_eq!(prefix_end(b"/registry/"), b"/registry0".to_vec());
     }
 }
