@@ -27,7 +27,7 @@ run: build
 	$(BIN) serve --secure-port $(PORT) --data-dir $(DATA_DIR) --cert-dir $(CERT_DIR) $(ARGS)
 
 # Installs what the tests need when it is missing (protoc, kubectl, etcd), then runs unit and integration tests on
-# the embedded store, and the API conformance suite again on etcd.
+# the embedded store, and the API conformance and durability suites again on etcd.
 deps:
 	PYTHON_VENV=$(PYTHON_VENV) bash scripts/install-test-deps.sh
 
@@ -35,7 +35,7 @@ test: export MIGRATION_APISERVER_TEST_PYTHON = $(abspath $(PYTHON_VENV))/bin/pyt
 test: deps
 	$(CARGO) build --bin migration-apiserver
 	$(CARGO) test --workspace --all-targets --no-fail-fast
-	MIGRATION_APISERVER_TEST_BACKEND=etcd $(CARGO) test --test api --test kubectl --no-fail-fast
+	MIGRATION_APISERVER_TEST_BACKEND=etcd $(CARGO) test --test api --test kubectl --test durability --no-fail-fast
 
 bench: deps
 	$(CARGO) build --release --workspace --bins
