@@ -30,6 +30,8 @@ mod migration;
 use migration::*;
 mod etcd;
 use etcd::*;
+mod scale;
+use scale::*;
 mod load;
 use load::*;
 mod table;
@@ -74,11 +76,12 @@ struct Args {
     /// Connections for GET; LIST uses a quarter of them, CREATE and admission reviews twice as many.
     #[arg(long, default_value_t = 32)]
     connections: usize,
-    /// Smoke run: short scenarios, 10^4 instead of 10^5 stored objects, migrations of 10^3 and 10^4 objects.
+    /// Smoke run: short scenarios, 10^4 instead of 10^5 stored objects, migrations of 10^3 and 10^4 objects, the
+    /// scale rows at a tenth of their sizes (10^5 objects at most).
     #[arg(long)]
     quick: bool,
     /// Scenario groups to run, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "core,admission,encryption,migration,etcd")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "core,admission,encryption,migration,scale,etcd")]
     only: Vec<Group>,
     /// etcd binary (v3.4+) for the etcd backend's rows, a path or a name looked up in PATH; the rows are skipped
     /// when there is none.
@@ -97,7 +100,10 @@ enum Group {
     Encryption,
     /// The migrator: 10^4 and 10^5 objects of another server (starts its own servers).
     Migration,
-    /// GET, CREATE, LIST and watch fan-out on the etcd backend (starts etcd and a server on it).
+    /// LIST page cost, migration and memory up to 10^6 objects (starts its own servers).
+    Scale,
+    /// GET, CREATE, LIST and watch fan-out on the etcd backend (starts etcd and a server on it), each next to the
+    /// embedded store's row of the same run (the core rows run for that).
     Etcd,
 }
 
@@ -150,7 +156,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
 
     let mut created = 0;
-    if on(Group::Core) {
+    // The etcd rows are compared with these rows of the same run, so they run for the etcd group too.
+    if on(Group::Core) || (on(Group::Etcd) && args.server.is_some()) {
         let (core, n) = core_rows(&target, pid, conns, duration, &run, true).await;
         rows.extend(core);
         created = n;
@@ -182,13 +189,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             None => needs_server("migration"),
         }
     }
+    if on(Group::Scale) {
+        match bin {
+            Some(bin) => rows.extend(scale_rows(bin, args.quick).await),
+            None => needs_server("scale"),
+        }
+    }
     if on(Group::Etcd) {
         match bin {
             Some(bin) => match find_program(&args.etcd) {
-                Some(etcd) => {
-                    let etcd_rows = etcd_rows(bin, &etcd, conns, duration, &run).await;
-                    merge_pairs(&mut rows, etcd_rows, "the embedded store's");
-                }
+                Some(etcd) => add_etcd_rows(&mut rows, bin, &etcd, conns, duration, &run, args.quick).await,
                 None => eprintln!("bench: etcd skipped: no etcd binary {}", args.etcd.display()),
             },
             None => needs_server("etcd"),

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 // The migrator (issue 4).
 
+pub(super) const SHOOTSTATES_V1ALPHA1: &str = "/apis/core.gardener.cloud/v1alpha1";
+
 /// Migrations of 10^4 and 10^5 (--quick: 10^3 and 10^4) objects, each by a fresh migrating server.
 pub(super) async fn migration_rows(bin: &Path, quick: bool) -> Vec<Row> {
     let sizes: [u64; 2] = if quick { [1_000, 10_000] } else { [10_000, 100_000] };
@@ -52,20 +54,9 @@ pub(super) async fn migration_rows(bin: &Path, quick: bool) -> Vec<Row> {
 /// migrate them with a StorageVersionMigration. Returns the row, the migrator's peak RSS (VmHWM, KiB) and its
 /// growth during the migration.
 pub(super) async fn migrate(bin: &Path, n: u64, scenario: &str) -> anyhow::Result<(Row, u64, u64)> {
-    let namespaces = 10;
     let v1alpha1 = ["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1alpha1"];
     let (mut target_server, target) = ServerProcess::start(bin, &v1alpha1).await?;
-    let make: MakeReq = Arc::new(move |i| {
-        let (ns, name) = (format!("bench-{}", i % namespaces), format!("s-{i:06}"));
-        let body = json!({"apiVersion": "core.gardener.cloud/v1alpha1", "kind": "ShootState",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"n": i}}]}});
-        Req::post(
-            format!("/apis/core.gardener.cloud/v1alpha1/namespaces/{ns}/shootstates"),
-            Bytes::from(body.to_string()),
-        )
-    });
-    let seed = run_load(&target, None, 64, None, n, make).await;
+    let seed = run_load(&target, None, 64, None, n, shoot_state_creates(0, "")).await;
     if seed.stats.ok != n {
         bail!("creating {n} ShootStates: {}", seed.stats.error_summary());
     }
@@ -167,6 +158,30 @@ pub(super) async fn migrate(bin: &Path, n: u64, scenario: &str) -> anyhow::Resul
         ..Row::default()
     };
     Ok((row, hwm, growth))
+}
+
+/// Where the small ShootState number `i` lives: namespace `bench-<i % 10>`, name `s-<i>` (6 digits, so that up
+/// to 10^6 of them list in the order they were created).
+pub(super) fn shoot_state_id(i: u64) -> (String, String) {
+    (format!("bench-{}", i % 10), format!("s-{i:06}"))
+}
+
+/// CREATEs (v1alpha1) of the small ShootStates numbered from `first` on; `pad`, when not empty, is added to the
+/// secret's data to give the objects a size.
+pub(super) fn shoot_state_creates(first: u64, pad: &str) -> MakeReq {
+    let pad = pad.to_owned();
+    Arc::new(move |i| {
+        let i = first + i;
+        let (ns, name) = shoot_state_id(i);
+        let mut data = json!({"n": i});
+        if !pad.is_empty() {
+            data["pad"] = pad.as_str().into();
+        }
+        let body = json!({"apiVersion": "core.gardener.cloud/v1alpha1", "kind": "ShootState",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"gardener": [{"name": "ca", "type": "secret", "data": data}]}});
+        Req::post(format!("{SHOOTSTATES_V1ALPHA1}/namespaces/{ns}/shootstates"), Bytes::from(body.to_string()))
+    })
 }
 
 /// The target's request counters for ShootStates (`apiserver_request_total`), summed by verb.

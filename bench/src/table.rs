@@ -12,11 +12,14 @@ pub(super) struct Row {
     pub(super) p99: String,
     pub(super) target: String,
     pub(super) notes: String,
-    /// Requests/s and p99 ms as numbers, for ratios between rows.
+    /// Requests/s, p50 ms and p99 ms as numbers, for ratios between rows (p50 only where a ratio needs it).
     pub(super) rps_v: Option<f64>,
+    pub(super) p50_v: Option<f64>,
     pub(super) p99_v: Option<f64>,
     /// The scenario of the row this one is paired with (printed right after it).
     pub(super) pair: Option<String>,
+    /// The target of a paired row: its requests/s at least this fraction of its pair's.
+    pub(super) pair_goal: Option<f64>,
 }
 
 impl Row {
@@ -29,16 +32,21 @@ pub(super) enum Goal {
     MinRps(f64),
     MaxP99Ms(f64),
     MaxMib(f64),
+    /// A ratio between two figures of the same run: at most, or at least, this.
+    MaxRatio(f64),
+    MinRatio(f64),
     None,
 }
 
 impl Goal {
-    /// The target, and whether `value` (requests/s, p99 ms or MiB) meets it.
+    /// The target, and whether `value` (requests/s, p99 ms, MiB or a ratio) meets it.
     pub(super) fn show(&self, value: Option<f64>) -> String {
         let (text, met) = match *self {
             Goal::MinRps(t) => (format!(">= {}/s", thousands(t)), value.map(|v| v >= t)),
             Goal::MaxP99Ms(t) => (format!("p99 <= {t} ms"), value.map(|v| v <= t)),
             Goal::MaxMib(t) => (format!("<= {t} MiB"), value.map(|v| v <= t)),
+            Goal::MaxRatio(t) => (format!("within {:.0}% (<= x{t:.2})", (t - 1.0) * 100.0), value.map(|v| v <= t)),
+            Goal::MinRatio(t) => (format!(">= {:.0}% (x{t:.2})", t * 100.0), value.map(|v| v >= t)),
             Goal::None => return String::new(),
         };
         match met {
