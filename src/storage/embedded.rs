@@ -1,14 +1,16 @@
 //! The embedded backend: a redb file, one writer thread with group commit, and a watch hub.
 //!
 //! Layout: table `objects` maps a key to a 16-byte header (create_revision u64 LE, mod_revision u64 LE) followed by
-//! the value; table `meta` holds the global `revision`.
+//! the value; table `meta` holds the global `revision`; table `counts` the number of keys under each prefix
+//! (`counts.rs`), written in the same transactions.
 //!
 //! Writes are queued to a dedicated writer thread. It takes one op, drains whatever else is queued (up to
 //! [`MAX_BATCH`]), applies them all in one write transaction (a failed precondition consumes no revision), commits
 //! durably, publishes the events to the hub, and only then replies: an acknowledged write has been fsynced.
 
+use super::counts::{self, COUNTS};
 use super::hub::{HistoryLimit, WatchHub};
-use super::snapshots::{self, Snapshots};
+use super::snapshots::{self, Snapshots, Tables};
 use super::{Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -137,6 +139,7 @@ impl EmbeddedStorage {
             let rev = meta.get(META_REVISION).map_err(unavailable)?.map(|g| g.value());
             rev.unwrap_or(0)
         };
+        counts::build_if_missing(&txn, OBJECTS, META)?;
         txn.commit().map_err(unavailable)?;
 
         let db = Arc::new(db);
@@ -256,6 +259,7 @@ impl Writer {
         let mut events = Vec::new();
         {
             let mut objects = txn.open_table(OBJECTS).map_err(unavailable)?;
+            let mut key_counts = txn.open_table(COUNTS).map_err(unavailable)?;
             for op in ops {
                 let current =
                     objects.get(op.kind.key()).map_err(unavailable)?.map(|raw| decode(op.kind.key(), raw.value()));
@@ -271,6 +275,7 @@ impl Writer {
                     (OpKind::Create { key, value }, None) => {
                         rev += 1;
                         objects.insert(key.as_str(), encode(rev, rev, value).as_slice()).map_err(unavailable)?;
+                        counts::add(&mut key_counts, key, 1)?;
                         events.push(Event {
                             kind: EventKind::Created,
                             revision: rev,
@@ -321,6 +326,7 @@ impl Writer {
                     (OpKind::Delete { key, .. }, Some(prev)) => {
                         rev += 1;
                         objects.remove(key.as_str()).map_err(unavailable)?;
+                        counts::add(&mut key_counts, key, -1)?;
                         let deleted = KeyValue { mod_revision: rev, ..prev.clone() };
                         events.push(Event {
                             kind: EventKind::Deleted,
@@ -457,8 +463,8 @@ impl Storage for EmbeddedStorage {
         // A continue page whose first page pinned its snapshot reads that snapshot: no history to replay.
         let pinned = opts.revision.and_then(|r| self.snapshots.get(r, prefix, start_after).map(|s| (r, s)));
         // `exact`: the table is the store as of `revision` (not a later state with an overlay), so it may be pinned.
-        let (objects, revision, overlay, known_remaining, exact) = match pinned {
-            Some((r, snap)) => (snap.table, r, Overlay::new(), snap.remaining_after_start, true),
+        let (tables, revision, overlay, known_remaining, exact) = match pinned {
+            Some((r, snap)) => (snap.tables, r, Overlay::new(), snap.remaining_after_start, true),
             None => {
                 let txn = self.db.begin_read().map_err(unavailable)?;
                 let snapshot = read_revision(&txn)?;
@@ -473,20 +479,29 @@ impl Storage for EmbeddedStorage {
                     }
                     _ => (Overlay::new(), snapshot),
                 };
-                let table = Arc::new(txn.open_table(OBJECTS).map_err(unavailable)?);
-                (table, revision, overlay, None, revision == snapshot)
+                let tables = Tables {
+                    objects: txn.open_table(OBJECTS).map_err(unavailable)?,
+                    counts: txn.open_table(COUNTS).map_err(unavailable)?,
+                };
+                (Arc::new(tables), revision, overlay, None, revision == snapshot)
             }
         };
-        let table = objects.clone();
+        // A first page read at `revision` knows how many keys it starts before from the counts of that snapshot.
+        let from_start = start_after.is_none_or(|s| s < prefix);
+        let known_remaining = match known_remaining {
+            None if exact && from_start => counts::count(&tables.counts, prefix)?,
+            known => known,
+        };
+        let pinned_tables = tables.clone();
         let (page_prefix, start, limit) = (prefix.to_owned(), opts.start_after.clone(), opts.limit);
         let (items, remaining) = tokio::task::spawn_blocking(move || {
-            list_page(&table, &page_prefix, start.as_deref(), limit, &overlay, known_remaining)
+            list_page(&pinned_tables.objects, &page_prefix, start.as_deref(), limit, &overlay, known_remaining)
         })
         .await
         .map_err(|e| StorageError::Internal(format!("list task failed: {e}")))??;
         // A page with more to come pins what it read, for the pages after it.
         if let (Some(last), true, true) = (items.last(), remaining > 0, exact) {
-            self.snapshots.pin(revision, &objects, prefix, &last.key, remaining);
+            self.snapshots.pin(revision, &tables, prefix, &last.key, remaining);
         }
         Ok(ListResult { items, revision, more: remaining > 0, remaining })
     }

@@ -206,6 +206,47 @@ async fn continue_pages_read_the_pinned_snapshot() {
     assert!(latest.items.iter().all(|kv| kv.value == b("new")));
 }
 
+/// A first page's `remaining` comes from the per-prefix counts, which follow creates and deletes, survive a reopen,
+/// and are computed once for a store written before they existed.
+#[tokio::test]
+async fn first_pages_take_remaining_from_the_counts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remaining = |s: Arc<EmbeddedStorage>, prefix: &'static str| async move {
+        let page = s.list(prefix, page(None, 1, None)).await.expect("list");
+        (page.items.len(), page.remaining)
+    };
+    {
+        let s = open(dir.path(), 100);
+        for ns in ["a", "b"] {
+            for i in 0..5 {
+                s.create(&format!("/r/g/x/{ns}/{i}"), b("v")).await.expect("create");
+            }
+        }
+        s.create("/r/g/y/one", b("v")).await.expect("create");
+        s.delete("/r/g/x/a/0", None).await.expect("delete");
+        s.update("/r/g/x/a/1", b("w"), 2).await.expect("update");
+        assert_eq!(remaining(s.clone(), "/r/g/x/").await, (1, 8));
+        assert_eq!(remaining(s.clone(), "/r/g/x/a/").await, (1, 3));
+        assert_eq!(remaining(s.clone(), "/r/g/").await, (1, 9));
+        assert_eq!(remaining(s.clone(), "/r/g/z/").await, (0, 0));
+        // Not a directory-like prefix: counted by walking, the same answer.
+        assert_eq!(remaining(s.clone(), "/r/g/x/a").await, (1, 3));
+    }
+    // A store from before the counts: its counts are computed when it is opened.
+    {
+        let db = Database::create(dir.path().join("store.redb")).expect("redb");
+        let txn = db.begin_write().expect("write");
+        txn.delete_table(counts::COUNTS).expect("drop counts");
+        txn.open_table(META).expect("meta").remove("counted").expect("unmark");
+        txn.commit().expect("commit");
+    }
+    let s = open(dir.path(), 100);
+    assert_eq!(remaining(s.clone(), "/r/g/x/").await, (1, 8));
+    assert_eq!(remaining(s.clone(), "/r/g/x/b/").await, (1, 4));
+    s.delete("/r/g/x/b/4", None).await.expect("delete");
+    assert_eq!(remaining(s.clone(), "/r/g/x/b/").await, (1, 3));
+}
+
 /// At most `MAX_PINNED` snapshots are kept: the least recently used goes, and its continue token falls back to
 /// the history (expired here).
 #[tokio::test]

@@ -16,7 +16,7 @@
 //!
 //! Each snapshot also remembers, for every page it served, how many keys under the page's prefix follow the
 //! page's last key: the next page then knows its `remaining` (remainingItemCount) without counting the rest of
-//! the collection again. Only the first page counts.
+//! the collection. (The first page takes it from the per-prefix counts, `counts`.)
 
 use super::Revision;
 use redb::ReadOnlyTable;
@@ -31,11 +31,15 @@ pub const MAX_AGE: Duration = Duration::from_secs(300);
 /// How many snapshots may be pinned at once.
 pub const MAX_PINNED: usize = 64;
 
-pub type Objects = ReadOnlyTable<&'static str, &'static [u8]>;
+/// The tables of one read transaction (which stays open, a snapshot, as long as they live).
+pub struct Tables {
+    pub objects: ReadOnlyTable<&'static str, &'static [u8]>,
+    pub counts: ReadOnlyTable<&'static str, u64>,
+}
 
 /// One pinned snapshot.
 struct Pinned {
-    table: Arc<Objects>,
+    tables: Arc<Tables>,
     opened: Instant,
     used: Instant,
     /// (prefix, last key of a served page) -> keys under the prefix after it.
@@ -51,7 +55,7 @@ pub struct Snapshots {
 
 /// A pinned snapshot handed to a continue page.
 pub struct Snapshot {
-    pub table: Arc<Objects>,
+    pub tables: Arc<Tables>,
     /// The keys under the page's prefix after its start position, when a page before it counted them.
     pub remaining_after_start: Option<u64>,
 }
@@ -75,12 +79,12 @@ impl Snapshots {
         p.used = now;
         let remaining_after_start =
             start_after.and_then(|s| p.remaining.get(&(prefix.to_owned(), s.to_owned())).copied());
-        Some(Snapshot { table: p.table.clone(), remaining_after_start })
+        Some(Snapshot { tables: p.tables.clone(), remaining_after_start })
     }
 
-    /// Pins `table` (read at `revision`) after it served a page of `prefix` ending at `last_key` with `remaining`
+    /// Pins `tables` (read at `revision`) after it served a page of `prefix` ending at `last_key` with `remaining`
     /// keys after it; a snapshot already pinned at `revision` is kept and only learns the count.
-    pub fn pin(&self, revision: Revision, table: &Arc<Objects>, prefix: &str, last_key: &str, remaining: u64) {
+    pub fn pin(&self, revision: Revision, tables: &Arc<Tables>, prefix: &str, last_key: &str, remaining: u64) {
         if self.idle.is_zero() {
             return;
         }
@@ -93,7 +97,7 @@ impl Snapshots {
             }
         }
         let p = pinned.entry(revision).or_insert_with(|| Pinned {
-            table: table.clone(),
+            tables: tables.clone(),
             opened: now,
             used: now,
             remaining: HashMap::new(),
