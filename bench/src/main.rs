@@ -83,6 +83,11 @@ struct Args {
     /// Scenario groups to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "core,admission,encryption,migration,scale,etcd")]
     only: Vec<Group>,
+    /// An extra argument for every migration-apiserver the bench starts, after the bench's own; repeatable, one
+    /// argument each: --server-arg=--storage-cache-size=8Mi. A flag that a row sets itself (the Scale memory rows'
+    /// --storage-cache-size and --watch-history-bytes) makes that row's server refuse to start.
+    #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true, requires = "server")]
+    server_args: Vec<String>,
     /// etcd binary (v3.4+) for the etcd backend's rows, a path or a name looked up in PATH; the rows are skipped
     /// when there is none.
     #[arg(long, default_value = "etcd")]
@@ -102,6 +107,8 @@ enum Group {
     Migration,
     /// LIST page cost, migration and memory up to 10^6 objects (starts its own servers).
     Scale,
+    /// Only the LIST page rows of the Scale group (one server grown to 10^6 objects, 10^5 with --quick).
+    ScalePages,
     /// GET, CREATE, LIST and watch fan-out on the etcd backend (starts etcd and a server on it), each next to the
     /// embedded store's row of the same run (the core rows run for that).
     Etcd,
@@ -125,6 +132,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    set_server_args(args.server_args.clone());
     let duration = args.duration.unwrap_or(Duration::from_secs(if args.quick { 2 } else { 10 }));
     let bulk: u64 = if args.quick { 10_000 } else { 100_000 };
     let conns = args.connections.max(1);
@@ -189,9 +197,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             None => needs_server("migration"),
         }
     }
-    if on(Group::Scale) {
+    if on(Group::Scale) || on(Group::ScalePages) {
         match bin {
-            Some(bin) => rows.extend(scale_rows(bin, args.quick).await),
+            Some(bin) if on(Group::Scale) => rows.extend(scale_rows(bin, args.quick).await),
+            Some(bin) => rows.extend(page_rows(bin, args.quick).await),
             None => needs_server("scale"),
         }
     }

@@ -6,6 +6,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `--server-arg`: appended to the arguments of every server the bench starts.
+static SERVER_ARGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Sets the `--server-arg` arguments, once, before any server starts.
+pub(super) fn set_server_args(args: Vec<String>) {
+    let _ = SERVER_ARGS.set(args);
+}
+
+fn server_args() -> &'static [String] {
+    SERVER_ARGS.get().map_or(&[], Vec::as_slice)
+}
+
 // The server under test, when started by us: killed and its directory removed on drop.
 
 pub(super) struct ServerProcess {
@@ -57,6 +69,7 @@ impl ServerProcess {
             .args(["serve", "--secure-port", &port.to_string(), "--bind-address", "127.0.0.1", "--data-dir"])
             .args([data.as_os_str(), "--cert-dir".as_ref(), certs.as_os_str()])
             .args(extra_args)
+            .args(server_args())
             // Its runtime sizes itself by the CPUs it may use, one worker thread each, as the admission rows' notes say.
             .env_remove("TOKIO_WORKER_THREADS")
             // A panic's backtrace lands in the log (kept when the server dies; see `Drop`).
@@ -75,7 +88,8 @@ impl ServerProcess {
         }
         .with_context(|| format!("starting {}", bin.display()))?;
         let on = cpus.map_or(String::new(), |c| format!(" on {}", cpu_list(c)));
-        eprintln!("bench: started {} {} (pid {}) on port {port}{on}", bin.display(), extra_args.join(" "), child.id());
+        let args = extra_args.iter().copied().chain(server_args().iter().map(String::as_str)).collect::<Vec<_>>();
+        eprintln!("bench: started {} {} (pid {}) on port {port}{on}", bin.display(), args.join(" "), child.id());
         Ok(child)
     }
 

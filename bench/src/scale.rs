@@ -44,7 +44,7 @@ pub(super) fn page_scenario(n: u64) -> String {
 
 /// One server on the embedded store, grown step by step by CREATEs, with the continue page measured at each size,
 /// and a last row comparing the largest size with the smallest.
-async fn page_rows(bin: &Path, quick: bool) -> Vec<Row> {
+pub(super) async fn page_rows(bin: &Path, quick: bool) -> Vec<Row> {
     let sizes: [u64; 3] = if quick { [1_000, 10_000, 100_000] } else { [10_000, 100_000, 1_000_000] };
     let (first, last) = (sizes[0].ilog10(), sizes[2].ilog10());
     let summary = format!("LIST page time, 10^{first} -> 10^{last} objects");
