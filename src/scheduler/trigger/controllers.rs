@@ -78,16 +78,16 @@ pub(super) enum Wake {
     Nothing,
 }
 
-/// The watcher of `api`'s objects as [`Wake`]s: an added or modified object by `interest`, a list after the first
-/// one (the watch broke and kube-runtime listed again) as a full round; deletions need nothing.
+/// The watcher of `api`'s objects as [`Wake`]s: an added or modified object by `interest`, every completed list as
+/// a full round; deletions need nothing. The first list counts too: the decider's first round runs before the
+/// watch starts, and a replica's report written between the two is only in that list (it is not an event).
 fn wakes<K>(api: kube::Api<K>, interest: fn(&K) -> Option<String>) -> impl Stream<Item = Wake> + Send
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    let mut listed = false;
     watcher(api, watcher::Config::default()).default_backoff().map(move |event| match event {
         Ok(Event::Apply(object)) => interest(&object).map_or(Wake::Nothing, Wake::Decide),
-        Ok(Event::InitDone) if std::mem::replace(&mut listed, true) => Wake::All,
+        Ok(Event::InitDone) => Wake::All,
         Ok(_) => Wake::Nothing,
         Err(e) => {
             tracing::debug!(error = %e, "trigger: watch");
