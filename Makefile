@@ -14,7 +14,7 @@ FORM ?= aggregated
 ARGS ?=
 IMAGE ?=
 
-.PHONY: build build-deps run test deps bench certs deploy lint fmt clean
+.PHONY: build build-deps run test deps bench certs deploy image lint fmt clean
 
 # protoc, which etcd-client's build needs (installed from Debian's packages when missing).
 build-deps:
@@ -45,6 +45,10 @@ bench: deps
 # client certificate; existing files are kept.
 certs: build
 	$(BIN) certs --cert-dir $(CERT_DIR) --service-namespace migration-apiserver
+
+# The container image (manifests/image/Dockerfile; needs a Docker engine): make image IMAGE=<registry>/<name>:<tag>
+image:
+	docker build -f manifests/image/Dockerfile -t $(or $(IMAGE),migration-apiserver:dev) .
 
 # Installs into the cluster of the current kubectl context, without cert-manager: the serving certificate of
 # $(CERT_DIR) as Secret, manifests/, and apiservice/ with caBundle = $(CERT_DIR)/ca.crt (see scripts/deploy.sh).
