@@ -4,6 +4,7 @@
 # The serving certificate and its CA come from $CERT_DIR (`make certs`: SANs migration-apiserver.<ns>.svc). A
 # kustomize overlay generated in $CERT_DIR/deploy adds to manifests/:
 #   - the Secret migration-apiserver-serving (tls.crt, tls.key) that the Deployment mounts;
+#   - manifests/roles/: ClusterRoles that add our kinds to the built-in view, edit and admin roles;
 #   - FORM=aggregated (default): apiservice/ with spec.caBundle = base64($CERT_DIR/ca.crt);
 #     FORM=crds: manifests/crds/ and manifests/webhooks/ with clientConfig.caBundle filled the same way, and
 #     manifests/webhook-caller/ (RBAC for kube-apiserver's webhook client);
@@ -40,6 +41,7 @@ rel=$(realpath --relative-to="$overlay" "$root")
   echo "kind: Kustomization"
   echo "resources:"
   echo "  - $rel/manifests"
+  echo "  - $rel/manifests/roles"
   if [ "$FORM" = aggregated ]; then
     echo "  - $rel/apiservice"
   else

@@ -18,6 +18,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Certs(a) => cli::certs(a),
             Command::Crds(a) => cli::crds(a),
+            Command::Roles(a) => cli::roles(a),
             Command::Storage(c) => cli::storage(c).await,
             Command::Migrate(a) => cli::migrate(a).await,
             Command::Translate(a) => cli::translate(a),

@@ -1115,6 +1115,10 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
     let d = find(&docs, "Deployment", "migration-apiserver");
     assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example.com/migration-apiserver:v1");
     assert!(!docs.iter().any(|d| d["kind"] == "CustomResourceDefinition"), "one form at a time");
+    // Both forms install the roles for people (tests/roles.rs checks what they grant).
+    for role in ["migration-apiserver:aggregate-to-view", "migration-apiserver:aggregate-to-edit"] {
+        find(&docs, "ClusterRole", role);
+    }
 
     // The serving certificate made by `make certs` is valid for the in-cluster name the aggregator dials.
     let roots = {
@@ -1152,6 +1156,9 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
     }
     assert!(!docs.iter().any(|d| d["kind"] == "ConfigMap"), "the CA bundle source is local only");
     find(&docs, "ClusterRoleBinding", "migration-apiserver:webhook-caller");
+    for role in ["migration-apiserver:aggregate-to-view", "migration-apiserver:aggregate-to-edit"] {
+        find(&docs, "ClusterRole", role);
+    }
     let d = find(&docs, "Deployment", "migration-apiserver");
     assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "migration-apiserver:dev");
 }

@@ -29,6 +29,9 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the CustomResourceDefinitions of the served kinds (the CRD deployment form), or write manifests/crds/.
     Crds(CrdsArgs),
+    /// Print the ClusterRoles that add the served kinds to the built-in view, edit and admin roles, or write
+    /// manifests/roles/.
+    Roles(CrdsArgs),
     /// Offline tools for the embedded store (run them while the server is stopped).
     #[command(subcommand)]
     Storage(StorageCommand),
@@ -172,7 +175,7 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CrdsArgs {
-    /// Write one file per CRD and a kustomization.yaml here instead of printing them.
+    /// Write one file per object and a kustomization.yaml here instead of printing them.
     #[arg(long)]
     pub output_dir: Option<PathBuf>,
 }
@@ -180,13 +183,26 @@ pub struct CrdsArgs {
 /// `crds`: the CRDs generated from the kinds' types (see `server::crd`).
 pub fn crds(args: CrdsArgs) -> anyhow::Result<()> {
     let kinds = kinds(&HashMap::new())?;
-    match args.output_dir {
-        Some(dir) => {
-            for name in crate::server::crd::write(&kinds, &dir)? {
-                println!("{}", dir.join(name).display());
-            }
-        }
-        None => print!("{}", crate::server::crd::stream(&kinds)?),
+    print_or_write(args.output_dir, crate::server::crd::files(&kinds)?, crate::server::crd::stream(&kinds)?)
+}
+
+/// `roles`: the aggregated ClusterRoles generated from the kinds (see `server::roles`).
+pub fn roles(args: CrdsArgs) -> anyhow::Result<()> {
+    let kinds = kinds(&HashMap::new())?;
+    print_or_write(args.output_dir, crate::server::roles::files(&kinds)?, crate::server::roles::stream(&kinds)?)
+}
+
+/// Generated manifests: the files written into `dir` (created if missing) and their paths printed, or else the
+/// stream printed.
+fn print_or_write(dir: Option<PathBuf>, files: Vec<(String, String)>, stream: String) -> anyhow::Result<()> {
+    let Some(dir) = dir else {
+        print!("{stream}");
+        return Ok(());
+    };
+    std::fs::create_dir_all(&dir)?;
+    for (name, content) in files {
+        std::fs::write(dir.join(&name), content)?;
+        println!("{}", dir.join(name).display());
     }
     Ok(())
 }

@@ -10,7 +10,6 @@
 
 use crate::registry::strategy::Strategy;
 use serde_json::{json, Map, Value};
-use std::path::Path;
 use std::sync::Arc;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
@@ -306,18 +305,6 @@ pub fn stream(kinds: &[Arc<dyn Strategy>]) -> Result<String, CrdError> {
         out.push_str(&yaml(&crd(k.as_ref())?)?);
     }
     Ok(out)
-}
-
-/// Writes [`files`] into `dir` (created if missing).
-pub fn write(kinds: &[Arc<dyn Strategy>], dir: &Path) -> anyhow::Result<Vec<String>> {
-    std::fs::create_dir_all(dir)?;
-    let files = files(kinds)?;
-    let mut names = Vec::new();
-    for (name, content) in files {
-        std::fs::write(dir.join(&name), content)?;
-        names.push(name);
-    }
-    Ok(names)
 }
 
 #[cfg(test)]

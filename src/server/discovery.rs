@@ -17,7 +17,8 @@ const STATUS_VERBS: [&str; 3] = ["get", "patch", "update"];
 /// A create-only virtual resource (like TokenReview) is only created.
 const CREATE_ONLY_VERBS: [&str; 1] = ["create"];
 
-fn verbs(info: &crate::registry::strategy::KindInfo) -> &'static [&'static str] {
+/// The verbs discovery lists for a kind's resource (and the aggregated roles grant from).
+pub fn verbs(info: &crate::registry::strategy::KindInfo) -> &'static [&'static str] {
     if info.create_only {
         &CREATE_ONLY_VERBS
     } else {

@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod query;
 mod render;
 pub mod rest;
+pub mod roles;
 pub mod serve;
 pub mod table;
 mod watch;
