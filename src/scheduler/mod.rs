@@ -7,6 +7,7 @@
 
 pub mod election;
 pub mod metrics;
+pub mod state_metrics;
 pub mod migrator;
 pub mod ratelimit;
 pub mod report;
