@@ -12,7 +12,7 @@
 //! ([`Registry::register`]); both are undone here, so what is exposed is exactly the name and HELP registered. Every
 //! family is therefore registered under its full upstream name and upstream HELP, never with a unit.
 //!
-//! As client_golang: families sorted by name, series sorted by their label values, label pairs sorted by name
+//! As client_golang: families without series left out, families sorted by name, series sorted by their label values, label pairs sorted by name
 //! (`le` last), values formatted as Go's `strconv.FormatFloat(v, 'g', -1, 64)`, the `+Inf` bucket always written.
 
 use prometheus_client::encoding::prometheus_protobuf::{self, prometheus_data_model as model};
@@ -39,6 +39,9 @@ pub fn encode(registry: &Registry) -> Result<String, ExpositionError> {
             family.help = help.to_string();
         }
     }
+    // As client_golang's `NormalizeMetricFamilies`: a family without series (a vector nothing was counted in yet)
+    // is not written at all.
+    families.retain(|f| !f.metric.is_empty());
     families.sort_by(|a, b| a.name.cmp(&b.name));
     let mut out = String::new();
     for family in &mut families {
@@ -203,6 +206,7 @@ mod tests {
         registry.register("a_requests_total", "Requests", with_total.clone());
         registry.register("c_gauge", "A gauge", gauge.clone());
         registry.register("d_seconds", "A histogram", histogram.clone());
+        registry.register("e_empty", "Nothing counted yet", Family::<Labels, Counter>::default());
         plain.get_or_create(&Labels { zeta: "z".into(), alpha: "b\"q\"".into() }).inc_by(2);
         plain.get_or_create(&Labels { zeta: "y".into(), alpha: "a\\b\nc".into() }).inc();
         with_total.inc_by(1_000_000);
