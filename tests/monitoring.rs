@@ -148,12 +148,15 @@ fn a_failed_migration_fires_its_alert_in_a_real_prometheus() {
     let resource = "example.com/v1, Resource=widgets";
     let alert = eventually("StorageVersionMigrationFailed to fire", Duration::from_secs(60), || {
         let alerts = prometheus.get("/api/v1/alerts")?;
-        alerts["data"]["alerts"].as_array()?.iter().find(|a| {
-            a["labels"]["alertname"] == "StorageVersionMigrationFailed"
-                && a["labels"]["resource"] == resource
-                && a["state"] == "firing"
-        })
-        .cloned()
+        alerts["data"]["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| {
+                a["labels"]["alertname"] == "StorageVersionMigrationFailed"
+                    && a["labels"]["resource"] == resource
+                    && a["state"] == "firing"
+            })
+            .cloned()
     });
     assert_eq!(alert["labels"]["status"], "Failed", "{alert}");
     assert_eq!(alert["labels"]["severity"], "warning", "{alert}");
@@ -165,4 +168,41 @@ fn a_failed_migration_fires_its_alert_in_a_real_prometheus() {
         .map(|a| a.iter().filter(|a| a["labels"]["alertname"] == "StorageVersionMigrationFailed").collect())
         .unwrap_or_default();
     assert_eq!(failed.len(), 1, "{alerts}\n{}", prometheus.log());
+}
+
+/// `/metrics` answers in the text format 0.0.4 even to a scraper that prefers OpenMetrics (as kube-apiserver's
+/// handler, which does not offer it), counters without OpenMetrics' `_total`, and a dry run counted with
+/// `dry_run="All"` as kube-apiserver counts it.
+#[tokio::test]
+async fn metrics_are_the_text_format_whatever_the_accept_header() {
+    let server = Server::start(&[]);
+    let client = server.client().await;
+    let state = serde_json::json!({
+        "apiVersion": "migration.k8s.io/v1alpha1",
+        "kind": "StorageState",
+        "metadata": {"name": "pods"},
+        "spec": {"resource": {"resource": "pods"}},
+    });
+    let create = http::Request::post("/apis/migration.k8s.io/v1alpha1/storagestates?dryRun=All")
+        .header("content-type", "application/json")
+        .body(state.to_string().into_bytes())
+        .expect("request");
+    client.request_text(create).await.expect("dry-run create");
+    let prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let scrape = http::Request::get("/metrics")
+        .header("accept", prometheus_accept)
+        .body(kube::client::Body::empty())
+        .expect("request");
+    let response = client.send(scrape).await.expect("/metrics");
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
+    assert_eq!(content_type.as_deref(), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.expect("body").to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert!(!text.contains("# EOF") && !text.contains("_created"), "{text}");
+    assert!(text.contains("# TYPE apiserver_request_total counter\n"), "{text}");
+    let dry_run = text.lines().find(|l| {
+        l.starts_with("apiserver_request_total{") && l.contains("dry_run=\"All\"") && l.contains("verb=\"POST\"")
+    });
+    assert!(dry_run.is_some_and(|l| l.contains("code=\"201\"") && l.ends_with(" 1")), "{text}");
 }

@@ -269,7 +269,8 @@ fn the_readme_lists_exactly_the_metrics_served() {
     let text = eventually("the first migrations' metrics", Duration::from_secs(30), || {
         let out = kubectl_with(&kubeconfig, &["get", "--raw", "/metrics"], None);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let families = ["storage_migrator_core_migrator_migrations{", "storage_migrator_core_migrator_migrated_objects{"];
+        let families =
+            ["storage_migrator_core_migrator_migrations{", "storage_migrator_core_migrator_migrated_objects{"];
         families.iter().all(|f| text.contains(f)).then_some(text)
     });
     let served: BTreeSet<(String, String)> = text
@@ -286,7 +287,11 @@ fn the_readme_lists_exactly_the_metrics_served() {
         let samples: Vec<&str> = text
             .lines()
             .filter(|l| !l.starts_with('#'))
-            .filter(|l| suffixes.iter().any(|s| l.starts_with(&format!("{family}{s}{{")) || l.starts_with(&format!("{family}{s} "))))
+            .filter(|l| {
+                suffixes
+                    .iter()
+                    .any(|s| l.starts_with(&format!("{family}{s}{{")) || l.starts_with(&format!("{family}{s} ")))
+            })
             .collect();
         for sample in &samples {
             let labels: BTreeSet<String> = label_names(sample).into_iter().filter(|l| l != "le").collect();
@@ -295,7 +300,10 @@ fn the_readme_lists_exactly_the_metrics_served() {
     }
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let name = line.split(['{', ' ']).next().unwrap_or_default();
-        let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).filter(|f| served.contains(&(f.to_string(), "histogram".to_string())));
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|f| served.contains(&(f.to_string(), "histogram".to_string())));
         let family = family.unwrap_or(name);
         assert!(served.iter().any(|(f, _)| f == family), "a sample of no family (OpenMetrics' _total?): {line}");
     }

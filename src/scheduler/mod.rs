@@ -7,10 +7,10 @@
 
 pub mod election;
 pub mod metrics;
-pub mod state_metrics;
 pub mod migrator;
 pub mod ratelimit;
 pub mod report;
+pub mod state_metrics;
 pub mod trigger;
 
 use crate::auth::authn::UserInfo;
