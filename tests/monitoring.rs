@@ -205,4 +205,13 @@ async fn metrics_are_the_text_format_whatever_the_accept_header() {
         l.starts_with("apiserver_request_total{") && l.contains("dry_run=\"All\"") && l.contains("verb=\"POST\"")
     });
     assert!(dry_run.is_some_and(|l| l.contains("code=\"201\"") && l.ends_with(" 1")), "{text}");
+    // The serving certificate's expiry is the notAfter of the certificate the server presents.
+    let pem = std::fs::read(server.cert_dir().join("apiserver.crt")).expect("serving certificate");
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).expect("pem");
+    let not_after = pem.parse_x509().expect("certificate").validity().not_after.timestamp();
+    let expiry = text
+        .lines()
+        .find_map(|l| l.strip_prefix("migration_apiserver_serving_certificate_expiration_timestamp_seconds "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert_eq!(expiry, Some(not_after as f64), "{text}");
 }
