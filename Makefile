@@ -26,7 +26,7 @@ build: build-deps
 run: build
 	$(BIN) serve --secure-port $(PORT) --data-dir $(DATA_DIR) --cert-dir $(CERT_DIR) $(ARGS)
 
-# Installs what the tests need when it is missing (protoc, kubectl, etcd), then runs unit and integration tests on
+# Installs what the tests need when it is missing (protoc, kubectl, etcd, prometheus), then runs unit and integration tests on
 # the embedded store, and the API conformance and durability suites again on etcd.
 deps:
 	PYTHON_VENV=$(PYTHON_VENV) bash scripts/install-test-deps.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and the test suite need on a fresh Debian machine, only when it is missing:
-# protoc (etcd-client generates its gRPC code at build time), kubectl, etcd (the etcd backend's tests), and the Python
+# protoc (etcd-client generates its gRPC code at build time), kubectl, etcd (the etcd backend's tests), Prometheus
+# (promtool and a real server for the alert tests, tests/monitoring.rs), and the Python
 # `kubernetes` client (an independent client in the tests), from PyPI into a venv at $PYTHON_VENV when python3 lacks it.
 set -euo pipefail
 need=()
@@ -8,6 +9,7 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ "${1:-}" = "--build-only" ] || {
   command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   command -v python3 >/dev/null 2>&1 || need+=(python3)
 }
 if [ ${#need[@]} -gt 0 ]; then
@@ -16,6 +18,11 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+  # Debian's prometheus package starts a system Prometheus on :9090 scraping localhost; the tests start their own
+  # on free ports with their own config and data, so the system one is only in the way.
+  if [[ " ${need[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 if [ "${1:-}" != "--build-only" ] && [ -n "${PYTHON_VENV:-}" ] \
     && ! "$PYTHON_VENV/bin/python" -c 'import kubernetes' >/dev/null 2>&1; then
@@ -40,4 +47,5 @@ fi
 [ "${1:-}" = "--build-only" ] || {
   kubectl version --client 2>/dev/null | head -1 || true
   etcd --version 2>/dev/null | head -1 || true
+  promtool --version 2>/dev/null | head -1 || true
 }

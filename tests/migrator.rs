@@ -298,9 +298,9 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
         records.iter().filter(|r| r.code == 410 && !r.fault).count(),
     );
     assert!(svm["status"]["migratedObjects"].as_i64().unwrap_or(0) >= (N - deleted.len()) as i64, "{svm:#}");
-    let succeeded = format!("storage_migrator_core_migrator_migrations_total{{{LABEL},status=\"Succeeded\"}}");
+    let succeeded = format!("storage_migrator_core_migrator_migrations{{{LABEL},status=\"Succeeded\"}}");
     let text = wait_metric(&m, &succeeded, 1.0).await;
-    let migrated = sample(&text, &format!("storage_migrator_core_migrator_migrated_objects_total{{{LABEL}}}"));
+    let migrated = sample(&text, &format!("storage_migrator_core_migrator_migrated_objects{{{LABEL}}}"));
     assert!(migrated >= Some((N - deleted.len()) as f64), "{text}");
     assert_eq!(sample(&text, &format!("storage_migrator_core_migrator_remaining_objects{{{LABEL}}}")), Some(0.0));
 
@@ -416,11 +416,11 @@ async fn permanent_errors_fail_the_migration_quickly_with_a_clear_message() {
     assert_succeeded(&wait_finished(&m, &name, Duration::from_secs(15)).await, &m);
 
     for (status, n) in [("Failed", 2.0), ("Succeeded", 1.0)] {
-        let line = format!("storage_migrator_core_migrator_migrations_total{{{LABEL},status=\"{status}\"}}");
+        let line = format!("storage_migrator_core_migrator_migrations{{{LABEL},status=\"{status}\"}}");
         wait_metric(&m, &line, n).await;
     }
     for gauge in ["pending_migrations", "running_migrations"] {
-        wait_metric(&m, &format!("storage_migrator_core_migrator_{gauge}{{{LABEL}}}"), 0.0).await;
+        wait_metric(&m, &format!("migration_apiserver_{gauge}{{{LABEL}}}"), 0.0).await;
     }
     // A resource the target does not serve fails with a clear message too.
     let manifest = "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageVersionMigration\nmetadata:\n  name: nothing-here\nspec:\n  resource:\n    group: example.com\n    version: v1\n    resource: widgets\n";

@@ -239,29 +239,41 @@ fn the_walkthrough_works_as_written() {
     assert!(entries.iter().all(|e| e["apiVersion"] == "core.gardener.cloud/v1alpha1"), "{entries:?}");
 }
 
-/// The README's table of metrics is what `/metrics` serves: the same names with the same types, no more, no less.
+/// The README's table of metrics is what `/metrics` serves: the same families with the same types and label names,
+/// no more, no less, in the text format 0.0.4 (every sample named as its family, histograms' with their suffixes).
 #[test]
 fn the_readme_lists_exactly_the_metrics_served() {
+    use std::collections::{BTreeMap, BTreeSet};
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
     let table =
         readme.split("<!-- metrics -->").nth(1).and_then(|t| t.split("<!-- /metrics -->").next()).expect("table");
-    let listed: std::collections::BTreeSet<(String, String)> = table
+    let mut listed_labels = BTreeMap::new();
+    let listed: BTreeSet<(String, String)> = table
         .lines()
         .filter(|l| l.starts_with("| `"))
         .map(|l| {
             let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            // A counter's family is named without the `_total` of its samples.
-            let name = cells[1].trim_matches('`');
-            let name = if cells[2] == "counter" { name.trim_end_matches("_total") } else { name };
-            (name.to_string(), cells[2].to_string())
+            let name = cells[1].trim_matches('`').to_string();
+            let labels: BTreeSet<String> =
+                cells[3].split(',').map(|l| l.trim().to_string()).filter(|l| !l.is_empty() && l != "none").collect();
+            listed_labels.insert(name.clone(), labels);
+            (name, cells[2].to_string())
         })
         .collect();
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut server = MakeRun { dir: tmp.path().to_path_buf(), port: free_port(), child: None };
     server.start(&[]);
-    let out = kubectl_with(&tmp.path().join("certs/admin.kubeconfig"), &["get", "--raw", "/metrics"], None);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let served: std::collections::BTreeSet<(String, String)> = text
+    let kubeconfig = tmp.path().join("certs/admin.kubeconfig");
+    // A family is served once it has series (as client_golang's): once the scheduler's first migrations have
+    // migrated objects and ended, every one has.
+    let text = eventually("the first migrations' metrics", Duration::from_secs(30), || {
+        let out = kubectl_with(&kubeconfig, &["get", "--raw", "/metrics"], None);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let families =
+            ["storage_migrator_core_migrator_migrations{", "storage_migrator_core_migrator_migrated_objects{"];
+        families.iter().all(|f| text.contains(f)).then_some(text)
+    });
+    let served: BTreeSet<(String, String)> = text
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .map(|l| {
@@ -270,7 +282,49 @@ fn the_readme_lists_exactly_the_metrics_served() {
         })
         .collect();
     assert_eq!(listed, served, "README's metrics table and /metrics differ:\n{text}");
-    for help in text.lines().filter(|l| l.starts_with("# HELP")) {
-        assert!(!help.ends_with("..") && help.ends_with('.'), "stray punctuation: {help}");
+    for (family, kind) in &served {
+        let suffixes: &[&str] = if kind == "histogram" { &["_bucket", "_sum", "_count"] } else { &[""] };
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| {
+                suffixes
+                    .iter()
+                    .any(|s| l.starts_with(&format!("{family}{s}{{")) || l.starts_with(&format!("{family}{s} ")))
+            })
+            .collect();
+        for sample in &samples {
+            let labels: BTreeSet<String> = label_names(sample).into_iter().filter(|l| l != "le").collect();
+            assert_eq!(&labels, &listed_labels[family], "labels of {family} in the README and in: {sample}");
+        }
     }
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|f| served.contains(&(f.to_string(), "histogram".to_string())));
+        let family = family.unwrap_or(name);
+        assert!(served.iter().any(|(f, _)| f == family), "a sample of no family (OpenMetrics' _total?): {line}");
+    }
+}
+
+/// The label names of a sample line of the text format (`name{a="x",b="y\\"z"} 1`).
+fn label_names(sample: &str) -> Vec<String> {
+    let Some((_, rest)) = sample.split_once('{') else { return Vec::new() };
+    let (mut names, mut name, mut in_value, mut escaped) = (Vec::new(), String::new(), false, false);
+    for c in rest.chars() {
+        match (in_value, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (true, false, '"') => in_value = false,
+            (true, false, _) => {}
+            (false, _, '"') => in_value = true,
+            (false, _, '=') => names.push(std::mem::take(&mut name)),
+            (false, _, '}') => break,
+            (false, _, ',') => {}
+            (false, _, c) => name.push(c),
+        }
+    }
+    names
 }

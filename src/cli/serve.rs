@@ -268,8 +268,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         RegistryConfig { gc_finalizers: false, max_object_bytes: args.max_object_bytes },
     ));
     let metrics = Arc::new(Metrics::new());
-    if let Some(etcd) = &etcd {
-        etcd.register_metrics(&mut metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    {
+        let mut reg = metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(etcd) = &etcd {
+            etcd.register_metrics(&mut reg);
+        }
+        reg.register_collector(Box::new(crate::server::cert_metrics::ServingCertExpiry(auth.serving.clone())));
     }
     let state = Arc::new(
         AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
@@ -377,10 +381,11 @@ pub(super) async fn start_scheduler(
     let identity = election::identity();
     let mut config = args.scheduler_config();
     config.identity = identity.clone();
-    let (scheduler_metrics, election_metrics) = match state.metrics.registry.lock() {
+    let (scheduler_metrics, election_metrics, state_metrics) = match state.metrics.registry.lock() {
         Ok(mut reg) => (
             crate::scheduler::metrics::SchedulerMetrics::register(&mut reg),
             election::ElectionMetrics::register(&mut reg),
+            crate::scheduler::state_metrics::StorageStateMetrics::register(&mut reg),
         ),
         Err(_) => anyhow::bail!("metrics registry poisoned"),
     };
@@ -422,6 +427,8 @@ pub(super) async fn start_scheduler(
     }
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
     let (reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
+    // Every replica exports the StorageStates' metrics; the watch runs as long as the process.
+    let _state_metrics = crate::scheduler::state_metrics::spawn(own.states.clone(), state_metrics);
     let withdraw =
         (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);

@@ -1,8 +1,11 @@
-//! The migrator's Prometheus metrics, with kube-storage-version-migrator's names (namespace `storage_migrator`,
-//! subsystem `core_migrator`) and label values: `resource` is Go's `schema.GroupVersionResource.String()`, e.g.
-//! `core.gardener.cloud/v1beta1, Resource=shootstates` (`/v1, Resource=pods` for the core group), and `status` is
-//! `Succeeded` or `Failed`. Counters are exposed in OpenMetrics form, so their samples carry the `_total` suffix,
-//! exactly as client_golang writes the upstream counters when a scraper negotiates OpenMetrics.
+//! The migrator's Prometheus metrics. The three of kube-storage-version-migrator's `pkg/migrator/metrics`
+//! (kubernetes-sigs/kube-storage-version-migrator at 5c8923c5ff96ceb4435f66b986b5aec2dd0cbc22, the latest commit;
+//! its metrics last changed in c4a712e, 2019) with its names, types, labels and HELP texts (one ends with a period,
+//! two do not, as upstream's), and this project's own under `migration_apiserver_`: the migration queue and the time
+//! of a running migration's last progress, which the alerts read. `resource` is Go's
+//! `schema.GroupVersionResource.String()`, e.g. `core.gardener.cloud/v1beta1, Resource=shootstates`
+//! (`/v1, Resource=pods` for the core group), and `status` is `Succeeded` or `Failed`. Counters are exposed in the
+//! text format 0.0.4 under their registered names, as client_golang writes upstream's ([`crate::server::exposition`]).
 
 use crate::api::storage_version_migration::GroupVersionResource;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -11,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,6 +38,9 @@ pub struct SchedulerMetrics {
     /// Migrations neither finished nor running, and migrations running now.
     pub pending_migrations: Family<ResourceLabels, Gauge>,
     pub running_migrations: Family<ResourceLabels, Gauge>,
+    /// Unix time of the last progress of the resource's running migration: its start, a chunk listed, an object
+    /// handled. Retries of a failing target are no progress.
+    pub progress: Family<ResourceLabels, Gauge<f64, AtomicU64>>,
     /// Resources the queue gauges have been set for (to zero them when their migrations are gone).
     known: Mutex<BTreeSet<String>>,
 }
@@ -51,45 +58,59 @@ impl SchedulerMetrics {
             migrations: Family::default(),
             pending_migrations: Family::default(),
             running_migrations: Family::default(),
+            progress: Family::default(),
             known: Mutex::new(BTreeSet::new()),
         };
-        // Upstream's HELP texts (kube-storage-version-migrator's pkg/migrator/metrics) without a final period:
-        // prometheus-client ends every HELP with one.
-        let sub = registry.sub_registry_with_prefix("storage_migrator_core_migrator");
-        sub.register(
-            "migrated_objects",
-            "The number of objects that have been migrated, labeled with the full resource name",
+        // Upstream's names and HELP texts, verbatim (the exposition drops the period prometheus-client appends).
+        registry.register(
+            "storage_migrator_core_migrator_migrated_objects",
+            "The number of objects that have been migrated, labeled with the full resource name.",
             m.migrated_objects.clone(),
         );
-        sub.register(
-            "remaining_objects",
+        registry.register(
+            "storage_migrator_core_migrator_remaining_objects",
             "The number of objects that still require migration, labeled with the full resource name",
             m.remaining_objects.clone(),
         );
-        sub.register(
-            "migrations",
+        registry.register(
+            "storage_migrator_core_migrator_migrations",
             "The number of completed migration, labeled with the full resource name, and the status of the migration (failed or succeeded)",
             m.migrations.clone(),
         );
-        sub.register(
-            "pending_migrations",
-            "The number of migrations waiting to run, labeled with the full resource name",
+        // This project's own.
+        registry.register(
+            "migration_apiserver_pending_migrations",
+            "The number of migrations waiting to run, labeled with the full resource name.",
             m.pending_migrations.clone(),
         );
-        sub.register(
-            "running_migrations",
-            "The number of migrations running now, labeled with the full resource name",
+        registry.register(
+            "migration_apiserver_running_migrations",
+            "The number of migrations running now, labeled with the full resource name.",
             m.running_migrations.clone(),
+        );
+        registry.register(
+            "migration_apiserver_migration_progress_timestamp_seconds",
+            "Unix time of the last progress (start, chunk listed, object migrated) of the running migration, labeled with the full resource name.",
+            m.progress.clone(),
         );
         Arc::new(m)
     }
 
     pub fn observe_migrated(&self, resource: &str, n: u64) {
         self.migrated_objects.get_or_create(&ResourceLabels { resource: resource.to_string() }).inc_by(n);
+        self.observe_progress(resource);
     }
 
+    /// Set from every chunk listed, and to 0 when a migration ends.
     pub fn observe_remaining(&self, resource: &str, n: i64) {
         self.remaining_objects.get_or_create(&ResourceLabels { resource: resource.to_string() }).set(n);
+        self.observe_progress(resource);
+    }
+
+    /// The resource's migration started or moved on now.
+    pub fn observe_progress(&self, resource: &str) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        self.progress.get_or_create(&ResourceLabels { resource: resource.to_string() }).set(now.as_secs_f64());
     }
 
     pub fn observe_finished(&self, resource: &str, status: &str) {
@@ -130,19 +151,19 @@ mod tests {
         m.observe_migrated(&r, 3);
         m.observe_remaining(&r, 7);
         m.observe_finished(&r, "Succeeded");
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        let out = crate::server::exposition::encode(&reg).expect("encode");
         for line in [
+            "# HELP storage_migrator_core_migrator_migrated_objects The number of objects that have been migrated, labeled with the full resource name.",
             "# TYPE storage_migrator_core_migrator_migrated_objects counter",
-            "storage_migrator_core_migrator_migrated_objects_total{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\"} 3",
+            "storage_migrator_core_migrator_migrated_objects{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\"} 3",
+            "# HELP storage_migrator_core_migrator_remaining_objects The number of objects that still require migration, labeled with the full resource name",
             "storage_migrator_core_migrator_remaining_objects{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\"} 7",
-            "storage_migrator_core_migrator_migrations_total{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\",status=\"Succeeded\"} 1",
+            "# TYPE storage_migrator_core_migrator_migrations counter",
+            "storage_migrator_core_migrator_migrations{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\",status=\"Succeeded\"} 1",
         ] {
-            assert!(out.contains(line), "{line} missing in:\n{out}");
+            assert!(out.lines().any(|l| l == line), "{line} missing in:\n{out}");
         }
-        for help in out.lines().filter(|l| l.starts_with("# HELP")) {
-            assert!(help.ends_with('.'), "{help}");
-            assert!(!help.ends_with("..") && !help.contains(" ."), "stray punctuation: {help}");
-        }
+        assert!(!out.contains("_total"), "{out}");
+        assert!(out.contains("migration_apiserver_migration_progress_timestamp_seconds{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\"} 1."), "{out}");
     }
 }

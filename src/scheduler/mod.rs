@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod migrator;
 pub mod ratelimit;
 pub mod report;
+pub mod state_metrics;
 pub mod trigger;
 
 use crate::auth::authn::UserInfo;

@@ -1,4 +1,6 @@
-//! Prometheus metrics in text format, with kube-apiserver's request metric names.
+//! Prometheus metrics with kube-apiserver's request metric names, labels and HELP (k8s.io/apiserver
+//! `pkg/endpoints/metrics/metrics.go`; component-base prefixes the HELP with the stability level), served in the
+//! text format 0.0.4 ([`super::exposition`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -27,6 +29,8 @@ pub struct RequestLabelSet {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabelSet {
     pub verb: Label,
+    /// `All` for a dry run, empty otherwise ([`dry_run_label`]).
+    pub dry_run: Label,
     pub group: Label,
     pub version: Label,
     pub resource: Label,
@@ -63,13 +67,13 @@ impl Metrics {
         let requests = Family::<RequestLabelSet, Counter>::default();
         let latency = Family::<LatencyLabelSet, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         registry.register(
-            "apiserver_request",
-            "Counter of apiserver requests broken out for each verb, group, version, resource, scope, component, and HTTP response code",
+            "apiserver_request_total",
+            "[STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
             requests.clone(),
         );
         registry.register(
             "apiserver_request_duration_seconds",
-            "Response latency distribution in seconds for each verb, group, version, resource, subresource, scope and component",
+            "[STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
             latency.clone(),
         );
         static IDS: AtomicU64 = AtomicU64::new(0);
@@ -119,13 +123,24 @@ impl Metrics {
         }
     }
 
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Ok(reg) = self.registry.lock() {
-            let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
-        }
-        out
+    /// Every registered family in the text format 0.0.4.
+    pub fn encode(&self) -> Result<String, super::exposition::ExpositionError> {
+        let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        super::exposition::encode(&registry)
     }
+}
+
+/// The `dry_run` label as kube-apiserver's `cleanDryRun`: the request's `dryRun` values, sorted, unique and joined
+/// by commas (`All`, the only valid value), `invalid` when one is not valid, empty without any.
+pub fn dry_run_label(query: Option<&str>) -> Label {
+    let mut label = "";
+    for (_, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()).filter(|(k, _)| k == "dryRun") {
+        if value != "All" {
+            return Label::Borrowed("invalid");
+        }
+        label = "All";
+    }
+    Label::Borrowed(label)
 }
 
 #[cfg(test)]
@@ -135,6 +150,7 @@ mod tests {
     fn labels(verb: &'static str, resource: &str) -> LatencyLabelSet {
         LatencyLabelSet {
             verb: Label::Borrowed(verb),
+            dry_run: Label::Borrowed(""),
             group: Label::Borrowed("migration.k8s.io"),
             version: Label::Borrowed("v1alpha1"),
             resource: Label::Owned(resource.to_string()),
@@ -160,7 +176,7 @@ mod tests {
         b.record(labels("LIST", "storagestates"), Label::Borrowed("200"), ms);
         a.record(labels("LIST", "storagestates"), Label::Borrowed("404"), ms);
         a.record(labels("WATCH", "storagestates"), Label::Borrowed("200"), None);
-        let (ta, tb) = (a.encode(), b.encode());
+        let (ta, tb) = (a.encode().expect("encode"), b.encode().expect("encode"));
         let (total, count) = ("apiserver_request_total{", "apiserver_request_duration_seconds_count{");
         let (list, watch) = ("verb=\"LIST\"", "verb=\"WATCH\"");
         assert_eq!(value(&ta, total, &[list, "code=\"200\""]), Some("3"), "{ta}");

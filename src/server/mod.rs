@@ -2,9 +2,11 @@
 
 pub mod admission;
 pub mod admission_review;
+pub mod cert_metrics;
 pub mod crd;
 pub mod csi_admission;
 pub mod discovery;
+pub mod exposition;
 pub mod metrics;
 mod namespaces;
 pub mod negotiate;
@@ -167,6 +169,7 @@ fn is_public(path: &str) -> bool {
 async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = req.method().clone();
+    let dry_run = metrics::dry_run_label(req.uri().query());
     // Parsed once: authorization, the REST handlers and their metrics labels all read this.
     let info = RequestInfo::parse(req.method(), req.uri().path(), req.uri().query());
     req.extensions_mut().insert(info);
@@ -179,6 +182,7 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Requ
     let owned = |s: String| if s.is_empty() { Label::Borrowed("") } else { Label::Owned(s) };
     let request = LatencyLabelSet {
         verb,
+        dry_run,
         group: owned(labels.group),
         version: owned(labels.version),
         resource: owned(labels.resource),
@@ -279,9 +283,12 @@ async fn version() -> Response {
 }
 
 async fn metrics_handler(State(st): State<Arc<AppState>>) -> Response {
-    let mut r = st.metrics.encode().into_response();
-    r.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    // The text format 0.0.4 whatever the Accept header asks for, as kube-apiserver's handler.
+    let mut r = match st.metrics.encode() {
+        Ok(text) => text.into_response(),
+        Err(e) => return ApiError::internal(e.to_string()).into_response(),
+    };
+    r.headers_mut().insert("content-type", HeaderValue::from_static(exposition::CONTENT_TYPE));
     r
 }
 

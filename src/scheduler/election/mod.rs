@@ -159,7 +159,8 @@ pub struct NameLabel {
     pub name: String,
 }
 
-/// `leader_election_master_status{name}`: 1 while this process leads, as client-go's leader election metric.
+/// `leader_election_master_status{name}`: 1 while this process leads, as client-go's leader election metric (name
+/// and HELP from k8s.io/component-base `metrics/prometheus/clientgo/leaderelection`, ALPHA).
 pub struct ElectionMetrics {
     pub master_status: Family<NameLabel, Gauge>,
 }
@@ -169,7 +170,7 @@ impl ElectionMetrics {
         let m = ElectionMetrics { master_status: Family::default() };
         registry.register(
             "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease",
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
             m.master_status.clone(),
         );
         std::sync::Arc::new(m)

@@ -155,6 +155,7 @@ impl Worker {
         let gvr = self.svm.spec.resource.clone();
         let label = resource_label(&gvr);
         let started = std::time::Instant::now();
+        self.ctx.metrics.observe_progress(&label);
         let outcome = self.migrate(&gvr, &label).await;
         let migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
         let ctx = self.ctx.clone();

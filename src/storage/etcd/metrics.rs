@@ -34,8 +34,8 @@ impl ReadCounters {
     /// Registers the family as `storage_cache_reads_total{operation, source}`.
     pub(super) fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register(
-            "storage_cache_reads",
-            "Consistent reads of the etcd backend by operation (get, list) and by what answered them (cache: the watch cache; etcd: not ready, lagging, or an older revision)",
+            "storage_cache_reads_total",
+            "Consistent reads of the etcd backend by operation (get, list) and by what answered them (cache: the watch cache; etcd: not ready, lagging, or an older revision).",
             self.family.clone(),
         );
     }
