@@ -6,6 +6,7 @@
 //! to any client's, and kube-runtime's watchers follow them.
 
 pub mod election;
+pub mod events;
 pub mod metrics;
 pub mod migrator;
 pub mod ratelimit;
