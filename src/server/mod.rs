@@ -54,8 +54,9 @@ pub struct AppState {
 impl AppState {
     /// The server state over `registry`'s resources. Standalone (no cluster authenticates for us, so no
     /// kube-apiserver stands in front), the server is all the API its clients have, and it also serves the core
-    /// group's namespaces: kubectl asks for them, and a `kind: List` file maps only where the core group `v1` is
-    /// served. Behind kube-apiserver's aggregator the core group is kube-apiserver's and none of it is served here.
+    /// group's namespaces (kubectl asks for them, and a `kind: List` file maps only where the core group `v1` is
+    /// served) and events, in the core group and in events.k8s.io (recorders write them, `kubectl describe` reads
+    /// them). Behind kube-apiserver's aggregator the core group is kube-apiserver's and none of it is served here.
     pub fn new(
         registry: Arc<Registry>,
         authn: Arc<Authenticator>,
@@ -65,8 +66,13 @@ impl AppState {
         let registry = match authn.delegates() {
             true => registry,
             false => {
-                let namespaces = crate::registry::store::Store::<crate::api::namespace::Namespace>::new("v1");
-                Arc::new(registry.with_resource(Arc::new(namespaces)))
+                use crate::api::{event, events_event, namespace};
+                use crate::registry::store::Store;
+                let registry = registry
+                    .with_resource(Arc::new(Store::<namespace::Namespace>::new("v1")))
+                    .with_resource(Arc::new(Store::<event::Event>::new("v1")))
+                    .with_resource(Arc::new(Store::<events_event::Event>::new("v1")));
+                Arc::new(registry)
             }
         };
         let kinds: Vec<_> = registry.resources.iter().map(|r| r.strategy.clone()).collect();
