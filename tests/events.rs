@@ -68,7 +68,8 @@ print(json.dumps({
     "regarding": [(e.metadata.name, e.note) for e in regarding],
 }))
 "#;
-    let bodies = json!([new_event("a-1", "svm-a", &uid, "migrated 7 objects"), new_event("b-1", "svm-b", &other_uid, "b")]);
+    let bodies =
+        json!([new_event("a-1", "svm-a", &uid, "migrated 7 objects"), new_event("b-1", "svm-b", &other_uid, "b")]);
     let out = python(&["-c", script, &s.kubeconfig().display().to_string(), &bodies.to_string(), &uid]);
     let answer: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
     let controller = "migration.k8s.io/storage-version-migrator";
@@ -81,11 +82,24 @@ print(json.dumps({
     let header: Vec<&str> = header.iter().map(|c| c.trim()).collect();
     assert_eq!(header, ["NAMESPACE", "LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], "{all}");
     assert!(all.contains("storageversionmigration/svm-a") && all.contains("migrated 7 objects"), "{all}");
-    let selected =
-        s.kubectl_ok(&["get", "events", "-n", "default", "--field-selector", "involvedObject.kind=StorageVersionMigration", "-o", "name"]);
+    let selected = s.kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "involvedObject.kind=StorageVersionMigration",
+        "-o",
+        "name",
+    ]);
     assert_eq!(selected.lines().collect::<Vec<_>>(), ["event/a-1", "event/b-1"]);
     let yaml = s.kubectl_ok(&["get", "ev", "-n", "default", "a-1", "-o", "yaml"]);
-    assert!(yaml.contains("apiVersion: v1\n") && yaml.contains("involvedObject:") && yaml.contains("message: migrated 7 objects"), "{yaml}");
+    assert!(
+        yaml.contains("apiVersion: v1\n")
+            && yaml.contains("involvedObject:")
+            && yaml.contains("message: migrated 7 objects"),
+        "{yaml}"
+    );
     let wide = s.kubectl_ok(&["get", "events", "-n", "default", "-o", "wide"]);
     assert!(wide.contains("migration.k8s.io/storage-version-migrator, replica-1"), "{wide}");
 
@@ -146,7 +160,8 @@ async fn validation_and_field_labels() {
     let mut incomplete = bare.clone();
     incomplete["eventTime"] = json!("2026-11-26T10:00:00.000000Z");
     incomplete["type"] = json!("Normal");
-    let status = post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &incomplete).await.status_err(422, "Invalid");
+    let status =
+        post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &incomplete).await.status_err(422, "Invalid");
     let mut fields: Vec<&str> =
         status["details"]["causes"].as_array().expect("causes").iter().filter_map(|c| c["field"].as_str()).collect();
     fields.dedup();
@@ -165,7 +180,9 @@ async fn validation_and_field_labels() {
 
     // Written through events.k8s.io: the note (message) cannot change there; through core/v1 it can.
     let uid = create_svm(&s, "svm-v");
-    post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &new_event("v-1", "svm-v", &uid, "first")).await.ok(201);
+    post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &new_event("v-1", "svm-v", &uid, "first"))
+        .await
+        .ok(201);
     let status = merge_patch(&c, "/apis/events.k8s.io/v1/namespaces/default/events/v-1", &json!({"note": "second"}))
         .await
         .status_err(422, "Invalid");
@@ -183,10 +200,17 @@ async fn validation_and_field_labels() {
         let status = get(&c, path).await.status_err(400, "BadRequest");
         assert_eq!(status["message"], format!("field label not supported: {label}"), "{path}");
     }
-    let listed = get(&c, "/apis/events.k8s.io/v1/events?fieldSelector=reportingController%3Dmigration.k8s.io/storage-version-migrator").await.ok(200);
-    let names: Vec<&str> = listed["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let listed = get(
+        &c,
+        "/apis/events.k8s.io/v1/events?fieldSelector=reportingController%3Dmigration.k8s.io/storage-version-migrator",
+    )
+    .await
+    .ok(200);
+    let names: Vec<&str> =
+        listed["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
     assert_eq!(names, ["v-1"]);
-    let listed = get(&c, "/api/v1/events?fieldSelector=source%3Dmigration.k8s.io/storage-version-migrator").await.ok(200);
+    let listed =
+        get(&c, "/api/v1/events?fieldSelector=source%3Dmigration.k8s.io/storage-version-migrator").await.ok(200);
     assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "source falls back to reportingComponent: {listed}");
 }
 
@@ -204,7 +228,9 @@ async fn discovery_and_table() {
         assert_eq!(events["shortNames"], json!(["ev"]), "{path}");
     }
     let uid = create_svm(&s, "svm-t");
-    post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &new_event("t-1", "svm-t", &uid, "table")).await.ok(201);
+    post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &new_event("t-1", "svm-t", &uid, "table"))
+        .await
+        .ok(201);
     for path in ["/api/v1/namespaces/default/events", "/apis/events.k8s.io/v1/namespaces/default/events"] {
         let table = get_accept(&c, path, "application/json;as=Table;v=v1;g=meta.k8s.io").await.ok(200);
         let columns: Vec<(String, i64)> = table["columnDefinitions"]
@@ -243,7 +269,9 @@ async fn events_expire_ttl_after_their_last_write() {
     let uid = create_svm(&s, "svm-x");
     let started = std::time::Instant::now();
     for name in ["kept", "left"] {
-        post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &new_event(name, "svm-x", &uid, name)).await.ok(201);
+        post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &new_event(name, "svm-x", &uid, name))
+            .await
+            .ok(201);
     }
     let path = |name: &str| format!("/api/v1/namespaces/default/events/{name}");
     // "kept" is written again at every poll, so its TTL starts anew each time; "left" is not.
