@@ -347,3 +347,106 @@ impl Kind for Event {
         self.core_selectable_fields()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(v: Value) -> Event {
+        serde_json::from_value(v).expect("an Event")
+    }
+
+    /// pkg/apis/core/validation/events_test.go (kubernetes/kubernetes 05c351a9), `TestValidateEventForCoreV1Events`:
+    /// core/v1 checks only that the namespaces agree and are valid.
+    #[test]
+    fn core_v1_events_validate_leniently() {
+        let cases = [
+            ("foo", "bar", false),
+            ("aoeu-_-aoeu", "aoeu-_-aoeu", false),
+            ("default", "", true),
+            ("default", "default", true),
+            ("default", "foo", false),
+            ("foo", "foo", true),
+            ("foo", "", false),
+            ("", "bar", false),
+        ];
+        for (namespace, involved, valid) in cases {
+            let e = event(json!({"metadata": {"name": "test", "namespace": namespace},
+                                 "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "namespace": involved}}));
+            assert_eq!(e.validate().is_empty(), valid, "{namespace:?} {involved:?}: {:?}", e.validate());
+            assert_eq!(e.validate_update(&Event::default()).is_empty(), valid, "{namespace:?} {involved:?} (update)");
+        }
+    }
+
+    /// The same file's `TestValidateEventCreateForNewV1Events`: events.k8s.io/v1 requires what the new API says,
+    /// with kube-apiserver's field paths (the object's name is the registry's metadata check).
+    #[test]
+    fn new_v1_events_validate_strictly() {
+        let valid = json!({"metadata": {"name": "test", "namespace": "kube-system"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node"}, "eventTime": "2017-09-19T13:49:16.000000Z",
+            "reportingComponent": "k8s.io/my-controller", "reportingInstance": "node-xyz", "action": "Do",
+            "reason": "Because", "type": "Normal"});
+        let with = |patch: Value| {
+            let mut v = valid.clone();
+            json_patch::merge(&mut v, &patch);
+            // The fields with errors, in order (an empty reportingController is both required and not a name).
+            let mut fields: Vec<String> = event(v).validate_strict_create().into_iter().map(|e| e.field).collect();
+            fields.dedup();
+            fields
+        };
+        assert_eq!(with(json!({})), Vec::<String>::new());
+        let long = "z".repeat(129);
+        let cases: [(Value, &[&str]); 12] = [
+            (json!({"metadata": {"namespace": ""}}), &["involvedObject.namespace", "namespace"]),
+            // Without eventTime the legacy rule applies: a cluster object's event is in "" or "default".
+            (json!({"eventTime": null}), &["involvedObject.namespace", "eventTime"]),
+            (json!({"eventTime": null, "metadata": {"namespace": "default"}}), &["eventTime"]),
+            (json!({"reportingComponent": "my-contr@ller"}), &["reportingController"]),
+            (json!({"reportingComponent": null}), &["reportingController"]),
+            (json!({"reportingInstance": long}), &["reportingInstance"]),
+            (json!({"reason": null}), &["reason"]),
+            (json!({"action": null}), &["action"]),
+            (json!({"message": "z".repeat(1025)}), &["message"]),
+            (json!({"type": "Bad"}), &["type"]),
+            (json!({"series": {"count": 1}}), &["series.count", "series.lastObservedTime"]),
+            (
+                json!({"firstTimestamp": "2017-09-19T13:49:16Z", "lastTimestamp": "2017-09-19T13:49:16Z",
+                       "count": 2, "source": {"component": "c"}}),
+                &["firstTimestamp", "lastTimestamp", "count", "source"],
+            ),
+        ];
+        for (patch, fields) in cases {
+            assert_eq!(with(patch.clone()), fields, "{patch}");
+        }
+    }
+
+    /// `ValidateEventUpdate` for the new API: what was written stays, a changed series must be valid.
+    #[test]
+    fn new_v1_event_updates_keep_what_was_written() {
+        let old = event(
+            json!({"metadata": {"name": "e", "namespace": "default"}, "eventTime": "2017-09-19T13:49:16.000000Z",
+            "reportingComponent": "c", "reportingInstance": "i", "action": "Do", "reason": "R", "type": "Normal",
+            "message": "m"}),
+        );
+        let mut new = old.clone();
+        new.message = Some("changed".into());
+        new.series = Some(EventSeries { count: Some(1), last_observed_time: None });
+        let fields: Vec<String> = new.validate_strict_update(&old).into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["series.count", "series.lastObservedTime", "message"]);
+    }
+
+    /// `printEvent`: a series' last observation and count, the source from the reporting controller, the object as
+    /// `kind/name` in lower case.
+    #[test]
+    fn cells_as_kube_apiserver_prints_them() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-21T04:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        let e = event(json!({"metadata": {"name": "e", "namespace": "default"},
+            "involvedObject": {"kind": "StorageVersionMigration", "name": "m"}, "eventTime": "2026-11-21T03:00:00.000000Z",
+            "series": {"count": 4, "lastObservedTime": "2026-11-21T03:59:00.000000Z"}, "reportingComponent": "ctl",
+            "reportingInstance": "i-1", "reason": "Done", "message": " ok \n", "type": "Normal"}));
+        let want = json!(["60s", "Normal", "Done", "storageversionmigration/m", "", "ctl, i-1", "ok", "60m", 4, "e"]);
+        assert_eq!(Value::Array(e.cells(now)), want);
+        assert_eq!(Event::columns().len(), want.as_array().map_or(0, Vec::len));
+    }
+}

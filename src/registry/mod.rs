@@ -9,6 +9,7 @@ pub mod continue_token;
 pub mod decode;
 pub mod default_patch;
 mod delete;
+pub mod expiry;
 mod json_patch;
 pub mod managed;
 pub mod object_meta;

@@ -101,6 +101,15 @@ impl AppState {
         self.csi_migration = Arc::new(csi);
         self
     }
+
+    /// Standalone, where this server serves events: they expire `ttl` after their last write (`--event-ttl`), as
+    /// kube-apiserver's do. Both groups' events are the core group's stored objects.
+    pub fn with_event_ttl(self, ttl: Duration) -> Self {
+        if let Some(events) = self.registry.resource("", "v1", "events") {
+            crate::registry::expiry::spawn(self.registry.storage.clone(), events.prefix(None), ttl);
+        }
+        self
+    }
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
