@@ -81,7 +81,7 @@ fn standalone_trigger_and_migration_events() {
         let d = described_events(&s, "storageversionmigrations", &name);
         (has_event(&d, "Normal", "MigrationStarted") && has_event(&d, "Normal", "MigrationSucceeded")).then_some(d)
     });
-    assert!(described.contains(&format!("Migrating shootstates.v1beta1.core.gardener.cloud")), "{described}");
+    assert!(described.contains("Migrating shootstates.v1beta1.core.gardener.cloud"), "{described}");
     assert!(!described.contains("MigrationRetrying"), "nothing was retried: {described}");
     eprintln!("kubectl describe storageversionmigrations {name}, Events:{described}");
     let described = eventually("the trigger's decisions under Events:", TIMEOUT, || {
