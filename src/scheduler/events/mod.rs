@@ -181,6 +181,7 @@ async fn write_events(client: kube::Client, mut incoming: mpsc::Receiver<Event>)
 }
 
 /// What became of one write.
+#[derive(Debug, PartialEq)]
 enum Recorded {
     Done,
     /// Refused, or not worth retrying: logged and dropped.
@@ -285,6 +286,106 @@ mod tests {
         let e = make_event(&namespaced, EventType::Normal, "R", "A", "n", "c", "c-h", t);
         assert_eq!((e.metadata.namespace.as_deref(), e.type_.as_deref()), (Some("ns1"), Some("Normal")));
         assert_eq!(e.note.as_deref(), Some("n"));
+    }
+
+    /// A request the fake API server saw: method, path, content type, body.
+    type Seen = Arc<std::sync::Mutex<Vec<(String, String, String, serde_json::Value)>>>;
+
+    /// A client of a fake API server answering with `codes` in turn (0: no answer), and what it was sent.
+    fn fake_api(codes: &[u16]) -> (kube::Client, Seen) {
+        let seen = Seen::default();
+        let codes = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(codes.to_vec())));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: axum::http::Request<kube::client::Body>| {
+            let (log, codes) = (log.clone(), codes.clone());
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = http_body_util::BodyExt::collect(body).await.expect("body").to_bytes();
+                let content_type = parts.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+                let sent = serde_json::from_slice(&body).unwrap_or_default();
+                log.lock().expect("log").push((
+                    parts.method.to_string(),
+                    parts.uri.path().to_string(),
+                    content_type.to_string(),
+                    sent,
+                ));
+                let code = codes.lock().expect("codes").pop_front().unwrap_or(200);
+                let answer = match code {
+                    0 => return Err(std::io::Error::other("connection reset")),
+                    200..=299 => serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                        "metadata": {"name": "e"}}),
+                    409 => serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "AlreadyExists", "code": 409, "message": "already exists"}),
+                    _ => serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "NotFound", "code": code, "message": "refused"}),
+                };
+                let response = axum::http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from(answer.to_string()))
+                    .expect("response");
+                Ok::<_, std::io::Error>(response)
+            }
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    fn recorded_event(series: Option<i32>) -> Event {
+        let regarding = ObjectReference { name: Some("m".into()), ..Default::default() };
+        let t = Timestamp::from_second(1_700_000_000).expect("time");
+        let mut e = make_event(&regarding, EventType::Warning, "MigrationRetrying", "Migrate", "503", "c", "c-h", t);
+        e.series =
+            series.map(|count| k8s_openapi::api::events::v1::EventSeries { count, last_observed_time: MicroTime(t) });
+        e
+    }
+
+    fn requests(seen: &Seen) -> Vec<(String, String, String)> {
+        seen.lock().expect("log").iter().map(|(m, p, c, _)| (m.clone(), p.clone(), c.clone())).collect()
+    }
+
+    #[tokio::test]
+    async fn a_new_event_is_created_and_a_refusal_is_final() {
+        let (client, seen) = fake_api(&[201]);
+        assert_eq!(record_event(&client, &recorded_event(None)).await, Recorded::Done);
+        let reqs = requests(&seen);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(
+            (reqs[0].0.as_str(), reqs[0].1.as_str()),
+            ("POST", "/apis/events.k8s.io/v1/namespaces/default/events")
+        );
+        let sent = seen.lock().expect("log")[0].3.clone();
+        assert_eq!((sent["reason"].as_str(), sent["note"].as_str()), (Some("MigrationRetrying"), Some("503")));
+        // Any answer of the server is final: no second request.
+        for code in [409, 422, 500] {
+            let (client, seen) = fake_api(&[code]);
+            assert_eq!(record_event(&client, &recorded_event(None)).await, Recorded::Dropped, "{code}");
+            assert_eq!(requests(&seen).len(), 1);
+        }
+        // No answer at all: retried.
+        let (client, _) = fake_api(&[0]);
+        assert!(matches!(record_event(&client, &recorded_event(None)).await, Recorded::Retry(_)));
+    }
+
+    #[tokio::test]
+    async fn a_series_is_a_merge_patch_of_series_and_created_when_its_event_is_gone() {
+        let (client, seen) = fake_api(&[200]);
+        assert_eq!(record_event(&client, &recorded_event(Some(2))).await, Recorded::Done);
+        let path = format!("/apis/events.k8s.io/v1/namespaces/default/events/{}", "m.17979cfe362a0000");
+        assert_eq!(requests(&seen), [("PATCH".into(), path.clone(), "application/merge-patch+json".into())]);
+        let sent = seen.lock().expect("log")[0].3.clone();
+        assert_eq!(
+            sent,
+            serde_json::json!({"series": {"count": 2, "lastObservedTime": "2023-11-14T22:13:20.000000Z"}})
+        );
+        // The Event expired (404): created whole, series included.
+        let (client, seen) = fake_api(&[404, 201]);
+        assert_eq!(record_event(&client, &recorded_event(Some(3))).await, Recorded::Done);
+        let reqs = requests(&seen);
+        assert_eq!((reqs[0].0.as_str(), reqs[1].0.as_str()), ("PATCH", "POST"));
+        assert_eq!(seen.lock().expect("log")[1].3["series"]["count"], 3);
+        // The create lost the race against the first create of the Event: patched again later.
+        let (client, _) = fake_api(&[404, 409]);
+        assert!(matches!(record_event(&client, &recorded_event(Some(2))).await, Recorded::Retry(_)));
     }
 
     #[test]
