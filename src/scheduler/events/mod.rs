@@ -1,12 +1,12 @@
 //! The scheduler's Event recorder, modelled on client-go's `k8s.io/client-go/tools/events` (event_recorder.go
-//! `makeEvent`, event_broadcaster.go `recordToSink`/`recordEvent`/`attemptRecording`, kubernetes v1.33): it writes
+//! `makeEvent`, event_broadcaster.go `recordToSink`/`recordEvent`/`attemptRecording`, kubernetes master): it writes
 //! events.k8s.io/v1 Events through a Kubernetes client, to the target (this server standalone, the cluster's
 //! kube-apiserver in cluster mode, where our APIService serves no events).
 //!
 //! Recording never blocks and never fails the caller: [`EventRecorder::record`] puts the event into a bounded queue
 //! (upstream's broadcaster drops when its 1000 queued events are full, and so do we, counting and logging the
 //! drops); one background task deduplicates ([`series`]) and writes. A write that got no answer is tried again
-//! every 10 seconds, up to 12 times; one the server refused is dropped and logged, as upstream's.
+//! every 10 to 12.5 seconds, up to 12 times; one the server refused is dropped and logged, as upstream's.
 
 pub mod series;
 
@@ -190,8 +190,8 @@ enum Recorded {
     Retry(String),
 }
 
-/// Upstream's `attemptRecording`: up to 12 tries, 10 seconds apart (the first wait randomised, so that many
-/// writers do not retry in step).
+/// Upstream's `attemptRecording`: up to 12 tries, 10 to 12.5 seconds apart (`wait.Jitter(10s, 0.25)`, so that
+/// many writers do not retry in step).
 async fn attempt_recording(client: kube::Client, event: Event) {
     for tries in 1..=MAX_TRIES_PER_EVENT {
         let why = match record_event(&client, &event).await {
@@ -202,10 +202,8 @@ async fn attempt_recording(client: kube::Client, event: Event) {
             tracing::warn!(event = ?event.metadata.name, error = %why, "unable to write event (retry limit exceeded)");
             return;
         }
-        let delay = match tries {
-            1 => SLEEP_BETWEEN_TRIES.mul_f64(uuid::Uuid::new_v4().as_u128() as f64 / u128::MAX as f64),
-            _ => SLEEP_BETWEEN_TRIES,
-        };
+        let jitter = uuid::Uuid::new_v4().as_u128() as f64 / u128::MAX as f64;
+        let delay = SLEEP_BETWEEN_TRIES.mul_f64(1.0 + 0.25 * jitter);
         tracing::debug!(event = ?event.metadata.name, error = %why, ?delay, "unable to write event; retrying");
         tokio::time::sleep(delay).await;
     }

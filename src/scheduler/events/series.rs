@@ -2,8 +2,8 @@
 //! (k8s.io/client-go/tools/events/event_broadcaster.go, `recordToSink`, `finishSeries`,
 //! `refreshExistingEventSeries`, `getKey`), as a pure cache that the writer task drives with the clock.
 //!
-//! An event isomorphic to a cached one (same action, reason, reportingController, regarding and related: the note
-//! is not part of the key) does not become a new Event. Its first repetition turns the cached one into a series
+//! An event isomorphic to a cached one (same type, action, reason, reportingController, reportingInstance,
+//! regarding and related: the note is not part of the key) does not become a new Event. Its first repetition turns the cached one into a series
 //! (count 2), written at once as a patch of `series`; later repetitions only count, and reach the server with the
 //! heartbeat (every 30 minutes) or when the series ends. A series ends, and is written one last time, once nothing
 //! isomorphic was observed for 6 minutes; a single event leaves the cache 6 minutes after its eventTime, so that a
@@ -50,9 +50,11 @@ impl From<&ObjectReference> for ReferenceKey {
 /// Upstream's `eventKey`: what makes two events isomorphic.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EventKey {
+    type_: Option<String>,
     action: Option<String>,
     reason: Option<String>,
     reporting_controller: Option<String>,
+    reporting_instance: Option<String>,
     regarding: ReferenceKey,
     related: ReferenceKey,
 }
@@ -60,9 +62,11 @@ pub struct EventKey {
 impl EventKey {
     pub fn of(e: &Event) -> Self {
         EventKey {
+            type_: e.type_.clone(),
             action: e.action.clone(),
             reason: e.reason.clone(),
             reporting_controller: e.reporting_controller.clone(),
+            reporting_instance: e.reporting_instance.clone(),
             regarding: e.regarding.as_ref().map(ReferenceKey::from).unwrap_or_default(),
             related: e.related.as_ref().map(ReferenceKey::from).unwrap_or_default(),
         }
@@ -184,7 +188,13 @@ mod tests {
         assert_eq!(other_reason.series, None);
         let other_object = cache.observe(event("b.1", "b", "MigrationRetrying", "x", 1), at(1)).expect("created");
         assert_eq!(other_object.series, None);
-        assert_eq!(cache.len(), 3);
+        let mut normal = event("a.3", "a", "MigrationRetrying", "x", 2);
+        normal.type_ = Some("Normal".into());
+        assert_eq!(cache.observe(normal, at(2)).expect("created").series, None, "another type");
+        let mut elsewhere = event("a.4", "a", "MigrationRetrying", "x", 2);
+        elsewhere.reporting_instance = Some("migration-apiserver-other".into());
+        assert_eq!(cache.observe(elsewhere, at(2)).expect("created").series, None, "another instance");
+        assert_eq!(cache.len(), 5);
         assert!(cache.heartbeat().is_empty());
     }
 
