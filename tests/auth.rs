@@ -900,6 +900,9 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     ("coordination.k8s.io", "leases", "get", "src/scheduler/election/lease.rs", "self.api.get_opt("),
     ("coordination.k8s.io", "leases", "create", "src/scheduler/election/lease.rs", "self.api.create("),
     ("coordination.k8s.io", "leases", "update", "src/scheduler/election/lease.rs", "self.api.replace("),
+    // The scheduler's Events (src/scheduler/events/mod.rs): created, and a repeated one's series patched.
+    ("events.k8s.io", "events", "create", "src/scheduler/events/mod.rs", "api.create("),
+    ("events.k8s.io", "events", "patch", "src/scheduler/events/mod.rs", "api.patch("),
 ];
 
 /// The merge patch the migrator sends (the patch verb, not update).

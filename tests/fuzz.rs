@@ -102,7 +102,7 @@ fn parsers_never_panic() {
         let input = mutate(&mut rng, seed);
         let text = String::from_utf8_lossy(&input);
         let _ = LabelSelector::parse(&text).map(|s| s.matches(None));
-        let _ = FieldSelector::parse(&text);
+        let _ = FieldSelector::parse(&text, migration_apiserver::api::event::FIELD_LABELS);
         let _ = ContinueToken::decode(&text);
         let _ = negotiate(Some(&text), true);
         let _ = QueryParams::parse(Some(&text));

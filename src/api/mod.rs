@@ -3,6 +3,8 @@
 //! Adding a kind = one file + one line in [`kinds`].
 
 pub mod csi_translation;
+pub mod event;
+pub mod events_event;
 pub mod namespace;
 pub mod printers;
 pub mod shoot_state;

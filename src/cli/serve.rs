@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// How often watches that allow bookmarks get one.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub watch_bookmark_interval: Duration,
+    /// Amount of time to retain events (standalone, where this server serves them), as kube-apiserver's flag: an
+    /// event is removed this long after its last write.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub event_ttl: Duration,
     /// Namespace the server runs in (for the in-cluster names in the generated serving certificate).
     #[arg(long, default_value = "migration-apiserver")]
     pub service_namespace: String,
@@ -278,7 +282,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let state = Arc::new(
         AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
             .with_authorizer(auth.authorizer.clone())
-            .with_csi_migration(csi_migration(&args).await?),
+            .with_csi_migration(csi_migration(&args).await?)
+            .with_event_ttl(args.event_ttl),
     );
     let app = router(state.clone());
     let scheduler = if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app).await?) };

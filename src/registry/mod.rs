@@ -9,6 +9,7 @@ pub mod continue_token;
 pub mod decode;
 pub mod default_patch;
 mod delete;
+pub mod expiry;
 mod json_patch;
 pub mod managed;
 pub mod object_meta;
@@ -284,8 +285,9 @@ impl Resource {
 
     /// `/registry/<group>/<resource>/[<namespace>/]`, as kube-apiserver keys objects (`/registry/<resource>/` for
     /// the core group, e.g. `/registry/namespaces/`, which encryption at rest's resource patterns expect).
+    /// A kind stored as another ([`strategy::Kind::stored_as`]) has that kind's keys.
     pub fn prefix(&self, namespace: Option<&str>) -> String {
-        let i = self.info();
+        let i = self.strategy.stored_info();
         let (group, resource) = (if i.group.is_empty() { String::new() } else { format!("{}/", i.group) }, i.plural);
         match namespace.filter(|_| i.namespaced) {
             Some(ns) => format!("/registry/{group}{resource}/{ns}/"),
@@ -301,14 +303,23 @@ impl Resource {
     /// A stored value that is not a JSON object with object metadata cannot be served: a store read error naming
     /// its key (corruption, or data written by something other than this server).
     fn decode_stored_at(&self, key: &str, value: &[u8], revision: u64, version: &str) -> ApiResult<Value> {
-        let mut o =
-            decode::read_stored(value).map_err(|why| ApiError::from(StorageError::corrupt(key, why.to_string())))?;
+        let corrupt = |why: String| ApiError::from(StorageError::corrupt(key, why));
+        let mut o = match self.strategy.convert_stored(value) {
+            Some(converted) => converted.map_err(corrupt)?,
+            None => decode::read_stored(value).map_err(|why| corrupt(why.to_string()))?,
+        };
         let i = self.info();
         o.insert("apiVersion".into(), Value::String(i.api_version(version)));
         o.insert("kind".into(), Value::String(i.kind.into()));
         let mut obj = Value::Object(o);
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(revision.to_string()));
         Ok(obj)
+    }
+
+    /// Whether stored objects are in this kind's own form, which reads may serve spliced from the stored bytes (not
+    /// so for a kind stored as another, whose reads convert).
+    pub fn serves_stored_form(&self) -> bool {
+        std::ptr::eq(self.strategy.stored_info(), self.info())
     }
 
     /// A request body is a JSON object whose apiVersion and kind, when set (non-empty), are this kind's in

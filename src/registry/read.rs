@@ -44,7 +44,8 @@ impl Resource {
     }
 
     fn matches(&self, obj: &Value, label: &LabelSelector, field: &FieldSelector) -> bool {
-        (label.is_empty() || label.matches(obj.pointer("/metadata/labels"))) && (field.is_empty() || field.matches(obj))
+        (label.is_empty() || label.matches(obj.pointer("/metadata/labels")))
+            && (field.is_empty() || field.matches(obj, || self.strategy.selectable_fields(obj)))
     }
 
     pub async fn list(&self, namespace: Option<&str>, version: &str, p: &ListParams) -> ApiResult<ListOut> {
@@ -65,7 +66,7 @@ impl Resource {
         version: &str,
         p: &ListParams,
     ) -> ApiResult<Option<ListOut<RawObject>>> {
-        if !p.label_selector.is_empty() || !p.field_selector.is_empty() {
+        if !p.label_selector.is_empty() || !p.field_selector.is_empty() || !self.serves_stored_form() {
             return Ok(None);
         }
         let info = self.info();

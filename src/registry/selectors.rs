@@ -1,4 +1,5 @@
-//! Label selectors (set-based, apimachinery's grammar) and field selectors (metadata.name, metadata.namespace).
+//! Label selectors (set-based, apimachinery's grammar) and field selectors (metadata.name, metadata.namespace, and
+//! the fields a kind makes selectable).
 
 use crate::error::ApiError;
 use serde_json::Value;
@@ -133,12 +134,16 @@ impl LabelSelector {
     }
 }
 
-/// A field selector over the fields every kind supports.
+/// A field selector over the fields every kind supports and those its kind makes selectable.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
+/// The fields of every kind: kube-apiserver's `ObjectMetaFieldsSet`.
+const METADATA_FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
+
 impl FieldSelector {
-    pub fn parse(sel: &str) -> Result<Self, ApiError> {
+    /// `kind_labels`: the labels the kind adds to [`METADATA_FIELDS`]; any other is kube-apiserver's 400.
+    pub fn parse(sel: &str, kind_labels: &[&str]) -> Result<Self, ApiError> {
         let mut out = Vec::new();
         if sel.trim().is_empty() {
             return Ok(FieldSelector(out));
@@ -153,7 +158,7 @@ impl FieldSelector {
                 return Err(ApiError::bad_request(format!("invalid selector: '{sel}'; can't understand '{p}'")));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" {
+            if !METADATA_FIELDS.contains(&field) && !kind_labels.contains(&field) {
                 return Err(ApiError::bad_request(format!("field label not supported: {field}")));
             }
             out.push((field.to_string(), eq, value.trim().to_string()));
@@ -165,14 +170,22 @@ impl FieldSelector {
         self.0.is_empty()
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
+    /// Whether `obj` has the fields selected; `kind_fields` gives the kind's selectable fields, asked for only when
+    /// the selector names one of them.
+    pub fn matches(&self, obj: &Value, kind_fields: impl FnOnce() -> Vec<(&'static str, String)>) -> bool {
+        let mut kind_fields = Some(kind_fields);
+        let mut fields: Vec<(&'static str, String)> = Vec::new();
         self.0.iter().all(|(f, eq, v)| {
             let actual = match f.as_str() {
-                "metadata.name" => obj.pointer("/metadata/name"),
-                _ => obj.pointer("/metadata/namespace"),
-            }
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+                "metadata.name" => obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
+                "metadata.namespace" => obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default(),
+                label => {
+                    if let Some(get) = kind_fields.take() {
+                        fields = get();
+                    }
+                    fields.iter().find(|(l, _)| *l == label).map(|(_, v)| v.as_str()).unwrap_or_default()
+                }
+            };
             (actual == v) == *eq
         })
     }
@@ -208,10 +221,16 @@ mod tests {
     #[test]
     fn field_selectors() {
         let o = json!({"metadata": {"name": "a", "namespace": "ns"}});
-        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&o));
-        assert!(FieldSelector::parse("metadata.namespace!=x,metadata.name==a").unwrap().matches(&o));
-        assert!(!FieldSelector::parse("metadata.name=b").unwrap().matches(&o));
-        assert_eq!(FieldSelector::parse("metadata.name=a").unwrap().exact_name(), Some("a"));
-        assert_eq!(FieldSelector::parse("spec.x=1").unwrap_err().code, 400);
+        let none = Vec::new;
+        assert!(FieldSelector::parse("metadata.name=a", &[]).unwrap().matches(&o, none));
+        assert!(FieldSelector::parse("metadata.namespace!=x,metadata.name==a", &[]).unwrap().matches(&o, none));
+        assert!(!FieldSelector::parse("metadata.name=b", &[]).unwrap().matches(&o, none));
+        assert_eq!(FieldSelector::parse("metadata.name=a", &[]).unwrap().exact_name(), Some("a"));
+        let e = FieldSelector::parse("spec.x=1", &[]).unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (400, "field label not supported: spec.x"));
+        // A kind's own labels, an empty value (kubectl describe's involvedObject.namespace= for cluster objects).
+        let kind = FieldSelector::parse("spec.x=1,spec.y=", &["spec.x", "spec.y"]).unwrap();
+        assert!(kind.matches(&o, || vec![("spec.x", "1".to_string()), ("spec.y", String::new())]));
+        assert!(!kind.matches(&o, || vec![("spec.x", "2".to_string())]));
     }
 }

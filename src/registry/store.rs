@@ -33,12 +33,12 @@ impl<K: Kind> Store<K> {
 
 /// An object with its apiVersion and kind (the typed structs do not carry them), as it is encoded.
 #[derive(Serialize)]
-struct WithTypeMeta<'a, K> {
+pub(super) struct WithTypeMeta<'a, K> {
     #[serde(rename = "apiVersion")]
-    api_version: &'a str,
-    kind: &'a str,
+    pub(super) api_version: &'a str,
+    pub(super) kind: &'a str,
     #[serde(flatten)]
-    object: &'a K,
+    pub(super) object: &'a K,
 }
 
 /// A request's object decoded into the kind's type, and the fields the decoder did not know, sorted; a value of
@@ -147,7 +147,11 @@ impl<K: Kind> Store<K> {
     /// A stored object, with its revision as resourceVersion. What does not decode into the kind's type is a store
     /// read error naming the key (corruption, or data written by something other than this server).
     pub(super) fn read(kv: &KeyValue) -> ApiResult<K> {
-        let mut obj: K = serde_json::from_slice(&kv.value).map_err(|e| {
+        let decoded = match K::stored_as() {
+            Some(stored) => (stored.decode)(&kv.value),
+            None => serde_json::from_slice(&kv.value),
+        };
+        let mut obj: K = decoded.map_err(|e| {
             let why = match decode::read_stored(&kv.value) {
                 Err(unreadable) => unreadable.to_string(),
                 Ok(_) => format!("the stored object does not decode as {}: {e}", K::info().kind),
@@ -164,7 +168,10 @@ impl<K: Kind> Store<K> {
         let info = K::info();
         let resource_version = obj.meta_mut().resource_version.take();
         let api_version = info.api_version(&self.storage_version);
-        let encoded = serde_json::to_vec(&WithTypeMeta { api_version: &api_version, kind: info.kind, object: &*obj });
+        let encoded = match K::stored_as() {
+            Some(stored) => (stored.encode)(obj),
+            None => serde_json::to_vec(&WithTypeMeta { api_version: &api_version, kind: info.kind, object: &*obj }),
+        };
         obj.meta_mut().resource_version = resource_version;
         let bytes = encoded.map_err(|e| ApiError::internal(e.to_string()))?;
         let name = obj.meta().name.clone().unwrap_or_default();
@@ -281,5 +288,25 @@ impl<K: Kind> Strategy for Store<K> {
     }
     fn schemas(&self) -> (String, serde_json::Map<String, Value>) {
         kind_schemas::<K>()
+    }
+    fn stored_info(&self) -> &'static KindInfo {
+        K::stored_as().map_or(K::info(), |stored| stored.info)
+    }
+    fn convert_stored(&self, stored: &[u8]) -> Option<Result<serde_json::Map<String, Value>, String>> {
+        let decode = K::stored_as()?.decode;
+        let converted = decode(stored).and_then(|obj| serde_json::to_value(obj)).map_err(|e| e.to_string());
+        Some(converted.and_then(|v| match v {
+            Value::Object(map) => Ok(map),
+            _ => Err("the stored object does not convert to an object".to_string()),
+        }))
+    }
+    fn field_labels(&self) -> &'static [&'static str] {
+        K::FIELD_LABELS
+    }
+    fn selectable_fields(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        K::deserialize(obj).map(|typed| typed.selectable_fields()).unwrap_or_default()
+    }
+    fn name_and_age_columns(&self) -> bool {
+        K::NAME_AND_AGE_COLUMNS
     }
 }

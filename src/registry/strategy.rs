@@ -125,6 +125,58 @@ pub trait Kind:
     /// Whether [`cells`](Self::cells) reads `metadata`; when not, Table lists decode objects without it.
     const CELLS_READ_METADATA: bool = true;
     fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
+    /// Whether Table output puts Name before the kind's columns and Age after them (as for CRDs); false for a kind
+    /// whose [`columns`](Self::columns) are a kube-apiserver printer's whole set.
+    const NAME_AND_AGE_COLUMNS: bool = true;
+    /// The field labels a field selector may name besides `metadata.name` and `metadata.namespace` (kube-apiserver's
+    /// field label conversion for the kind); their values come from [`selectable_fields`](Self::selectable_fields).
+    const FIELD_LABELS: &'static [&'static str] = &[];
+    /// The value of each of [`FIELD_LABELS`](Self::FIELD_LABELS) in this object (kube-apiserver's
+    /// `ToSelectableFields`).
+    fn selectable_fields(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+    /// The form objects are stored in when it is another kind's (see [`StoredAs`]); `None`, their own, for nearly
+    /// every kind.
+    fn stored_as() -> Option<StoredAs<Self>> {
+        None
+    }
+}
+
+/// A kind whose objects are stored in another kind's form, which both read and write through a typed conversion:
+/// kube-apiserver stores events.k8s.io/v1 Events as core/v1 Events under `/registry/events/`. The stored kind's
+/// [`KindInfo`] names the keys; reads convert each stored object, so they are never spliced from the stored bytes.
+pub struct StoredAs<K> {
+    /// The stored kind: its group and resource name the keys, its preferred version is the stored apiVersion.
+    pub info: &'static KindInfo,
+    /// The stored JSON as the kind's object.
+    pub decode: fn(&[u8]) -> serde_json::Result<K>,
+    /// The kind's object in the stored form, apiVersion and kind included.
+    pub encode: fn(&K) -> serde_json::Result<Vec<u8>>,
+}
+
+impl<K: Kind> StoredAs<K> {
+    /// Stored as `S`, converting with `From` both ways.
+    pub fn converted<S>() -> Self
+    where
+        S: Kind + From<K>,
+        K: From<S>,
+    {
+        StoredAs {
+            info: S::info(),
+            decode: |bytes| serde_json::from_slice::<S>(bytes).map(K::from),
+            encode: |obj| {
+                let info = S::info();
+                let api_version = info.api_version(info.versions[0]);
+                let stored = S::from(obj.clone());
+                serde_json::to_vec(&super::store::WithTypeMeta {
+                    api_version: &api_version,
+                    kind: info.kind,
+                    object: &stored,
+                })
+            },
+        }
+    }
 }
 
 /// `kube::Resource` for a kind, from its [`KindInfo`] (the preferred version), so that `kube::Api<K>` reaches it
@@ -227,6 +279,18 @@ pub trait Strategy: Send + Sync {
     ) -> Option<Vec<Value>>;
     /// OpenAPI v3 schema of the kind and the schemas it references, by fully qualified name.
     fn schemas(&self) -> (String, serde_json::Map<String, Value>);
+    /// The kind whose keys and form stored objects have: this kind's own [`info`](Self::info), or that of the kind
+    /// it is stored as ([`Kind::stored_as`]).
+    fn stored_info(&self) -> &'static KindInfo;
+    /// A stored object as this kind's JSON (apiVersion and kind left out) when it is stored as another kind;
+    /// `None` when stored in its own form, which reads serve as stored.
+    fn convert_stored(&self, stored: &[u8]) -> Option<Result<Map<String, Value>, String>>;
+    /// [`Kind::FIELD_LABELS`].
+    fn field_labels(&self) -> &'static [&'static str];
+    /// [`Kind::selectable_fields`] of an object in this kind's JSON (none when it does not decode).
+    fn selectable_fields(&self, obj: &Value) -> Vec<(&'static str, String)>;
+    /// [`Kind::NAME_AND_AGE_COLUMNS`].
+    fn name_and_age_columns(&self) -> bool;
 }
 
 /// Metadata that admission leaves out of the objects it decodes: `managedFields` is the storing server's record of

@@ -6,6 +6,7 @@
 //! to any client's, and kube-runtime's watchers follow them.
 
 pub mod election;
+pub mod events;
 pub mod metrics;
 pub mod migrator;
 pub mod ratelimit;
@@ -135,8 +136,9 @@ pub fn start_reporter(
     (Some(task), local)
 }
 
-/// Starts the leader's part: the trigger's decisions and the migrator; they run until the process ends or the
-/// returned tasks are aborted, as a replica that loses leadership does at once.
+/// Starts the leader's part: the trigger's decisions, the migrator and their Event recorder; they run until the
+/// process ends or the returned tasks are aborted, as a replica that loses leadership does at once. Events go to
+/// the target: this server standalone, the cluster's kube-apiserver in cluster mode (our APIService serves none).
 pub fn start(
     config: SchedulerConfig,
     target: kube::Client,
@@ -144,10 +146,11 @@ pub fn start(
     metrics: std::sync::Arc<metrics::SchedulerMetrics>,
     local: trigger::Local,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
+    let (events, writer) = events::EventRecorder::spawn(target.clone());
+    let mut tasks = vec![writer];
     if config.trigger {
-        tasks.push(trigger::spawn(config.clone(), own.clone(), local));
+        tasks.push(trigger::spawn(config.clone(), own.clone(), local, events.clone()));
     }
-    tasks.push(migrator::spawn(config, target, own.migrations, metrics));
+    tasks.push(migrator::spawn(config, target, own.migrations, metrics, events));
     tasks
 }

@@ -57,8 +57,9 @@ pub struct AppState {
 impl AppState {
     /// The server state over `registry`'s resources. Standalone (no cluster authenticates for us, so no
     /// kube-apiserver stands in front), the server is all the API its clients have, and it also serves the core
-    /// group's namespaces: kubectl asks for them, and a `kind: List` file maps only where the core group `v1` is
-    /// served. Behind kube-apiserver's aggregator the core group is kube-apiserver's and none of it is served here.
+    /// group's namespaces (kubectl asks for them, and a `kind: List` file maps only where the core group `v1` is
+    /// served) and events, in the core group and in events.k8s.io (recorders write them, `kubectl describe` reads
+    /// them). Behind kube-apiserver's aggregator the core group is kube-apiserver's and none of it is served here.
     pub fn new(
         registry: Arc<Registry>,
         authn: Arc<Authenticator>,
@@ -68,8 +69,13 @@ impl AppState {
         let registry = match authn.delegates() {
             true => registry,
             false => {
-                let namespaces = crate::registry::store::Store::<crate::api::namespace::Namespace>::new("v1");
-                Arc::new(registry.with_resource(Arc::new(namespaces)))
+                use crate::api::{event, events_event, namespace};
+                use crate::registry::store::Store;
+                let registry = registry
+                    .with_resource(Arc::new(Store::<namespace::Namespace>::new("v1")))
+                    .with_resource(Arc::new(Store::<event::Event>::new("v1")))
+                    .with_resource(Arc::new(Store::<events_event::Event>::new("v1")));
+                Arc::new(registry)
             }
         };
         let kinds: Vec<_> = registry.resources.iter().map(|r| r.strategy.clone()).collect();
@@ -96,6 +102,15 @@ impl AppState {
 
     pub fn with_csi_migration(mut self, csi: csi_admission::CsiMigration) -> Self {
         self.csi_migration = Arc::new(csi);
+        self
+    }
+
+    /// Standalone, where this server serves events: they expire `ttl` after their last write (`--event-ttl`), as
+    /// kube-apiserver's do. Both groups' events are the core group's stored objects.
+    pub fn with_event_ttl(self, ttl: Duration) -> Self {
+        if let Some(events) = self.registry.resource("", "v1", "events") {
+            crate::registry::expiry::spawn(self.registry.storage.clone(), events.prefix(None), ttl);
+        }
         self
     }
 }

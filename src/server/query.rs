@@ -58,12 +58,13 @@ impl QueryParams {
         serde_json::from_value(Value::Object(fields)).map_err(|e| ApiError::bad_request(e.to_string()))
     }
 
-    /// The list parameters: selectors parsed, a limit of 0 or less meaning none.
-    pub fn list_params(&self) -> ApiResult<ListParams> {
+    /// The list parameters: selectors parsed (`field_labels`: those the kind adds to metadata's), a limit of 0 or
+    /// less meaning none.
+    pub fn list_params(&self, field_labels: &[&str]) -> ApiResult<ListParams> {
         let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
         Ok(ListParams {
             label_selector: LabelSelector::parse(&self.label_selector)?,
-            field_selector: FieldSelector::parse(&self.field_selector)?,
+            field_selector: FieldSelector::parse(&self.field_selector, field_labels)?,
             limit: self.limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(0),
             continue_token: non_empty(&self.continue_token),
             resource_version: self.resource_version.clone(),

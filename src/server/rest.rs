@@ -239,14 +239,14 @@ async fn dispatch(
             }
             labels.verb = "LIST";
             let out = negotiate(accept, true)?;
-            let params = q.list_params()?;
+            let params = q.list_params(res.strategy.field_labels())?;
             if out == Output::Json {
                 if let Some(list) = res.list_raw(ns, v, &params).await? {
                     return Ok(render_raw_list(&res, v, list));
                 }
             }
             if let Output::Table(mv) = out {
-                if params.label_selector.is_empty() && params.field_selector.is_empty() {
+                if params.label_selector.is_empty() && params.field_selector.is_empty() && res.serves_stored_form() {
                     return raw_table_list(&res, ns, v, &params, mv, &q).await;
                 }
             }
@@ -317,7 +317,7 @@ async fn dispatch(
         (Method::DELETE, None) => {
             labels.verb = "DELETECOLLECTION";
             let opts = delete_options(body, headers, &q).await?;
-            let list = res.delete_collection(ns, v, &q.list_params()?, &opts).await?;
+            let list = res.delete_collection(ns, v, &q.list_params(res.strategy.field_labels())?, &opts).await?;
             super::namespaces::deleted(st, &res, &list.items, &opts);
             render_list(&res, v, list, Output::Json, &q)
         }

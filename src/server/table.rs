@@ -34,8 +34,12 @@ impl IncludeObject {
     }
 }
 
-/// Name, the kind's columns, Age, then the kind's wide columns (priority 1, shown by `kubectl get -o wide`).
+/// Name, the kind's columns, Age, then the kind's wide columns (priority 1, shown by `kubectl get -o wide`); only
+/// the kind's columns for a kind without Name and Age ([`Strategy::name_and_age_columns`]).
 pub fn column_definitions(strategy: &dyn Strategy) -> Vec<Value> {
+    if !strategy.name_and_age_columns() {
+        return strategy.columns().into_iter().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)).collect();
+    }
     let mut cols = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
         "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
@@ -88,9 +92,16 @@ pub fn row(
     meta_version: &str,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Value {
-    let mut cells = vec![obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
-    cells.extend(strategy.cells(&obj, now));
-    cells.insert(age_index(strategy), age(obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str), now));
+    let cells = match strategy.name_and_age_columns() {
+        true => {
+            let mut cells = vec![obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
+            cells.extend(strategy.cells(&obj, now));
+            let created = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str);
+            cells.insert(age_index(strategy), age(created, now));
+            cells
+        }
+        false => strategy.cells(&obj, now),
+    };
     let cells = Value::Array(cells);
     match include {
         IncludeObject::None => object([("cells", cells)]),
@@ -157,9 +168,15 @@ pub fn raw_row(
         start..start + m.get().len()
     });
     let meta: Meta = serde_json::from_str(meta_raw).ok()?;
-    let mut cells = vec![meta.name.map_or(Value::Null, |n| Value::String(n.into_owned()))];
-    cells.extend(strategy.cells_from_json(stored, span, now)?);
-    cells.insert(age_index(strategy), age(meta.creation_timestamp.as_deref(), now));
+    let cells = match strategy.name_and_age_columns() {
+        true => {
+            let mut cells = vec![meta.name.map_or(Value::Null, |n| Value::String(n.into_owned()))];
+            cells.extend(strategy.cells_from_json(stored, span, now)?);
+            cells.insert(age_index(strategy), age(meta.creation_timestamp.as_deref(), now));
+            cells
+        }
+        false => strategy.cells_from_json(stored, span, now)?,
+    };
     let mut out = Vec::with_capacity(256 + if include == IncludeObject::None { 0 } else { stored.len() });
     out.extend_from_slice(b"{\"cells\":");
     serde_json::to_writer(&mut out, &cells).ok()?;

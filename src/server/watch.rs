@@ -26,7 +26,7 @@ pub(super) async fn watch(
 ) -> ApiResult<Response> {
     let out = negotiate(accept, true)?;
     let include = IncludeObject::parse(q.include_object.as_deref())?;
-    let lp = q.list_params()?;
+    let lp = q.list_params(res.strategy.field_labels())?;
     let send_initial = q.send_initial_events;
     let params = WatchParams {
         label_selector: lp.label_selector,

@@ -13,6 +13,8 @@
 use crate::api::storage_version_migration::GroupVersionResource;
 use crate::error::StatusReason;
 use crate::scheduler::api_reason;
+use crate::scheduler::events::{EventRecorder, EventType};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
@@ -94,15 +96,30 @@ pub fn edit(crd: &Value, migration: &str, phase: Phase, now: Timestamp) -> Optio
     (next != *crd).then_some(next)
 }
 
+/// A reference to the CRD named `name`, read as `crd`, for an Event's `regarding`.
+fn crd_reference(name: &str, crd: &Value) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apiextensions.k8s.io/v1".into()),
+        kind: Some("CustomResourceDefinition".into()),
+        name: Some(name.to_string()),
+        uid: crd["metadata"]["uid"].as_str().map(str::to_string),
+        ..Default::default()
+    }
+}
+
 /// The CRDs of the target, as the migrator updates them.
 pub struct Crds {
     api: Api<DynamicObject>,
     enabled: bool,
+    events: EventRecorder,
 }
+
+/// The Event regarding a CRD whose storedVersions a migration trimmed (Normal, action `UpdateStoredVersions`).
+pub const EVENT_STORED_VERSIONS_TRIMMED: &str = "StoredVersionsTrimmed";
 
 impl Crds {
     /// `enabled` is `--update-crd-stored-versions`: false leaves every CRD alone.
-    pub fn new(target: kube::Client, enabled: bool) -> Self {
+    pub fn new(target: kube::Client, enabled: bool, events: EventRecorder) -> Self {
         let resource = ApiResource {
             group: "apiextensions.k8s.io".into(),
             version: "v1".into(),
@@ -110,7 +127,7 @@ impl Crds {
             kind: "CustomResourceDefinition".into(),
             plural: "customresourcedefinitions".into(),
         };
-        Crds { api: Api::all_with(target, &resource), enabled }
+        Crds { api: Api::all_with(target, &resource), enabled, events }
     }
 
     /// Applies [`edit`] to the CRD of `gvr` (if it has one) until it is written or there is nothing to write. A
@@ -137,9 +154,22 @@ impl Crds {
             let Ok(body) = serde_json::from_value::<DynamicObject>(next.clone()) else { return };
             match self.api.replace_status(&name, &PostParams::default(), &body).await {
                 Ok(_) => {
-                    let stored = &next["status"]["storedVersions"];
+                    let (stored, before) = (&next["status"]["storedVersions"], &crd["status"]["storedVersions"]);
                     tracing::info!(crd = %name, migration, ?phase, stored_versions = %stored,
                         "CustomResourceDefinition status updated");
+                    if stored != before {
+                        let note = format!(
+                            "status.storedVersions trimmed from {before} to {stored}: migration {migration} succeeded"
+                        );
+                        let regarding = crd_reference(&name, &crd);
+                        self.events.record(
+                            &regarding,
+                            EventType::Normal,
+                            EVENT_STORED_VERSIONS_TRIMMED,
+                            "UpdateStoredVersions",
+                            &note,
+                        );
+                    }
                     return;
                 }
                 Err(e) if api_reason(&e) == Some(StatusReason::Conflict) => continue,

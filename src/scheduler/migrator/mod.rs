@@ -15,11 +15,13 @@
 //! if it is now finished or gone, dropped without overwriting anything. The scheduler loop also notices it (watch
 //! of storageversionmigrations) and interrupts the work on the target.
 
+use super::events::{reference_to, EventRecorder, EventType};
 use super::metrics::{resource_label, SchedulerMetrics};
 use super::ratelimit::RateLimiter;
 use super::SchedulerConfig;
 use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_RUNNING};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ListParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use std::collections::{BTreeMap, HashMap};
@@ -58,15 +60,43 @@ const REASON_MIGRATING: &str = "Migrating";
 const REASON_COMPLETED: &str = "Completed";
 const REASON_FAILED: &str = "MigrationFailed";
 
+/// Event reasons regarding a StorageVersionMigration (action `Migrate`).
+pub const EVENT_STARTED: &str = "MigrationStarted";
+pub const EVENT_RETRYING: &str = "MigrationRetrying";
+pub const EVENT_SUCCEEDED: &str = "MigrationSucceeded";
+pub const EVENT_FAILED: &str = "MigrationFailed";
+const EVENT_ACTION: &str = "Migrate";
+
+/// The Events of one migration.
+#[derive(Clone)]
+pub(super) struct MigrationEvents {
+    recorder: EventRecorder,
+    regarding: ObjectReference,
+}
+
+impl MigrationEvents {
+    fn new(recorder: &EventRecorder, svm: &StorageVersionMigration) -> Self {
+        MigrationEvents { recorder: recorder.clone(), regarding: reference_to(svm) }
+    }
+    pub(super) fn normal(&self, reason: &str, note: &str) {
+        self.recorder.record(&self.regarding, EventType::Normal, reason, EVENT_ACTION, note);
+    }
+    pub(super) fn warning(&self, reason: &str, note: &str) {
+        self.recorder.record(&self.regarding, EventType::Warning, reason, EVENT_ACTION, note);
+    }
+}
+
 pub fn spawn(
     config: SchedulerConfig,
     target: kube::Client,
     migrations: Api<StorageVersionMigration>,
     metrics: Arc<SchedulerMetrics>,
+    events: EventRecorder,
 ) -> tokio::task::JoinHandle<()> {
     let limiter = RateLimiter::new(config.qps, config.burst);
-    let crds = crd::Crds::new(target.clone(), config.update_crd_stored_versions);
-    let ctx = Arc::new(Ctx { target: Target { client: target, limiter, config }, crds, migrations, metrics });
+    let crds = crd::Crds::new(target.clone(), config.update_crd_stored_versions, events.clone());
+    let target = Target { client: target, limiter, config };
+    let ctx = Arc::new(Ctx { target, crds, migrations, metrics, events });
     tokio::spawn(Scheduler { ctx, running: HashMap::new(), workers: JoinSet::new() }.run())
 }
 
@@ -77,6 +107,8 @@ struct Ctx {
     /// The migrations, through this server's in-process client (as any client writes them).
     migrations: Api<StorageVersionMigration>,
     metrics: Arc<SchedulerMetrics>,
+    /// Records the migrations' Events.
+    events: EventRecorder,
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -183,7 +215,8 @@ impl Scheduler {
     fn start(&mut self, svm: StorageVersionMigration) {
         let name = svm.metadata.name.clone().unwrap_or_default();
         let (tx, rx) = watch::channel(false);
-        let worker = Worker { ctx: self.ctx.clone(), name: name.clone(), svm, cancel: rx };
+        let events = MigrationEvents::new(&self.ctx.events, &svm);
+        let worker = Worker { ctx: self.ctx.clone(), name: name.clone(), svm, cancel: rx, events };
         let task = self.workers.spawn(worker.run());
         self.running.insert(name, Running { cancel: tx, task });
     }

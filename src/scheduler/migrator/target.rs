@@ -210,16 +210,25 @@ impl Target {
 }
 
 /// The last transient error of a migration's requests while they are being retried: what its Running condition
-/// shows (a migration that only retries looks stuck otherwise).
-#[derive(Default)]
-pub(super) struct RetryNote(std::sync::Mutex<Option<String>>);
+/// shows (a migration that only retries looks stuck otherwise), and a Warning Event regarding the migration at
+/// every retry (repetitions become one Event's series).
+pub(super) struct RetryNote {
+    last: std::sync::Mutex<Option<String>>,
+    events: MigrationEvents,
+}
 
 impl RetryNote {
+    pub(super) fn new(events: MigrationEvents) -> Self {
+        RetryNote { last: Default::default(), events }
+    }
     pub(super) fn set(&self, why: Option<String>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = why;
+        if let Some(why) = &why {
+            self.events.warning(EVENT_RETRYING, &format!("Retrying a request to the target: {why}"));
+        }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
     pub(super) fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 

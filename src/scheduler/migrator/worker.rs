@@ -77,6 +77,7 @@ pub(super) struct Worker {
     /// The latest copy we read or wrote (its resourceVersion is the CAS precondition of the next save).
     pub(super) svm: StorageVersionMigration,
     pub(super) cancel: watch::Receiver<bool>,
+    pub(super) events: MigrationEvents,
 }
 
 pub(super) fn cancelled(rx: &watch::Receiver<bool>) -> bool {
@@ -175,6 +176,9 @@ impl Worker {
                     })
                     .await;
                 if r.is_ok() {
+                    let seconds = started.elapsed().as_secs_f64();
+                    let note = format!("Migrated {total} objects of {} in {seconds:.1}s", gvr.display());
+                    self.events.normal(EVENT_SUCCEEDED, &note);
                     self.ctx.metrics.observe_remaining(&label, 0);
                     self.ctx.metrics.observe_finished(&label, CONDITION_SUCCEEDED);
                     tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
@@ -192,6 +196,7 @@ impl Worker {
                     })
                     .await;
                 if r.is_ok() {
+                    self.events.warning(EVENT_FAILED, &format!("Migration of {} failed: {failure}", gvr.display()));
                     self.ctx.metrics.observe_remaining(&label, 0);
                     self.ctx.metrics.observe_finished(&label, CONDITION_FAILED);
                     tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated,
@@ -253,13 +258,14 @@ impl Worker {
             let message = running_message.clone();
             self.save(true, |s| set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())).await?;
             tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why, "migration started");
+            self.events.normal(EVENT_STARTED, &format!("Migrating {} ({why})", gvr.display()));
         }
         let ctx = self.ctx.clone();
         let m = Migrating {
             target: &ctx.target,
             gvr,
             qualified: crate::error::qualified(&gvr.resource, &gvr.group),
-            retrying: RetryNote::default(),
+            retrying: RetryNote::new(self.events.clone()),
         };
         // Objects handled before the saved token (the status may count some of the chunk after it, which is done
         // again).

@@ -60,10 +60,15 @@ pub fn spawn_reporter(
     (task, local)
 }
 
-/// Starts the decider (leader only).
-pub fn spawn(config: SchedulerConfig, own: OwnObjects, local: Local) -> tokio::task::JoinHandle<()> {
+/// Starts the decider (leader only), recording its decisions as Events.
+pub fn spawn(
+    config: SchedulerConfig,
+    own: OwnObjects,
+    local: Local,
+    events: crate::scheduler::events::EventRecorder,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let decider = Decider::new(own.clone(), &config, local.served.clone());
+        let decider = Decider::new(own.clone(), &config, local.served.clone()).with_events(events);
         run_decider(decider, own, config.discovery_interval, local).await
     })
 }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::api::storage_state::{StorageState, StorageStateStatus, UNKNOWN_HASH};
 use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_FAILED, CONDITION_SUCCEEDED};
+use crate::scheduler::events::{reference_to, EventRecorder, EventType};
 use crate::scheduler::report::{reports, Reports};
 use crate::scheduler::SchedulerConfig;
 use k8s_openapi::jiff::Timestamp;
@@ -160,7 +161,13 @@ pub struct Decider {
     reset_pending: HashSet<String>,
     /// Who reported, per StorageState, at the previous periodic round.
     previous_round: HashMap<String, BTreeSet<String>>,
+    /// Where the decisions are recorded as Events regarding the StorageState (none: only logged).
+    events: Option<EventRecorder>,
 }
+
+/// Event reasons regarding a StorageState.
+pub const EVENT_MIGRATION_REQUESTED: &str = "MigrationRequested";
+pub const EVENT_STALE_STATE_RESET: &str = "StaleStorageStateReset";
 
 impl Decider {
     pub fn new(store: OwnObjects, config: &SchedulerConfig, served: Served) -> Self {
@@ -172,6 +179,19 @@ impl Decider {
             served,
             reset_pending: HashSet::new(),
             previous_round: HashMap::new(),
+            events: None,
+        }
+    }
+
+    /// Records the decisions as Events too.
+    pub fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    fn record(&self, state: &StorageState, reason: &str, action: &str, note: &str) {
+        if let Some(events) = &self.events {
+            events.record(&reference_to(state), EventType::Normal, reason, action, note);
         }
     }
 
@@ -190,8 +210,12 @@ impl Decider {
                 next.status = Some(status);
                 match self.store.update_state_status(&next).await {
                     Ok(_) => {
-                        tracing::info!(storagestate = %name, heartbeat = ?s.status.as_ref().and_then(|st| st.last_heartbeat_time.as_ref()).map(|t| t.0.to_string()),
+                        let heartbeat = s.status.as_ref().and_then(|st| st.last_heartbeat_time.as_ref());
+                        let heartbeat = heartbeat.map_or("never".to_string(), |t| t.0.to_string());
+                        tracing::info!(storagestate = %name, heartbeat = %heartbeat,
                             "trigger: heartbeat older than two discovery intervals, persisted storage versions reset to Unknown");
+                        let note = format!("Last heartbeat {heartbeat} is older than two discovery intervals: storage version changes may have been missed, persisted storage version hashes reset to [\"{UNKNOWN_HASH}\"]");
+                        self.record(&s, EVENT_STALE_STATE_RESET, "Reset", &note);
                         self.reset_pending.insert(name.clone());
                         reset.push(name);
                         break;
@@ -282,6 +306,11 @@ impl Decider {
                             start_migration(&self.store, &gvr, Some(hash), why, &migrations, now).await?;
                         tracing::info!(resource = %name, hash = %hash, reason = why, migration = %name_of(&created),
                             superseded = ?superseded, "trigger: storage version migration requested");
+                        let note = format!(
+                            "Requested StorageVersionMigration {} to storage version hash {hash}: {why}",
+                            name_of(&created)
+                        );
+                        self.record(&state, EVENT_MIGRATION_REQUESTED, "RequestMigration", &note);
                         out.started = Some(name_of(&created).to_string());
                         out.superseded.extend(superseded);
                         self.reset_pending.remove(&name);
