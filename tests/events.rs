@@ -226,6 +226,8 @@ async fn discovery_and_table() {
         let events = events.unwrap_or_else(|| panic!("no events in {path}: {list}"));
         assert_eq!((events["kind"].as_str(), events["namespaced"].as_bool()), (Some("Event"), Some(true)), "{path}");
         assert_eq!(events["shortNames"], json!(["ev"]), "{path}");
+        // kube-apiserver's hash of the storage version, core/v1 Event, for both groups.
+        assert_eq!(events["storageVersionHash"], "r2yiGXH7wu8=", "{path}");
     }
     let uid = create_svm(&s, "svm-t");
     post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", &new_event("t-1", "svm-t", &uid, "table"))
