@@ -323,3 +323,39 @@ fn events_found_at_start_count_from_their_last_write() {
     eventually("the hour-old event to go", Duration::from_secs(20), || (!exists("old")).then_some(()));
     assert!(exists("fresh"), "the event written just now stays");
 }
+
+/// kube-runtime's event Recorder (events.k8s.io/v1: a create, then merge patches of the event's series) publishes
+/// here as to kube-apiserver, and `kubectl describe` shows the series.
+#[tokio::test]
+async fn kube_runtime_recorder_publishes_a_series() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let s = Server::start(&["--disable-scheduler"]);
+    let uid = create_svm(&s, "svm-k");
+    let reference = ObjectReference {
+        api_version: Some("migration.k8s.io/v1alpha1".into()),
+        kind: Some("StorageVersionMigration".into()),
+        name: Some("svm-k".into()),
+        uid: Some(uid),
+        ..Default::default()
+    };
+    let reporter =
+        Reporter { controller: "migration.k8s.io/storage-version-migrator".into(), instance: Some("replica-1".into()) };
+    let recorder = Recorder::new(s.client().await, reporter);
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "Retrying".into(),
+        note: Some("the target answered 503".into()),
+        action: "Migrate".into(),
+        secondary: None,
+    };
+    for _ in 0..3 {
+        recorder.publish(&event, &reference).await.expect("published");
+    }
+    let described = s.kubectl_ok(&["describe", "storageversionmigrations", "svm-k"]);
+    let events = described.split("Events:").nth(1).unwrap_or_else(|| panic!("no Events section: {described}"));
+    assert!(
+        events.contains("Retrying") && events.contains("(x3 over") && events.contains("the target answered 503"),
+        "{described}"
+    );
+}
