@@ -318,10 +318,18 @@ fn events_found_at_start_count_from_their_last_write() {
             "involvedObject": {"kind": "StorageVersionMigration", "name": "m"}, "message": name});
         s.write_raw(&format!("/registry/events/default/{name}"), &serde_json::to_vec(&stored).expect("json"));
     }
+    // And one no reader can take: it does not stop the others from expiring.
+    s.write_raw("/registry/events/default/unreadable", b"\x00\x01 not json");
     s.restart_with(&["--disable-scheduler", "--event-ttl", "30m"]);
     let exists = |name: &str| s.kubectl(&["get", "events", "-n", "default", name]).status.success();
     eventually("the hour-old event to go", Duration::from_secs(20), || (!exists("old")).then_some(()));
     assert!(exists("fresh"), "the event written just now stays");
+    // A list through either group fails with a store read error, as for any kind.
+    for resource in ["events", "events.v1.events.k8s.io"] {
+        let out = s.kubectl(&["get", resource, "-n", "default"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("(StorageReadError)"), "{resource}: {err}");
+    }
 }
 
 /// kube-runtime's event Recorder (events.k8s.io/v1: a create, then merge patches of the event's series) publishes
