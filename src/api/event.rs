@@ -221,7 +221,8 @@ impl Event {
         errs
     }
 
-    /// `ValidateEventUpdate` for events.k8s.io/v1: the legacy checks, a changed series valid, the rest immutable.
+    /// `ValidateEventUpdate` for events.k8s.io/v1: the legacy checks, a changed series valid, the rest immutable
+    /// (strings and the count quoted as Go's zero values when unset; structs as JSON).
     pub fn validate_strict_update(&self, old: &Event) -> Vec<FieldError> {
         let mut errs = self.validate_legacy();
         if self.series != old.series {
@@ -233,18 +234,27 @@ impl Event {
             }
         };
         immutable("involvedObject", to_value(&self.involved_object), to_value(&old.involved_object));
-        immutable("reason", to_value(&self.reason), to_value(&old.reason));
-        immutable("message", to_value(&self.message), to_value(&old.message));
-        immutable("source", to_value(&self.source), to_value(&old.source));
+        immutable("reason", Value::from(text(&self.reason)), Value::from(text(&old.reason)));
+        immutable("message", Value::from(text(&self.message)), Value::from(text(&old.message)));
+        let source = |e: &Event| to_value(&e.source.clone().unwrap_or_default());
+        immutable("source", source(self), source(old));
         immutable("firstTimestamp", to_value(&self.first_timestamp), to_value(&old.first_timestamp));
         immutable("lastTimestamp", to_value(&self.last_timestamp), to_value(&old.last_timestamp));
-        immutable("count", to_value(&self.count), to_value(&old.count));
-        immutable("type", to_value(&self.type_), to_value(&old.type_));
+        immutable("count", Value::from(self.count.unwrap_or(0)), Value::from(old.count.unwrap_or(0)));
+        immutable("type", Value::from(text(&self.type_)), Value::from(text(&old.type_)));
         immutable("eventTime", to_value(&self.event_time), to_value(&old.event_time));
-        immutable("action", to_value(&self.action), to_value(&old.action));
+        immutable("action", Value::from(text(&self.action)), Value::from(text(&old.action)));
         immutable("related", to_value(&self.related), to_value(&old.related));
-        immutable("reportingController", to_value(&self.reporting_component), to_value(&old.reporting_component));
-        immutable("reportingInstance", to_value(&self.reporting_instance), to_value(&old.reporting_instance));
+        immutable(
+            "reportingController",
+            Value::from(text(&self.reporting_component)),
+            Value::from(text(&old.reporting_component)),
+        );
+        immutable(
+            "reportingInstance",
+            Value::from(text(&self.reporting_instance)),
+            Value::from(text(&old.reporting_instance)),
+        );
         errs
     }
 

@@ -214,3 +214,41 @@ impl Kind for Event {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Every field has its place in the other version: core -> events.k8s.io -> core is the identity, and each
+    /// renamed field lands where pkg/apis/events/v1/conversion.go puts it.
+    #[test]
+    fn conversion_round_trips_and_renames() {
+        let core: CoreEvent = serde_json::from_value(json!({
+            "metadata": {"name": "e", "namespace": "default"},
+            "involvedObject": {"kind": "StorageVersionMigration", "name": "m", "uid": "u", "fieldPath": "spec"},
+            "reason": "R", "message": "M", "source": {"component": "c", "host": "h"},
+            "firstTimestamp": "2026-11-21T03:00:00Z", "lastTimestamp": "2026-11-21T03:01:00Z", "count": 2,
+            "type": "Warning", "eventTime": "2026-11-21T03:00:00.000000Z",
+            "series": {"count": 3, "lastObservedTime": "2026-11-21T03:02:00.000000Z"}, "action": "A",
+            "related": {"kind": "Pod", "name": "p"}, "reportingComponent": "rc", "reportingInstance": "ri",
+        }))
+        .expect("a core Event");
+        let new = Event::from(core.clone());
+        let v = serde_json::to_value(&new).expect("encode");
+        assert_eq!(v["regarding"]["uid"], "u");
+        assert_eq!((v["note"].as_str(), v["reportingController"].as_str()), (Some("M"), Some("rc")));
+        assert_eq!(v["deprecatedSource"], json!({"component": "c", "host": "h"}));
+        assert_eq!(v["deprecatedFirstTimestamp"], "2026-11-21T03:00:00Z");
+        assert_eq!(v["deprecatedLastTimestamp"], "2026-11-21T03:01:00Z");
+        assert_eq!((v["deprecatedCount"].as_i64(), v["series"]["count"].as_i64()), (Some(2), Some(3)));
+        assert_eq!(CoreEvent::from(new.clone()), core);
+        let fields = new.selectable_fields();
+        let field = |label: &str| fields.iter().find(|(l, _)| *l == label).map(|(_, v)| v.as_str());
+        assert_eq!(
+            (field("regarding.uid"), field("reportingController"), field("source")),
+            (Some("u"), Some("rc"), Some("c"))
+        );
+        assert_eq!(fields.len(), FIELD_LABELS.len());
+    }
+}

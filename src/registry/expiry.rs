@@ -133,3 +133,29 @@ async fn delete_due(storage: &dyn Storage, deadlines: &mut Deadlines) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(value: serde_json::Value) -> KeyValue {
+        let value = serde_json::to_vec(&value).expect("json").into();
+        KeyValue { key: "/registry/events/default/e".into(), value, create_revision: 1, mod_revision: 1, stale: false }
+    }
+
+    /// What is left counts from the newest managedFields entry; nothing recorded (or unreadable): the whole TTL.
+    #[test]
+    fn remaining_counts_from_the_newest_managed_fields_time() {
+        let ttl = Duration::from_secs(3600);
+        let at = |minutes_ago: i64| (chrono::Utc::now() - chrono::Duration::minutes(minutes_ago)).to_rfc3339();
+        let kv = stored(serde_json::json!({"metadata": {"managedFields": [{"time": at(50)}, {"time": at(20)}, {}]}}));
+        let left = remaining(&kv, ttl);
+        assert!(left <= Duration::from_secs(40 * 60) && left > Duration::from_secs(39 * 60), "{left:?}");
+        assert_eq!(
+            remaining(&stored(serde_json::json!({"metadata": {"managedFields": [{"time": at(90)}]}})), ttl),
+            Duration::ZERO
+        );
+        assert_eq!(remaining(&stored(serde_json::json!({"metadata": {}})), ttl), ttl);
+        assert_eq!(remaining(&KeyValue { value: "not json".into(), ..stored(serde_json::json!({})) }, ttl), ttl);
+    }
+}

@@ -305,7 +305,7 @@ impl Resource {
     fn decode_stored_at(&self, key: &str, value: &[u8], revision: u64, version: &str) -> ApiResult<Value> {
         let corrupt = |why: String| ApiError::from(StorageError::corrupt(key, why));
         let mut o = match self.strategy.convert_stored(value) {
-            Some(converted) => converted.map_err(corrupt)?,
+            Some(converted) => converted.map_err(|e| corrupt(format!("the stored object does not convert: {e}")))?,
             None => decode::read_stored(value).map_err(|why| corrupt(why.to_string()))?,
         };
         let i = self.info();

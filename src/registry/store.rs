@@ -292,13 +292,9 @@ impl<K: Kind> Strategy for Store<K> {
     fn stored_info(&self) -> &'static KindInfo {
         K::stored_as().map_or(K::info(), |stored| stored.info)
     }
-    fn convert_stored(&self, stored: &[u8]) -> Option<Result<serde_json::Map<String, Value>, String>> {
+    fn convert_stored(&self, stored: &[u8]) -> Option<serde_json::Result<serde_json::Map<String, Value>>> {
         let decode = K::stored_as()?.decode;
-        let converted = decode(stored).and_then(|obj| serde_json::to_value(obj)).map_err(|e| e.to_string());
-        Some(converted.and_then(|v| match v {
-            Value::Object(map) => Ok(map),
-            _ => Err("the stored object does not convert to an object".to_string()),
-        }))
+        Some(decode(stored).and_then(|obj| serde_json::to_value(obj)).and_then(serde_json::from_value))
     }
     fn field_labels(&self) -> &'static [&'static str] {
         K::FIELD_LABELS

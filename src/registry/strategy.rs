@@ -284,7 +284,7 @@ pub trait Strategy: Send + Sync {
     fn stored_info(&self) -> &'static KindInfo;
     /// A stored object as this kind's JSON (apiVersion and kind left out) when it is stored as another kind;
     /// `None` when stored in its own form, which reads serve as stored.
-    fn convert_stored(&self, stored: &[u8]) -> Option<Result<Map<String, Value>, String>>;
+    fn convert_stored(&self, stored: &[u8]) -> Option<serde_json::Result<Map<String, Value>>>;
     /// [`Kind::FIELD_LABELS`].
     fn field_labels(&self) -> &'static [&'static str];
     /// [`Kind::selectable_fields`] of an object in this kind's JSON (none when it does not decode).

@@ -17,6 +17,14 @@ const STATUS_VERBS: [&str; 3] = ["get", "patch", "update"];
 /// A create-only virtual resource (like TokenReview) is only created.
 const CREATE_ONLY_VERBS: [&str; 1] = ["create"];
 
+/// The storage version's hash, of the stored kind for a kind stored as another (events.k8s.io Events: core/v1
+/// Event's, as kube-apiserver's discovery gives for both).
+fn stored_version_hash(k: &dyn Strategy) -> String {
+    let stored = k.stored_info();
+    let version = if std::ptr::eq(stored, k.info()) { k.storage_version() } else { stored.versions[0] };
+    storage_version_hash(stored.group, version, stored.kind)
+}
+
 /// The verbs discovery lists for a kind's resource (and the aggregated roles grant from).
 pub fn verbs(info: &crate::registry::strategy::KindInfo) -> &'static [&'static str] {
     if info.create_only {
@@ -142,7 +150,7 @@ fn resource_list(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> API
             short_names: Some(strings(i.short_names)),
             categories: Some(strings(i.categories)),
             // Only what is stored has a storage version.
-            storage_version_hash: (!i.create_only).then(|| storage_version_hash(i.group, k.storage_version(), i.kind)),
+            storage_version_hash: (!i.create_only).then(|| stored_version_hash(k.as_ref())),
             ..Default::default()
         });
         if i.has_status {
