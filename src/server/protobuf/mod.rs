@@ -132,18 +132,20 @@ pub fn watch_frame(kind: ProtoKind, info: &KindInfo, event: &Value) -> ApiResult
     Ok(frame)
 }
 
-/// The start of a body as kube-apiserver quotes it in decode errors (its `summarizeData`): hex of at most 30 bytes
-/// of anything that is not a JSON object, " ..." after.
+/// The start of a body as kube-apiserver quotes it in decode errors (its `summarizeData`): at most 30 bytes, as text
+/// for what looks like a JSON object and in hex for anything else, " ..." after when there is more.
 fn summarize(body: &[u8]) -> String {
     const MAX: usize = 30;
-    if body.is_empty() {
-        return "<empty>".into();
-    }
-    let hex: String = body.iter().take(MAX).map(|b| format!("{b:02x}")).collect();
+    let head = &body[..body.len().min(MAX)];
+    let text = match body.first() {
+        None => return "<empty>".into(),
+        Some(b'{') => String::from_utf8_lossy(head).into_owned(),
+        Some(_) => head.iter().map(|b| format!("{b:02x}")).collect(),
+    };
     if body.len() > MAX {
-        format!("{hex} ...")
+        format!("{text} ...")
     } else {
-        hex
+        text
     }
 }
 
@@ -153,7 +155,12 @@ fn unwrap_envelope(body: &[u8]) -> Result<Unknown, String> {
         return Err("empty data".into());
     }
     let Some(rest) = body.strip_prefix(MAGIC.as_slice()) else {
-        return Err(format!("provided data does not appear to be a protobuf message, expected prefix {:?}", MAGIC));
+        // Go prints the byte slice as `[107 56 115 0]`.
+        let magic: Vec<String> = MAGIC.iter().map(u8::to_string).collect();
+        return Err(format!(
+            "provided data does not appear to be a protobuf message, expected prefix [{}]",
+            magic.join(" ")
+        ));
     };
     if rest.is_empty() {
         return Err("empty body".into());
@@ -243,6 +250,12 @@ mod tests {
             assert_eq!(e.code, 400, "{}", e.message);
             assert!(e.message.starts_with("the object provided is unrecognized (must be of type Namespace): "));
         }
+        let e = decode_object(ProtoKind::Namespace, info, "v1", b"{}").expect_err("refused");
+        assert_eq!(
+            e.message,
+            "the object provided is unrecognized (must be of type Namespace): provided data does not appear to be a \
+             protobuf message, expected prefix [107 56 115 0] ({})"
+        );
         let raw_garbage = envelope("v1", "Namespace", vec![0x0a, 0x05, 0x01]);
         let e = decode_object(ProtoKind::Namespace, info, "v1", &raw_garbage).expect_err("refused");
         assert!(
