@@ -95,6 +95,13 @@ fn kubectl_creates_reads_and_deletes_namespaces() {
     let out = s.kubectl(&["create", "namespace", "garden-dev"]);
     assert!(!out.status.success());
     assert_eq!(stderr(&out), "Error from server (AlreadyExists): namespaces \"garden-dev\" already exists\n");
+    // A 422 with its causes, read by kubectl from the protobuf Status's details.
+    let out = s.kubectl(&["create", "namespace", "Bad_Name"]);
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("The Namespace \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 label"),
+        "{err}"
+    );
 
     let yaml = s.kubectl_ok(&["get", "ns", "garden-dev", "-o", "yaml"]);
     let ns: Value = serde_yaml_ng::from_str(&yaml).expect("yaml");
