@@ -1,5 +1,5 @@
-//! core/v1 Namespaces in protobuf (`application/vnd.kubernetes.protobuf`), standalone, as kube-apiserver serves
-//! them: real kubectl (whose typed client sends and asks for protobuf on `kubectl create namespace`), and raw
+//! core/v1 Namespaces in protobuf (`application/vnd.kubernetes.protobuf`) and YAML, standalone, as kube-apiserver
+//! serves them: real kubectl (whose typed client sends and asks for protobuf on `kubectl create namespace`), and raw
 //! requests whose bodies are built and read with k8s-pb's upstream-generated messages, the envelope also read by
 //! `protoc --decode_raw`, which knows nothing of Kubernetes. Other kinds and other content types stay as they were.
 
@@ -222,12 +222,12 @@ async fn deletes_errors_and_other_content_types() {
     get_accept(&c, &path, "application/json;as=Table;v=v1;g=meta.k8s.io").await.status_err(404, "NotFound");
 
     // Other content types keep their 415 (kube-apiserver's message: the media types a Namespace is read in).
-    for ct in ["application/cbor", "text/plain", "application/yaml"] {
+    for ct in ["application/cbor", "text/plain"] {
         let r = call(&c, Method::POST, NAMESPACES, &[("content-type", ct)], b"x".to_vec()).await;
         let st = r.status_err(415, "UnsupportedMediaType");
         assert_eq!(
             st["message"],
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf"
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf"
         );
     }
     // Malformed protobuf: 400, never a panic.
@@ -250,4 +250,46 @@ async fn deletes_errors_and_other_content_types() {
     get_accept(&c, shoots, PROTOBUF).await.status_err(406, "NotAcceptable");
     let r = get_accept(&c, shoots, &format!("{PROTOBUF}, application/json")).await;
     assert_eq!(r.header("content-type").as_deref(), Some("application/json"), "{}", r.text());
+}
+
+/// YAML, the third form kube-apiserver serves built-in kinds in: bodies, objects, lists and errors; not watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_lists_and_errors_in_yaml() {
+    const YAML: &str = "application/yaml";
+    let s = Server::start(&[]);
+    let c = s.client().await;
+    let body = b"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: garden-yaml\n  labels: {team: gardener}\n";
+    let r = call(&c, Method::POST, NAMESPACES, &[("content-type", YAML), ("accept", YAML)], body.to_vec()).await;
+    assert_eq!((r.status, r.header("content-type").as_deref()), (201, Some(YAML)), "{}", r.text());
+    let ns: Value = serde_yaml_ng::from_slice(&r.body).expect("yaml");
+    assert_eq!(ns["metadata"]["name"], "garden-yaml", "{ns}");
+    assert_eq!(ns["metadata"]["labels"]["team"], "gardener", "{ns}");
+    assert_eq!(ns["status"]["phase"], "Active", "{ns}");
+
+    let r = get_accept(&c, NAMESPACES, YAML).await;
+    assert_eq!((r.status, r.header("content-type").as_deref()), (200, Some(YAML)), "{}", r.text());
+    let list: Value = serde_yaml_ng::from_slice(&r.body).expect("yaml");
+    assert_eq!(list["kind"], "NamespaceList", "{list}");
+    assert!(list["items"].as_array().is_some_and(|items| items.iter().any(|i| i["metadata"]["name"] == "garden-yaml")));
+
+    let r = get_accept(&c, &format!("{NAMESPACES}/nope"), YAML).await;
+    assert_eq!((r.status, r.header("content-type").as_deref()), (404, Some(YAML)), "{}", r.text());
+    let st: Value = serde_yaml_ng::from_slice(&r.body).expect("yaml");
+    assert_eq!((st["kind"].as_str(), st["reason"].as_str()), (Some("Status"), Some("NotFound")), "{st}");
+
+    // A watch has no YAML form: 406, itself in YAML as the client asked.
+    let r = get_accept(&c, &format!("{NAMESPACES}?watch=true&timeoutSeconds=1"), YAML).await;
+    assert_eq!((r.status, r.header("content-type").as_deref()), (406, Some(YAML)), "{}", r.text());
+    let st: Value = serde_yaml_ng::from_slice(&r.body).expect("yaml");
+    assert_eq!(st["reason"], "NotAcceptable", "{st}");
+    // YAML that is not YAML: 400.
+    let r = call(&c, Method::POST, NAMESPACES, &[("content-type", YAML)], b"a: [b".to_vec()).await;
+    let st = r.status_err(400, "BadRequest");
+    let message = st["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "the object provided is unrecognized (must be of type Namespace): error converting YAML to JSON: yaml: "
+        ),
+        "{message}"
+    );
 }

@@ -1,7 +1,7 @@
 //! REST answers: objects, lists (from parsed objects, or spliced from their stored bytes), Tables and
-//! PartialObjectMetadata, protobuf for the kinds that have it, with their media types and warnings.
+//! PartialObjectMetadata, YAML and protobuf for the kinds that have them, with their media types and warnings.
 
-use super::negotiate::Output;
+use super::negotiate::{Output, YAML};
 use super::protobuf::{self, ProtoKind, PROTOBUF};
 use super::query::QueryParams;
 use super::table::{self, object, partial_metadata, table, IncludeObject};
@@ -36,7 +36,7 @@ fn bytes_response(code: StatusCode, body: Vec<u8>, content_type: &'static str, w
 
 pub(super) const JSON: &str = "application/json";
 
-/// An object (or a Status) in the negotiated form: JSON, or protobuf for a kind that has it.
+/// An object (or a Status) in the negotiated form: JSON, or YAML or protobuf for a kind that has them.
 pub(super) fn object_response(
     res: &Resource,
     code: StatusCode,
@@ -44,11 +44,21 @@ pub(super) fn object_response(
     out: Output,
     warnings: &[String],
 ) -> ApiResult<Response> {
-    if out != Output::Protobuf {
-        return Ok(json_response(code, body, JSON, warnings));
+    match out {
+        Output::Protobuf => {
+            let bytes = protobuf::encode_object(proto_kind(res)?, res.strategy.info(), body)?;
+            Ok(bytes_response(code, bytes, PROTOBUF, warnings))
+        }
+        Output::Yaml => yaml_response(code, body, warnings),
+        _ => Ok(json_response(code, body, JSON, warnings)),
     }
-    let bytes = protobuf::encode_object(proto_kind(res)?, res.strategy.info(), body)?;
-    Ok(bytes_response(code, bytes, PROTOBUF, warnings))
+}
+
+/// An object as YAML, as kube-apiserver writes it (sigs.k8s.io/yaml: the JSON form, keys in order, with strings
+/// a YAML 1.1 reader would take for something else, such as timestamps, quoted).
+pub(super) fn yaml_response(code: StatusCode, body: &Value, warnings: &[String]) -> ApiResult<Response> {
+    let text = serde_saphyr::to_string(body).map_err(|e| ApiError::internal(format!("encoding YAML: {e}")))?;
+    Ok(bytes_response(code, text.into_bytes(), YAML, warnings))
 }
 
 /// The protobuf form of `res`'s kind; negotiation offers protobuf only for kinds that have one.
@@ -64,13 +74,14 @@ pub(super) fn content_type_for(out: Output) -> &'static str {
         Output::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
         Output::Metadata(_) => JSON,
         Output::Protobuf => PROTOBUF,
+        Output::Yaml => YAML,
     }
 }
 
 pub(super) fn render_one(res: &Resource, obj: Value, out: Output, q: &QueryParams) -> ApiResult<Response> {
     let body = match out {
         Output::Json => obj,
-        Output::Protobuf => return object_response(res, StatusCode::OK, &obj, out, &[]),
+        Output::Protobuf | Output::Yaml => return object_response(res, StatusCode::OK, &obj, out, &[]),
         Output::Metadata(mv) => partial_metadata(obj, mv),
         Output::Table(mv) => {
             let include = IncludeObject::parse(q.include_object.as_deref())?;
@@ -96,7 +107,7 @@ pub(super) fn render_list(
             let bytes = protobuf::encode_list(proto_kind(res)?, info, &api_version, &meta, &list.items)?;
             return Ok(bytes_response(StatusCode::OK, bytes, PROTOBUF, &[]));
         }
-        Output::Json => object([
+        Output::Json | Output::Yaml => object([
             ("apiVersion", Value::String(info.api_version(version))),
             ("kind", Value::String(info.list_kind.into())),
             ("metadata", meta),
@@ -113,6 +124,9 @@ pub(super) fn render_list(
             table(res.strategy.as_ref(), list.items, include, mv, meta, true)
         }
     };
+    if out == Output::Yaml {
+        return yaml_response(StatusCode::OK, &body, &[]);
+    }
     Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
 }
 

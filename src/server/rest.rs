@@ -1,7 +1,7 @@
 //! The REST surface under /apis: parse the request (path, query, media types, body), call the registry, render
 //! the result. Thin by design: every decision about objects is the registry's or the kind's.
 
-use super::negotiate::{errors_in_protobuf, negotiate_for, Output};
+use super::negotiate::{error_output, negotiate_for, Forms, Output, YAML};
 use super::protobuf::{self, ProtoKind, PROTOBUF};
 use super::query::QueryParams;
 use super::render::{object_response, raw_table_list, render_list, render_one, render_raw_list};
@@ -164,21 +164,35 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     resp
 }
 
-/// An error as a Status: in protobuf when the request is about a kind that has that form and the client prefers it
-/// (kube-apiserver's `ErrorNegotiated`), else in JSON.
+/// The forms besides JSON that `info`'s kind is served in: kube-apiserver's built-in kinds (the core Namespace, the
+/// one with a protobuf form) also in YAML and protobuf; ours, as custom resources here, in JSON only.
+fn forms_of(info: &crate::registry::strategy::KindInfo) -> Forms {
+    if ProtoKind::of(info).is_some() {
+        Forms::BUILT_IN
+    } else {
+        Forms::default()
+    }
+}
+
+/// An error as a Status: for a kind served in YAML and protobuf, in the form the client prefers (kube-apiserver's
+/// `ErrorNegotiated`), else in JSON.
 fn error_response(st: &AppState, info: &RequestInfo, headers: &HeaderMap, e: ApiError) -> Response {
-    let has_protobuf = st
+    let forms = st
         .registry
         .resource(&info.api_group, &info.api_version, &info.resource)
-        .is_some_and(|res| ProtoKind::of(res.strategy.info()).is_some());
+        .map_or_else(Forms::default, |res| forms_of(res.strategy.info()));
     let accept = headers.get("accept").and_then(|v| v.to_str().ok());
-    if !(has_protobuf && errors_in_protobuf(accept)) {
-        return e.into_response();
-    }
-    let status = protobuf::encode_status(&e.status());
+    let (body, content_type) = match error_output(accept, forms) {
+        Output::Protobuf => (protobuf::encode_status(&e.status()), PROTOBUF),
+        Output::Yaml => match serde_saphyr::to_string(&e.status()) {
+            Ok(text) => (text.into_bytes(), YAML),
+            Err(_) => return e.into_response(),
+        },
+        _ => return e.into_response(),
+    };
     let mut resp = e.into_response();
-    *resp.body_mut() = Body::from(status);
-    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static(PROTOBUF));
+    *resp.body_mut() = Body::from(body);
+    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static(content_type));
     resp
 }
 
@@ -234,9 +248,9 @@ async fn dispatch(
         "cluster"
     };
     let v = t.version.as_str();
-    // Kinds with a protobuf form (the core Namespace) answer in it when asked; the others only in JSON.
-    let has_protobuf = ProtoKind::of(info).is_some();
-    let negotiate = |tables: bool| negotiate_for(accept, tables, has_protobuf);
+    // Built-in kinds (the core Namespace) answer in YAML and protobuf too when asked; ours only in JSON.
+    let forms = forms_of(info);
+    let negotiate = |tables: bool| negotiate_for(accept, tables, forms);
     let method_not_allowed = |verb: &str| ApiError::method_not_allowed(verb, info.group, info.plural);
     if info.create_only && !(method == Method::POST && t.name.is_none()) {
         // A virtual resource: nothing to read, change or delete.
@@ -328,7 +342,7 @@ async fn dispatch(
                 return Err(method_not_allowed("delete"));
             }
             // Answers of kinds without a protobuf form stay JSON whatever is asked, as they always were.
-            let out = if has_protobuf { negotiate(false)? } else { Output::Json };
+            let out = if forms == Forms::default() { Output::Json } else { negotiate(false)? };
             let opts = delete_options(body, headers, &q).await?;
             if opts.ignore_store_read_error {
                 authorize_unsafe_delete(st, request).await?;
@@ -339,7 +353,7 @@ async fn dispatch(
         }
         (Method::DELETE, None) => {
             labels.verb = "DELETECOLLECTION";
-            let out = if has_protobuf { negotiate(false)? } else { Output::Json };
+            let out = if forms == Forms::default() { Output::Json } else { negotiate(false)? };
             let opts = delete_options(body, headers, &q).await?;
             let list = res.delete_collection(ns, v, &q.list_params()?, &opts).await?;
             super::namespaces::deleted(st, &res, &list.items, &opts);
@@ -393,8 +407,8 @@ fn kube_verb(method: &Method, named: bool, watch: bool) -> String {
     }
 }
 
-/// The object of a create or update of `res`'s kind in `version`: JSON, or protobuf for a kind that has that form
-/// (as the JSON it would have been, without duplicate fields: a message has none).
+/// The object of a create or update of `res`'s kind in `version`: JSON, or YAML or protobuf for a built-in kind (as
+/// the JSON it would have been, without duplicate fields: neither reports them).
 async fn object_body(
     body: Body,
     headers: &HeaderMap,
@@ -404,18 +418,37 @@ async fn object_body(
     let info = res.strategy.info();
     let Some(kind) = ProtoKind::of(info) else { return json_body(body, headers, info.kind).await };
     let ct = content_type(headers);
-    if ct == PROTOBUF {
-        let raw = read_body(body, headers).await?;
-        return Ok((protobuf::decode_object(kind, info, version, &raw)?, Vec::new()));
-    }
-    if !(ct.is_empty() || ct == "application/json" || ct == "*/*") {
+    match ct.as_str() {
+        PROTOBUF => {
+            let raw = read_body(body, headers).await?;
+            Ok((protobuf::decode_object(kind, info, version, &raw)?, Vec::new()))
+        }
+        YAML => {
+            let raw = read_body(body, headers).await?;
+            json_object(&yaml_to_json(&raw, info.kind)?, info.kind).map(|(value, _)| (value, Vec::new()))
+        }
+        "" | "application/json" | "*/*" => json_body(body, headers, info.kind).await,
         // kube-apiserver's NegotiateInputSerializer: the media types the kind is read in, without the one given.
-        return Err(ApiError::new(
+        _ => Err(ApiError::new(
             StatusReason::UnsupportedMediaType,
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, {PROTOBUF}"),
-        ));
+            format!("the body of the request was in an unknown format - accepted media types include: application/json, {YAML}, {PROTOBUF}"),
+        )),
     }
-    json_body(body, headers, info.kind).await
+}
+
+/// A YAML body as JSON text, as kube-apiserver's YAML serializer reads one (sigs.k8s.io/yaml's YAMLToJSON), with
+/// alias expansion bounded as for apply configurations.
+fn yaml_to_json(raw: &[u8], kind: &str) -> ApiResult<Vec<u8>> {
+    if raw.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    let value: Value = serde_saphyr::from_slice(raw).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): error converting YAML to JSON: yaml: {e} ({})",
+            protobuf::summarize(raw)
+        ))
+    })?;
+    serde_json::to_vec(&value).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// The JSON object of a create or update of `kind`. apiVersion and kind must be strings (or null), as kube-apiserver's
@@ -425,18 +458,22 @@ async fn json_body(body: Body, headers: &HeaderMap, kind: &str) -> ApiResult<(Va
     if !(ct.is_empty() || ct == "application/json" || ct == "*/*") {
         return Err(ApiError::unsupported_media_type(&ct));
     }
-    let raw = read_body(body, headers).await?;
+    json_object(&read_body(body, headers).await?, kind)
+}
+
+/// A JSON body as the object of a create or update of `kind`.
+fn json_object(raw: &[u8], kind: &str) -> ApiResult<(Value, Vec<String>)> {
     if raw.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
-    let (value, dups) = parse_json(&raw)?;
+    let (value, dups) = parse_json(raw)?;
     for field in ["apiVersion", "kind"] {
         let Some(v) = value.get(field).filter(|v| !(v.is_string() || v.is_null())) else { continue };
         return Err(ApiError::bad_request(format!(
             "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse \
              error: json: cannot unmarshal {} into Go struct field .{field} of type string ({})",
             go_json_type(v),
-            summarize(&raw)
+            summarize(raw)
         )));
     }
     Ok((value, dups))

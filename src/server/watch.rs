@@ -2,7 +2,7 @@
 //! and the ERROR event that ends a failed watch; it ends at its timeout or when the client goes away. Kinds with a
 //! protobuf form are also watched in protobuf: length-delimited WatchEvent frames (see `super::protobuf`).
 
-use super::negotiate::{negotiate_for, Output};
+use super::negotiate::{negotiate_for, Forms, Output};
 use super::protobuf::{self, ProtoKind, PROTOBUF_WATCH};
 use super::query::QueryParams;
 use super::render::content_type_for;
@@ -27,7 +27,8 @@ pub(super) async fn watch(
     accept: Option<&str>,
 ) -> ApiResult<Response> {
     let proto_kind = ProtoKind::of(res.strategy.info());
-    let out = negotiate_for(accept, true, proto_kind.is_some())?;
+    let forms = if proto_kind.is_some() { Forms::BUILT_IN.streaming() } else { Forms::default() };
+    let out = negotiate_for(accept, true, forms)?;
     let include = IncludeObject::parse(q.include_object.as_deref())?;
     let lp = q.list_params()?;
     let send_initial = q.send_initial_events;
@@ -71,7 +72,8 @@ pub(super) async fn watch(
             let ev = match item {
                 WatchOut::Event { kind, object } => {
                     let object = match out {
-                        Output::Json | Output::Protobuf => object,
+                        // YAML is never negotiated for a watch (see `Forms::streaming`).
+                        Output::Json | Output::Protobuf | Output::Yaml => object,
                         Output::Metadata(mv) => partial_metadata(object, mv),
                         Output::Table(mv) => {
                             let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
@@ -101,7 +103,7 @@ pub(super) async fn watch(
                         Output::Metadata(mv) => {
                             json!({"kind": "PartialObjectMetadata", "apiVersion": format!("meta.k8s.io/{mv}"), "metadata": meta})
                         }
-                        Output::Json | Output::Protobuf => {
+                        Output::Json | Output::Protobuf | Output::Yaml => {
                             json!({"kind": res.strategy.info().kind, "apiVersion": api_version, "metadata": meta})
                         }
                     };

@@ -134,7 +134,7 @@ pub fn watch_frame(kind: ProtoKind, info: &KindInfo, event: &Value) -> ApiResult
 
 /// The start of a body as kube-apiserver quotes it in decode errors (its `summarizeData`): at most 30 bytes, as text
 /// for what looks like a JSON object and in hex for anything else, " ..." after when there is more.
-fn summarize(body: &[u8]) -> String {
+pub(super) fn summarize(body: &[u8]) -> String {
     const MAX: usize = 30;
     let head = &body[..body.len().min(MAX)];
     let text = match body.first() {
