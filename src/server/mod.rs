@@ -11,6 +11,7 @@ pub mod metrics;
 mod namespaces;
 pub mod negotiate;
 pub mod openapi;
+pub mod protobuf;
 pub mod query;
 mod render;
 pub mod rest;

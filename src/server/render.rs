@@ -1,7 +1,8 @@
 //! REST answers: objects, lists (from parsed objects, or spliced from their stored bytes), Tables and
-//! PartialObjectMetadata, with their media types and warnings.
+//! PartialObjectMetadata, YAML and protobuf for the kinds that have them, with their media types and warnings.
 
-use super::negotiate::Output;
+use super::negotiate::{Output, YAML};
+use super::protobuf::{self, ProtoKind, PROTOBUF};
 use super::query::QueryParams;
 use super::table::{self, object, partial_metadata, table, IncludeObject};
 use crate::error::{ApiError, ApiResult};
@@ -16,7 +17,12 @@ pub(super) fn json_response(
     content_type: &'static str,
     warnings: &[String],
 ) -> Response {
-    let mut r = (code, serde_json::to_vec(body).unwrap_or_default()).into_response();
+    bytes_response(code, serde_json::to_vec(body).unwrap_or_default(), content_type, warnings)
+}
+
+/// An answer of `content_type` with kube-apiserver's `Warning` headers.
+fn bytes_response(code: StatusCode, body: Vec<u8>, content_type: &'static str, warnings: &[String]) -> Response {
+    let mut r = (code, body).into_response();
     let h = r.headers_mut();
     h.insert("content-type", HeaderValue::from_static(content_type));
     for w in warnings {
@@ -30,18 +36,52 @@ pub(super) fn json_response(
 
 pub(super) const JSON: &str = "application/json";
 
+/// An object (or a Status) in the negotiated form: JSON, or YAML or protobuf for a kind that has them.
+pub(super) fn object_response(
+    res: &Resource,
+    code: StatusCode,
+    body: &Value,
+    out: Output,
+    warnings: &[String],
+) -> ApiResult<Response> {
+    match out {
+        Output::Protobuf => {
+            let bytes = protobuf::encode_object(proto_kind(res)?, res.strategy.info(), body)?;
+            Ok(bytes_response(code, bytes, PROTOBUF, warnings))
+        }
+        Output::Yaml => yaml_response(code, body, warnings),
+        _ => Ok(json_response(code, body, JSON, warnings)),
+    }
+}
+
+/// An object as YAML, as kube-apiserver writes it (sigs.k8s.io/yaml: the JSON form, keys in order, with strings
+/// a YAML 1.1 reader would take for something else, such as timestamps, quoted).
+pub(super) fn yaml_response(code: StatusCode, body: &Value, warnings: &[String]) -> ApiResult<Response> {
+    let text = serde_saphyr::to_string(body).map_err(|e| ApiError::internal(format!("encoding YAML: {e}")))?;
+    Ok(bytes_response(code, text.into_bytes(), YAML, warnings))
+}
+
+/// The protobuf form of `res`'s kind; negotiation offers protobuf only for kinds that have one.
+pub(super) fn proto_kind(res: &Resource) -> ApiResult<ProtoKind> {
+    let info = res.strategy.info();
+    ProtoKind::of(info).ok_or_else(|| ApiError::internal(format!("{} has no protobuf form", info.kind)))
+}
+
 pub(super) fn content_type_for(out: Output) -> &'static str {
     match out {
         Output::Json => JSON,
         Output::Table("v1beta1") => "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
         Output::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
         Output::Metadata(_) => JSON,
+        Output::Protobuf => PROTOBUF,
+        Output::Yaml => YAML,
     }
 }
 
 pub(super) fn render_one(res: &Resource, obj: Value, out: Output, q: &QueryParams) -> ApiResult<Response> {
     let body = match out {
         Output::Json => obj,
+        Output::Protobuf | Output::Yaml => return object_response(res, StatusCode::OK, &obj, out, &[]),
         Output::Metadata(mv) => partial_metadata(obj, mv),
         Output::Table(mv) => {
             let include = IncludeObject::parse(q.include_object.as_deref())?;
@@ -62,7 +102,12 @@ pub(super) fn render_list(
     let info = res.strategy.info();
     let meta = list_meta(&list);
     let body = match out {
-        Output::Json => object([
+        Output::Protobuf => {
+            let api_version = info.api_version(version);
+            let bytes = protobuf::encode_list(proto_kind(res)?, info, &api_version, &meta, &list.items)?;
+            return Ok(bytes_response(StatusCode::OK, bytes, PROTOBUF, &[]));
+        }
+        Output::Json | Output::Yaml => object([
             ("apiVersion", Value::String(info.api_version(version))),
             ("kind", Value::String(info.list_kind.into())),
             ("metadata", meta),
@@ -79,6 +124,9 @@ pub(super) fn render_list(
             table(res.strategy.as_ref(), list.items, include, mv, meta, true)
         }
     };
+    if out == Output::Yaml {
+        return yaml_response(StatusCode::OK, &body, &[]);
+    }
     Ok(json_response(StatusCode::OK, &body, content_type_for(out), &[]))
 }
 

@@ -1,9 +1,10 @@
 //! The REST surface under /apis: parse the request (path, query, media types, body), call the registry, render
 //! the result. Thin by design: every decision about objects is the registry's or the kind's.
 
-use super::negotiate::{negotiate, Output};
+use super::negotiate::{error_output, negotiate_for, Forms, Output, YAML};
+use super::protobuf::{self, ProtoKind, PROTOBUF};
 use super::query::QueryParams;
-use super::render::{json_response, raw_table_list, render_list, render_one, render_raw_list, JSON};
+use super::render::{object_response, raw_table_list, render_list, render_one, render_raw_list};
 use super::watch::watch;
 use super::write_options::{apply_config, dry_run, patch_options_valid, write_options, APPLY_PATCH};
 use super::AppState;
@@ -158,8 +159,40 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     };
     let request = Incoming { method: &parts.method, path: parts.uri.path(), query: parts.uri.query(), user, info };
     let result = dispatch(&st, &request, &parts.headers, body, &mut labels).await;
-    let mut resp = result.unwrap_or_else(IntoResponse::into_response);
+    let mut resp = result.unwrap_or_else(|e| error_response(&st, info, &parts.headers, e));
     resp.extensions_mut().insert(labels);
+    resp
+}
+
+/// The forms besides JSON that `info`'s kind is served in: kube-apiserver's built-in kinds (the core Namespace, the
+/// one with a protobuf form) also in YAML and protobuf; ours, as custom resources here, in JSON only.
+fn forms_of(info: &crate::registry::strategy::KindInfo) -> Forms {
+    if ProtoKind::of(info).is_some() {
+        Forms::BUILT_IN
+    } else {
+        Forms::default()
+    }
+}
+
+/// An error as a Status: for a kind served in YAML and protobuf, in the form the client prefers (kube-apiserver's
+/// `ErrorNegotiated`), else in JSON.
+fn error_response(st: &AppState, info: &RequestInfo, headers: &HeaderMap, e: ApiError) -> Response {
+    let forms = st
+        .registry
+        .resource(&info.api_group, &info.api_version, &info.resource)
+        .map_or_else(Forms::default, |res| forms_of(res.strategy.info()));
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok());
+    let (body, content_type) = match error_output(accept, forms) {
+        Output::Protobuf => (protobuf::encode_status(&e.status()), PROTOBUF),
+        Output::Yaml => match serde_saphyr::to_string(&e.status()) {
+            Ok(text) => (text.into_bytes(), YAML),
+            Err(_) => return e.into_response(),
+        },
+        _ => return e.into_response(),
+    };
+    let mut resp = e.into_response();
+    *resp.body_mut() = Body::from(body);
+    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static(content_type));
     resp
 }
 
@@ -215,6 +248,9 @@ async fn dispatch(
         "cluster"
     };
     let v = t.version.as_str();
+    // Built-in kinds (the core Namespace) answer in YAML and protobuf too when asked; ours only in JSON.
+    let forms = forms_of(info);
+    let negotiate = |tables: bool| negotiate_for(accept, tables, forms);
     let method_not_allowed = |verb: &str| ApiError::method_not_allowed(verb, info.group, info.plural);
     if info.create_only && !(method == Method::POST && t.name.is_none()) {
         // A virtual resource: nothing to read, change or delete.
@@ -228,7 +264,7 @@ async fn dispatch(
                 let pinned = QueryParams { field_selector: format!("metadata.name={name}"), ..q };
                 return watch(st, &res, ns, v, &pinned, accept).await;
             }
-            let out = negotiate(accept, true)?;
+            let out = negotiate(true)?;
             let obj = res.get(ns, name, v).await?;
             render_one(&res, obj, out, &q)
         }
@@ -238,7 +274,7 @@ async fn dispatch(
                 return watch(st, &res, ns, v, &q, accept).await;
             }
             labels.verb = "LIST";
-            let out = negotiate(accept, true)?;
+            let out = negotiate(true)?;
             let params = q.list_params(res.strategy.field_labels())?;
             if out == Output::Json {
                 if let Some(list) = res.list_raw(ns, v, &params).await? {
@@ -255,24 +291,23 @@ async fn dispatch(
         }
         (Method::POST, None) => {
             labels.verb = "POST";
-            let out = negotiate(accept, false)?;
-            let (obj, dups) = json_body(body, headers, info.kind).await?;
+            let out = negotiate(false)?;
+            let (obj, dups) = object_body(body, headers, &res, v).await?;
             let opts = write_options(&q, "CreateOptions", headers)?;
             let w = res.create(ns, v, obj, &dups, &opts).await?;
-            let _ = out;
-            Ok(json_response(StatusCode::CREATED, &w.object, JSON, &w.warnings))
+            object_response(&res, StatusCode::CREATED, &w.object, out, &w.warnings)
         }
         (Method::PUT, Some(name)) => {
             labels.verb = "PUT";
-            negotiate(accept, false)?;
-            let (obj, dups) = json_body(body, headers, info.kind).await?;
+            let out = negotiate(false)?;
+            let (obj, dups) = object_body(body, headers, &res, v).await?;
             let w = res.update(ns, name, v, obj, dups, status, &write_options(&q, "UpdateOptions", headers)?).await?;
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
-            Ok(json_response(code, &w.object, JSON, &w.warnings))
+            object_response(&res, code, &w.object, out, &w.warnings)
         }
         (Method::PATCH, Some(name)) => {
             labels.verb = "PATCH";
-            negotiate(accept, false)?;
+            let out = negotiate(false)?;
             let ct = content_type(headers);
             let pt = match ct.as_str() {
                 "application/json-patch+json" => Some(PatchType::Json),
@@ -299,27 +334,30 @@ async fn dispatch(
                 }
             };
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
-            Ok(json_response(code, &w.object, JSON, &w.warnings))
+            object_response(&res, code, &w.object, out, &w.warnings)
         }
         (Method::DELETE, Some(name)) => {
             labels.verb = "DELETE";
             if status {
                 return Err(method_not_allowed("delete"));
             }
+            // Answers of kinds without a protobuf form stay JSON whatever is asked, as they always were.
+            let out = if forms == Forms::default() { Output::Json } else { negotiate(false)? };
             let opts = delete_options(body, headers, &q).await?;
             if opts.ignore_store_read_error {
                 authorize_unsafe_delete(st, request).await?;
             }
             let obj = res.delete(ns, name, v, &opts).await?;
             super::namespaces::deleted(st, &res, std::slice::from_ref(&obj), &opts);
-            Ok(json_response(StatusCode::OK, &obj, JSON, &[]))
+            object_response(&res, StatusCode::OK, &obj, out, &[])
         }
         (Method::DELETE, None) => {
             labels.verb = "DELETECOLLECTION";
+            let out = if forms == Forms::default() { Output::Json } else { negotiate(false)? };
             let opts = delete_options(body, headers, &q).await?;
             let list = res.delete_collection(ns, v, &q.list_params(res.strategy.field_labels())?, &opts).await?;
             super::namespaces::deleted(st, &res, &list.items, &opts);
-            render_list(&res, v, list, Output::Json, &q)
+            render_list(&res, v, list, out, &q)
         }
         (m, _) => {
             labels.verb = "UNKNOWN";
@@ -369,6 +407,50 @@ fn kube_verb(method: &Method, named: bool, watch: bool) -> String {
     }
 }
 
+/// The object of a create or update of `res`'s kind in `version`: JSON, or YAML or protobuf for a built-in kind (as
+/// the JSON it would have been, without duplicate fields: neither reports them).
+async fn object_body(
+    body: Body,
+    headers: &HeaderMap,
+    res: &crate::registry::Resource,
+    version: &str,
+) -> ApiResult<(Value, Vec<String>)> {
+    let info = res.strategy.info();
+    let Some(kind) = ProtoKind::of(info) else { return json_body(body, headers, info.kind).await };
+    let ct = content_type(headers);
+    match ct.as_str() {
+        PROTOBUF => {
+            let raw = read_body(body, headers).await?;
+            Ok((protobuf::decode_object(kind, info, version, &raw)?, Vec::new()))
+        }
+        YAML => {
+            let raw = read_body(body, headers).await?;
+            json_object(&yaml_to_json(&raw, info.kind)?, info.kind).map(|(value, _)| (value, Vec::new()))
+        }
+        "" | "application/json" | "*/*" => json_body(body, headers, info.kind).await,
+        // kube-apiserver's NegotiateInputSerializer: the media types the kind is read in, without the one given.
+        _ => Err(ApiError::new(
+            StatusReason::UnsupportedMediaType,
+            format!("the body of the request was in an unknown format - accepted media types include: application/json, {YAML}, {PROTOBUF}"),
+        )),
+    }
+}
+
+/// A YAML body as JSON text, as kube-apiserver's YAML serializer reads one (sigs.k8s.io/yaml's YAMLToJSON), with
+/// alias expansion bounded as for apply configurations.
+fn yaml_to_json(raw: &[u8], kind: &str) -> ApiResult<Vec<u8>> {
+    if raw.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    let value: Value = serde_saphyr::from_slice(raw).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): error converting YAML to JSON: yaml: {e} ({})",
+            protobuf::summarize(raw)
+        ))
+    })?;
+    serde_json::to_vec(&value).map_err(|e| ApiError::internal(e.to_string()))
+}
+
 /// The JSON object of a create or update of `kind`. apiVersion and kind must be strings (or null), as kube-apiserver's
 /// decoder reads them before anything else; its 400 quotes the start of the body.
 async fn json_body(body: Body, headers: &HeaderMap, kind: &str) -> ApiResult<(Value, Vec<String>)> {
@@ -376,18 +458,22 @@ async fn json_body(body: Body, headers: &HeaderMap, kind: &str) -> ApiResult<(Va
     if !(ct.is_empty() || ct == "application/json" || ct == "*/*") {
         return Err(ApiError::unsupported_media_type(&ct));
     }
-    let raw = read_body(body, headers).await?;
+    json_object(&read_body(body, headers).await?, kind)
+}
+
+/// A JSON body as the object of a create or update of `kind`.
+fn json_object(raw: &[u8], kind: &str) -> ApiResult<(Value, Vec<String>)> {
     if raw.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
-    let (value, dups) = parse_json(&raw)?;
+    let (value, dups) = parse_json(raw)?;
     for field in ["apiVersion", "kind"] {
         let Some(v) = value.get(field).filter(|v| !(v.is_string() || v.is_null())) else { continue };
         return Err(ApiError::bad_request(format!(
             "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse \
              error: json: cannot unmarshal {} into Go struct field .{field} of type string ({})",
             go_json_type(v),
-            summarize(&raw)
+            summarize(raw)
         )));
     }
     Ok((value, dups))
@@ -422,7 +508,11 @@ async fn delete_options(body: Body, headers: &HeaderMap, q: &QueryParams) -> Api
     opts.propagation_policy = q.propagation_policy.clone();
     opts.ignore_store_read_error = q.ignore_store_read_error_with_cluster_breaking_potential;
     if !raw.iter().all(u8::is_ascii_whitespace) {
-        let (v, _) = parse_json(&raw)?;
+        // kube-apiserver reads DeleteOptions in each of its media types, for every resource.
+        let v = match content_type(headers).as_str() {
+            PROTOBUF => protobuf::decode_delete_options(&raw)?,
+            _ => parse_json(&raw)?.0,
+        };
         if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
             let values: Vec<String> = d.iter().map(|x| x.as_str().unwrap_or_default().to_string()).collect();
             opts.dry_run |= dry_run(&values, "DeleteOptions")?;

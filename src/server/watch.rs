@@ -1,7 +1,9 @@
 //! A watch as a stream of newline-delimited events: objects as JSON, Tables or PartialObjectMetadata, bookmarks,
-//! and the ERROR event that ends a failed watch; it ends at its timeout or when the client goes away.
+//! and the ERROR event that ends a failed watch; it ends at its timeout or when the client goes away. Kinds with a
+//! protobuf form are also watched in protobuf: length-delimited WatchEvent frames (see `super::protobuf`).
 
-use super::negotiate::{negotiate, Output};
+use super::negotiate::{negotiate_for, Forms, Output};
+use super::protobuf::{self, ProtoKind, PROTOBUF_WATCH};
 use super::query::QueryParams;
 use super::render::content_type_for;
 use super::table::{self, partial_metadata, table, IncludeObject};
@@ -24,7 +26,9 @@ pub(super) async fn watch(
     q: &QueryParams,
     accept: Option<&str>,
 ) -> ApiResult<Response> {
-    let out = negotiate(accept, true)?;
+    let proto_kind = ProtoKind::of(res.strategy.info());
+    let forms = if proto_kind.is_some() { Forms::BUILT_IN.streaming() } else { Forms::default() };
+    let out = negotiate_for(accept, true, forms)?;
     let include = IncludeObject::parse(q.include_object.as_deref())?;
     let lp = q.list_params(res.strategy.field_labels())?;
     let send_initial = q.send_initial_events;
@@ -68,7 +72,8 @@ pub(super) async fn watch(
             let ev = match item {
                 WatchOut::Event { kind, object } => {
                     let object = match out {
-                        Output::Json => object,
+                        // YAML is never negotiated for a watch (see `Forms::streaming`).
+                        Output::Json | Output::Protobuf | Output::Yaml => object,
                         Output::Metadata(mv) => partial_metadata(object, mv),
                         Output::Table(mv) => {
                             let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
@@ -98,7 +103,7 @@ pub(super) async fn watch(
                         Output::Metadata(mv) => {
                             json!({"kind": "PartialObjectMetadata", "apiVersion": format!("meta.k8s.io/{mv}"), "metadata": meta})
                         }
-                        Output::Json => {
+                        Output::Json | Output::Protobuf | Output::Yaml => {
                             json!({"kind": res.strategy.info().kind, "apiVersion": api_version, "metadata": meta})
                         }
                     };
@@ -109,9 +114,20 @@ pub(super) async fn watch(
                     json!({"type": "ERROR", "object": e.status()})
                 }
             };
-            let mut line = serde_json::to_vec(&ev).unwrap_or_default();
-            line.push(b'\n');
-            Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), s))
+            let encoded = match proto_kind.filter(|_| out == Output::Protobuf) {
+                Some(kind) => protobuf::watch_frame(kind, res.strategy.info(), &ev).unwrap_or_else(|e| {
+                    // An event that cannot be written ends the watch, as any failed watch ends.
+                    s.done = true;
+                    let error = json!({"type": "ERROR", "object": e.status()});
+                    protobuf::watch_frame(kind, res.strategy.info(), &error).unwrap_or_default()
+                }),
+                None => {
+                    let mut line = serde_json::to_vec(&ev).unwrap_or_default();
+                    line.push(b'\n');
+                    line
+                }
+            };
+            Some((Ok::<_, std::convert::Infallible>(Bytes::from(encoded)), s))
         }
     });
     // A panic while an event is encoded ends the watch with an ERROR event, as any failed watch ends, instead of
@@ -127,7 +143,8 @@ pub(super) async fn watch(
             })
         });
     let mut r = Response::new(Body::from_stream(stream));
-    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type_for(out)));
+    let content_type = if out == Output::Protobuf { PROTOBUF_WATCH } else { content_type_for(out) };
+    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
     // Ends when the server shuts down, as kube-apiserver's watches do (see `serve`).
     r.extensions_mut().insert(super::serve::LongRunning);
     Ok(r)
