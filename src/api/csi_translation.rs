@@ -5,7 +5,7 @@
 
 use crate::csi;
 use crate::error::FieldError;
-use crate::registry::strategy::{Column, Kind, KindInfo};
+use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
 use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -115,7 +115,6 @@ static INFO: KindInfo = KindInfo {
     short_names: &[],
     categories: &[],
     versions: &["v1alpha1"],
-    has_status: false,
     name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: false,
     create_only: true,
@@ -188,7 +187,12 @@ impl Kind for CSITranslation {
     fn info() -> &'static KindInfo {
         &INFO
     }
-    fn clear_status(&mut self) {
+    type Status = NoStatus;
+    fn replace_status(&mut self, status: NoStatus) -> NoStatus {
+        status
+    }
+    /// The status of a request is not the client's: it is the answer, which replaces it.
+    fn prepare_for_create(&mut self) {
         self.status = None;
     }
     fn defaults(&mut self) {

@@ -9,7 +9,7 @@
 use crate::api::printers::human_duration;
 use crate::error::FieldError;
 use crate::registry::object_meta::{dns1123_subdomain, qualified_name, NameRule};
-use crate::registry::strategy::{Column, Kind, KindInfo};
+use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
 use k8s_openapi::api::core::v1::{EventSeries, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use schemars::JsonSchema;
@@ -79,7 +79,6 @@ static INFO: KindInfo = KindInfo {
     short_names: &["ev"],
     categories: &[],
     versions: &["v1"],
-    has_status: false,
     name_rule: NameRule::Subdomain,
     // kube-apiserver's event strategy: AllowUnconditionalUpdate.
     unconditional_update: true,
@@ -290,6 +289,10 @@ fn since(t: Option<k8s_openapi::jiff::Timestamp>, now: chrono::DateTime<chrono::
 impl Kind for Event {
     fn info() -> &'static KindInfo {
         &INFO
+    }
+    type Status = NoStatus;
+    fn replace_status(&mut self, status: NoStatus) -> NoStatus {
+        status
     }
     /// core/v1 is lenient: only the legacy checks, for compatibility with old clients.
     fn validate(&self) -> Vec<FieldError> {

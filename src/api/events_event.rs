@@ -8,7 +8,7 @@
 use super::event::Event as CoreEvent;
 use crate::error::FieldError;
 use crate::registry::object_meta::NameRule;
-use crate::registry::strategy::{Column, Kind, KindInfo, StoredAs};
+use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus, StoredAs};
 use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use schemars::JsonSchema;
@@ -90,7 +90,6 @@ static INFO: KindInfo = KindInfo {
     short_names: &["ev"],
     categories: &[],
     versions: &["v1"],
-    has_status: false,
     name_rule: NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
@@ -182,6 +181,10 @@ impl From<Event> for CoreEvent {
 impl Kind for Event {
     fn info() -> &'static KindInfo {
         &INFO
+    }
+    type Status = NoStatus;
+    fn replace_status(&mut self, status: NoStatus) -> NoStatus {
+        status
     }
     fn stored_as() -> Option<StoredAs<Self>> {
         Some(StoredAs::converted::<CoreEvent>())

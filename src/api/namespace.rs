@@ -91,7 +91,6 @@ static INFO: KindInfo = KindInfo {
     short_names: &["ns"],
     categories: &[],
     versions: &["v1"],
-    has_status: true,
     name_rule: crate::registry::object_meta::NameRule::Label,
     // kube-apiserver's namespace strategy allows an update without resourceVersion.
     unconditional_update: true,
@@ -105,11 +104,9 @@ impl Kind for Namespace {
     fn info() -> &'static KindInfo {
         &INFO
     }
-    fn clear_status(&mut self) {
-        self.status = None;
-    }
-    fn swap_status(&mut self, other: &mut Self) {
-        std::mem::swap(&mut self.status, &mut other.status);
+    type Status = Option<NamespaceStatus>;
+    fn replace_status(&mut self, status: Self::Status) -> Self::Status {
+        std::mem::replace(&mut self.status, status)
     }
     /// kube-apiserver's defaulting: the name as the `kubernetes.io/metadata.name` label, which no write can change.
     fn defaults(&mut self) {

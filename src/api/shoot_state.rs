@@ -3,7 +3,7 @@
 
 use crate::error::FieldError;
 use crate::registry::object_meta::NameRule;
-use crate::registry::strategy::{Column, Kind, KindInfo};
+use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -148,7 +148,6 @@ static INFO: KindInfo = KindInfo {
     // As Gardener declares it, so that `kubectl get all` lists ShootStates.
     categories: &["all"],
     versions: &["v1beta1", "v1alpha1"],
-    has_status: false,
     name_rule: NameRule::Label,
     unconditional_update: false,
     create_only: false,
@@ -172,6 +171,10 @@ crate::kube_resource!(ShootState, kube::core::NamespaceResourceScope);
 impl Kind for ShootState {
     fn info() -> &'static KindInfo {
         &INFO
+    }
+    type Status = NoStatus;
+    fn replace_status(&mut self, status: NoStatus) -> NoStatus {
+        status
     }
     fn validate(&self) -> Vec<FieldError> {
         validation::validate_spec(&self.spec)

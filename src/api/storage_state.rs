@@ -109,7 +109,6 @@ static INFO: KindInfo = KindInfo {
     short_names: &["ss"],
     categories: &["migration"],
     versions: &["v1alpha1"],
-    has_status: true,
     name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
@@ -147,11 +146,9 @@ impl Kind for StorageState {
     fn info() -> &'static KindInfo {
         &INFO
     }
-    fn clear_status(&mut self) {
-        self.status = None;
-    }
-    fn swap_status(&mut self, other: &mut Self) {
-        std::mem::swap(&mut self.status, &mut other.status);
+    type Status = Option<StorageStateStatus>;
+    fn replace_status(&mut self, status: Self::Status) -> Self::Status {
+        std::mem::replace(&mut self.status, status)
     }
     fn defaults(&mut self) {
         if let Some(s) = &mut self.status {

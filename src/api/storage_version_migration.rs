@@ -213,7 +213,6 @@ static INFO: KindInfo = KindInfo {
     short_names: &["svm"],
     categories: &["migration"],
     versions: &["v1alpha1"],
-    has_status: true,
     name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
@@ -226,11 +225,9 @@ impl Kind for StorageVersionMigration {
     fn info() -> &'static KindInfo {
         &INFO
     }
-    fn clear_status(&mut self) {
-        self.status = None;
-    }
-    fn swap_status(&mut self, other: &mut Self) {
-        std::mem::swap(&mut self.status, &mut other.status);
+    type Status = Option<StorageVersionMigrationStatus>;
+    fn replace_status(&mut self, status: Self::Status) -> Self::Status {
+        std::mem::replace(&mut self.status, status)
     }
     fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();

@@ -7,8 +7,7 @@
 //! kube-apiserver writes and checks it, and nothing of ours reads it.
 
 use super::default_patch::default_patch;
-use super::object_meta::validate_object_meta;
-use super::strategy::{drop_storing_server_metadata, Admitted};
+use super::strategy::{drop_storing_server_metadata, Admit, Subresource};
 use super::{unknown_field_warnings, Registry, Resource};
 use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
@@ -27,11 +26,11 @@ pub enum AdmissionWrite<'a> {
     Create {
         object: Sent<'a>,
     },
-    /// `status`: the write is to the `/status` subresource.
+    /// `subresource`: the part of the object the update writes.
     Update {
         object: Sent<'a>,
         old_object: Sent<'a>,
-        status: bool,
+        subresource: Subresource,
     },
 }
 
@@ -41,8 +40,8 @@ impl<'a> AdmissionWrite<'a> {
         AdmissionWrite::Create { object: Sent::Text(object) }
     }
     /// An update from `old_object` to `object` (JSON texts).
-    pub fn update(object: &'a str, old_object: &'a str, status: bool) -> Self {
-        AdmissionWrite::Update { object: Sent::Text(object), old_object: Sent::Text(old_object), status }
+    pub fn update(object: &'a str, old_object: &'a str, subresource: Subresource) -> Self {
+        AdmissionWrite::Update { object: Sent::Text(object), old_object: Sent::Text(old_object), subresource }
     }
 }
 
@@ -82,35 +81,25 @@ impl Resource {
         Ok(Defaulted { patch, warnings: unknown_field_warnings(&d.unknown_fields) })
     }
 
-    /// Validating admission: the steps of [`Resource::create`] (decode with defaults, status dropped, create
-    /// preparation, metadata and kind validation) on create, on the typed object
-    /// ([`Strategy::admit`](super::strategy::Strategy::admit)); the kind's update validation (or its `/status`
-    /// validation) on update. A denial is the 422 Invalid the aggregated API would answer, listing every invalid
-    /// field; Ok carries warnings.
+    /// Validating admission: the steps of [`Resource::create`] on create, the validation of [`Resource::update`]
+    /// on update, on the typed object ([`Strategy::admit`](super::strategy::Strategy::admit)). A denial is the 422
+    /// Invalid the aggregated API would answer, listing every invalid field; Ok carries warnings.
     pub fn admission_validate(
         &self,
         version: &str,
         namespace: Option<&str>,
         write: AdmissionWrite<'_>,
     ) -> ApiResult<Vec<String>> {
-        let (object, update) = match write {
-            AdmissionWrite::Create { object } => (self.admitted(object, version)?, None),
-            AdmissionWrite::Update { object, old_object, status } => {
-                (self.admitted(object, version)?, Some((self.admitted(old_object, version)?, status)))
+        match write {
+            AdmissionWrite::Create { object } => {
+                let object = self.admitted(object, version)?;
+                self.strategy.admit(self, namespace, Admit { object: &object, old: None })
             }
-        };
-        let Admitted { mut metadata, old_namespace, errors, unknown_fields } =
-            self.strategy.admit(&object, update.as_ref().map(|(old, status)| (old, *status)))?;
-        self.check_namespace_of(&mut metadata.namespace, namespace)?;
-        if let Some(mut old_namespace) = old_namespace {
-            self.check_namespace_of(&mut old_namespace, namespace)?;
+            AdmissionWrite::Update { object, old_object, subresource } => {
+                let (object, old) = (self.admitted(object, version)?, self.admitted(old_object, version)?);
+                self.strategy.admit(self, namespace, Admit { object: &object, old: Some((&old, subresource)) })
+            }
         }
-        let mut errs = validate_object_meta(&metadata, self.info().namespaced, self.info().name_rule);
-        errs.extend(errors);
-        if !errs.is_empty() {
-            return Err(self.invalid(metadata.name.as_deref().unwrap_or_default(), errs));
-        }
-        Ok(unknown_field_warnings(&unknown_fields))
     }
 
     /// An object of a review as admission reads it: JSON holding an object of this kind in `version`, without the
@@ -194,12 +183,12 @@ mod tests {
         let mut changed = good.clone();
         changed["resource"]["version"] = json!("v2");
         let old = object(good.clone());
-        let update = |new: &str, status: bool| {
-            svm.admission_validate("v1alpha1", None, AdmissionWrite::update(new, &old, status))
+        let update = |new: &str, subresource: Subresource| {
+            svm.admission_validate("v1alpha1", None, AdmissionWrite::update(new, &old, subresource))
         };
-        let e = update(&object(changed), false).unwrap_err();
+        let e = update(&object(changed), Subresource::Main).unwrap_err();
         assert!(e.message.contains("spec.resource") && e.message.contains("immutable"), "{}", e.message);
-        let e = update(&object(good.clone()), true).unwrap_err();
+        let e = update(&object(good.clone()), Subresource::Status).unwrap_err();
         assert_eq!(e.code, 422, "{}", e.message);
         // Namespaced kinds take the request's namespace; another one in the object is a 400.
         let ss = resource(&r, "ShootState");

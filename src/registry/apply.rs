@@ -5,7 +5,7 @@
 
 use super::managed::{Managers, Scope};
 use super::store::Store;
-use super::strategy::Kind;
+use super::strategy::{Kind, KindStatus, Subresource};
 use super::{ObjectRef, Resource, WriteOptions};
 use crate::error::{ApiError, ApiResult};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -37,19 +37,19 @@ impl<K: Kind> Store<K> {
         cur: Option<&K>,
         new: &mut K,
         version: &str,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<()> {
         if cur.is_some_and(|c| c == new) {
             return Ok(());
         }
         let sent = new.meta().managed_fields.as_deref();
-        let reset =
-            !status && sent.is_some_and(|s| s.is_empty() || (s.len() == 1 && s[0] == ManagedFieldsEntry::default()));
+        let reset = subresource == Subresource::Main
+            && sent.is_some_and(|s| s.is_empty() || (s.len() == 1 && s[0] == ManagedFieldsEntry::default()));
         let current = || Managers::decode(cur.and_then(|c| c.meta().managed_fields.as_deref()).unwrap_or_default());
         let mut managers = match (reset, Managers::decode(sent.unwrap_or_default())) {
             (true, _) => Managers::default(),
-            (false, Ok(m)) if m.entries() > 0 && !status => m,
+            (false, Ok(m)) if m.entries() > 0 && subresource == Subresource::Main => m,
             _ => current().unwrap_or_default(),
         };
         if cur.is_some() && managers.entries() == 0 {
@@ -57,7 +57,7 @@ impl<K: Kind> Store<K> {
             return Ok(());
         }
         let api_version = K::info().api_version(version);
-        let scope = self.scope(&api_version, status);
+        let scope = self.scope(&api_version, subresource);
         let old = match cur {
             Some(c) => Self::tree(c, version)?,
             None => Self::empty(version)?,
@@ -67,13 +67,8 @@ impl<K: Kind> Store<K> {
         Ok(())
     }
 
-    fn scope<'a>(&'a self, api_version: &'a str, status: bool) -> Scope<'a> {
-        Scope {
-            shape: &self.shape,
-            api_version,
-            subresource: if status { "status" } else { "" },
-            has_status: K::info().has_status,
-        }
+    fn scope<'a>(&'a self, api_version: &'a str, subresource: Subresource) -> Scope<'a> {
+        Scope { shape: &self.shape, api_version, subresource, has_status: K::Status::SUBRESOURCE }
     }
 
     /// An apply's object: `config` merged into `live` (or into nothing, for a create) by `opts.manager`, with its
@@ -86,7 +81,7 @@ impl<K: Kind> Store<K> {
         live: Option<&K>,
         config: &Value,
         force: bool,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<(Value, Option<Vec<ManagedFieldsEntry>>)> {
         let info = K::info();
@@ -115,7 +110,7 @@ impl<K: Kind> Store<K> {
             Some(l) => Self::tree(l, target.version)?,
             None => empty.clone(),
         };
-        let scope = self.scope(&api_version, status);
+        let scope = self.scope(&api_version, subresource);
         let merged = managers.apply(&scope, &empty, &live, &config, &opts.manager, force)?;
         Ok((merged, managers.encode()))
     }

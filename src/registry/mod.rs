@@ -16,6 +16,7 @@ pub mod object_meta;
 mod read;
 pub mod selectors;
 mod splice;
+mod steps;
 pub mod store;
 pub mod strategy;
 pub use splice::{splice_metadata, splice_stored};
@@ -29,6 +30,7 @@ use selectors::{FieldSelector, LabelSelector};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
+pub use strategy::Subresource;
 use strategy::{KindInfo, Strategy};
 
 /// How unknown and duplicate fields in a request body are treated (the `fieldValidation` query parameter).
@@ -399,11 +401,11 @@ impl Resource {
         version: &str,
         body: Value,
         dups: Vec<String>,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         let target = ObjectRef { namespace, name, version };
-        self.strategy.update(self, &target, Change::Replace { body, dups }, status, opts).await
+        self.strategy.update(self, &target, Change::Replace { body, dups }, subresource, opts).await
     }
 
     /// PATCH with a JSON patch or a JSON merge patch.
@@ -415,11 +417,11 @@ impl Resource {
         version: &str,
         patch_type: PatchType,
         patch: Value,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         let target = ObjectRef { namespace, name, version };
-        self.strategy.update(self, &target, Change::Patch { patch_type, patch }, status, opts).await
+        self.strategy.update(self, &target, Change::Patch { patch_type, patch }, subresource, opts).await
     }
 
     /// PATCH with `application/apply-patch+yaml`: server-side apply of `config` by `opts.manager`.
@@ -431,11 +433,11 @@ impl Resource {
         version: &str,
         config: Value,
         force: bool,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         let target = ObjectRef { namespace, name, version };
-        self.strategy.update(self, &target, Change::Apply { config, force }, status, opts).await
+        self.strategy.update(self, &target, Change::Apply { config, force }, subresource, opts).await
     }
 
     /// DELETE: removes the object, or marks it for deletion while finalizers remain.

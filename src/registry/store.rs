@@ -4,9 +4,12 @@
 //! object-safe [`Strategy`]: types are erased there, at the router's edge, and nowhere else.
 
 use super::managed::shape::Shape;
-use super::strategy::{kind_schemas, note_unknown, path_string, Admitted, Column, Defaulted, Kind, KindInfo, Strategy};
+use super::strategy::{
+    kind_schemas, note_unknown, path_string, Admit, Column, Defaulted, Kind, KindInfo, KindStatus, Strategy,
+    Subresource,
+};
 use super::{
-    decode, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation, ObjectRef, Resource,
+    decode, steps, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation, ObjectRef, Resource,
     WriteOptions, Written,
 };
 use crate::error::{ApiError, ApiResult};
@@ -68,12 +71,6 @@ pub(super) fn decode_defaulted<K: Kind>(obj: &Value) -> ApiResult<(K, Vec<String
     let (mut typed, unknown) = decode_typed::<K>(obj)?;
     typed.defaults();
     Ok((typed, unknown))
-}
-
-/// Create preparation, and the defaults again for what it set.
-pub(super) fn prepare<K: Kind>(typed: &mut K) {
-    typed.prepare_for_create();
-    typed.defaults();
 }
 
 /// Where a write goes: to storage, or, for a dry run, nowhere after the checks storage would make (a create of a
@@ -223,31 +220,32 @@ impl<K: Kind> Strategy for Store<K> {
         at: &Resource,
         target: &ObjectRef<'_>,
         change: Change,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
-        self.update_typed(at, target, change, status, opts).await
+        self.update_typed(at, target, change, subresource, opts).await
     }
     async fn delete(&self, at: &Resource, target: &ObjectRef<'_>, opts: &DeleteOptions) -> ApiResult<Value> {
         self.delete_typed(at, target, opts).await
     }
-    fn admit(&self, obj: &Value, update: Option<(&Value, bool)>) -> Result<Admitted, ApiError> {
-        let (mut typed, unknown_fields) = decode_defaulted::<K>(obj)?;
-        let (errors, old_namespace) = match update {
+    fn admit(&self, at: &Resource, namespace: Option<&str>, write: Admit<'_>) -> ApiResult<Vec<String>> {
+        let (mut typed, unknown_fields) = decode_defaulted::<K>(write.object)?;
+        at.check_namespace_of(&mut typed.meta_mut().namespace, namespace)?;
+        let errors = match write.old {
             None => {
-                if K::info().has_status {
-                    typed.clear_status();
-                }
-                prepare(&mut typed);
-                (typed.validate(), None)
+                steps::prepare_create(&mut typed);
+                steps::validate_create(&typed)
             }
-            Some((old, status)) => {
+            Some((old, subresource)) => {
                 let (mut old, _) = decode_defaulted::<K>(old)?;
-                let errors = if status { typed.validate_status_update(&old) } else { typed.validate_update(&old) };
-                (errors, Some(old.meta_mut().namespace.take()))
+                at.check_namespace_of(&mut old.meta_mut().namespace, namespace)?;
+                steps::validate_update(&typed, &old, subresource)
             }
         };
-        Ok(Admitted { metadata: std::mem::take(typed.meta_mut()), old_namespace, errors, unknown_fields })
+        if !errors.is_empty() {
+            return Err(at.invalid(typed.meta().name.as_deref().unwrap_or_default(), errors));
+        }
+        Ok(unknown_field_warnings(&unknown_fields))
     }
     fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError> {
         let to_value = |typed: &K| serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()));
@@ -255,9 +253,15 @@ impl<K: Kind> Strategy for Store<K> {
         let before = to_value(&typed)?;
         typed.defaults();
         if create {
-            prepare(&mut typed);
+            steps::default_create(&mut typed);
         }
         Ok(Defaulted { before, after: to_value(&typed)?, unknown_fields })
+    }
+    fn serves(&self, subresource: Subresource) -> bool {
+        match subresource {
+            Subresource::Main => true,
+            Subresource::Status => K::Status::SUBRESOURCE,
+        }
     }
     fn columns(&self) -> Vec<Column> {
         K::columns()

@@ -5,7 +5,7 @@
 use super::object_meta::NameRule;
 use super::{Change, DeleteOptions as DeleteRequest, ObjectRef, Resource, WriteOptions, Written};
 use crate::error::{ApiError, ApiResult, FieldError};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta, Status};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, Status};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -24,8 +24,6 @@ pub struct KindInfo {
     pub categories: &'static [&'static str],
     /// Served versions, preferred first.
     pub versions: &'static [&'static str],
-    /// Whether the kind has a `/status` subresource (then main-resource writes ignore status).
-    pub has_status: bool,
     /// Syntax of object names.
     pub name_rule: NameRule,
     /// Whether a PUT without resourceVersion is allowed (last write wins); otherwise it is 422.
@@ -53,6 +51,56 @@ impl KindInfo {
             None => self.group.is_empty() && api_version == version,
         }
     }
+}
+
+/// The part of an object a write addresses: the object itself, or its `/status` subresource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subresource {
+    Main,
+    Status,
+}
+
+impl Subresource {
+    /// The subresource a URL (or an admission request) names: "" the object itself; `None` when unknown.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "" => Some(Subresource::Main),
+            "status" => Some(Subresource::Status),
+            _ => None,
+        }
+    }
+    /// The name in URLs and in managedFields entries ("" for the object itself).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Subresource::Main => "",
+            Subresource::Status => "status",
+        }
+    }
+}
+
+/// A kind's status: the part of its objects that only its `/status` subresource writes, and that main-resource
+/// writes keep as stored. `Option<…Status>`, the type of the kind's `status` field, for a kind with `/status`;
+/// [`NoStatus`] for one without.
+pub trait KindStatus: Default + Clone + PartialEq + Send + Sync + 'static {
+    /// Whether the kind has a `/status` subresource: the route, discovery, OpenAPI and the CRD follow from it.
+    const SUBRESOURCE: bool;
+}
+
+/// The status of a kind without a `/status` subresource: writes of the object write all of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NoStatus;
+
+impl KindStatus for NoStatus {
+    const SUBRESOURCE: bool = false;
+}
+
+impl<T: Clone + PartialEq + Send + Sync + 'static> KindStatus for Option<T> {
+    const SUBRESOURCE: bool = true;
+}
+
+/// Takes the status out of `obj`, leaving none.
+pub fn take_status<K: Kind>(obj: &mut K) -> K::Status {
+    obj.replace_status(K::Status::default())
 }
 
 /// A printer column (Table `columnDefinitions` entry).
@@ -96,17 +144,15 @@ pub trait Kind:
     kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + JsonSchema + Clone + PartialEq + Send + Sync + 'static
 {
     fn info() -> &'static KindInfo;
+    /// The kind's status ([`KindStatus`]): `Option<…Status>` when it has a `/status` subresource, else
+    /// [`NoStatus`].
+    type Status: KindStatus;
+    /// Puts `status` in the object and answers the status it had (for [`NoStatus`]: answers `status`).
+    fn replace_status(&mut self, status: Self::Status) -> Self::Status;
     /// Defaulting, applied to every object decoded from a request (like kube-apiserver's defaulting on decode).
     fn defaults(&mut self) {}
     /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
     fn prepare_for_create(&mut self) {}
-    /// Removes status: what a main-resource write leaves of it in kinds with `/status` ([`KindInfo::has_status`]),
-    /// and what a create-only kind's request has of its answer.
-    fn clear_status(&mut self) {}
-    /// Exchanges status with `other`: how the `/status` split moves status between objects (kinds with `/status`).
-    fn swap_status(&mut self, other: &mut Self) {
-        let _ = other;
-    }
     fn validate(&self) -> Vec<FieldError>;
     /// Validation of an update of the main resource (spec, metadata).
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
@@ -210,17 +256,12 @@ macro_rules! kube_resource {
     };
 }
 
-/// What validating admission needs of an object, from the kind's typed steps.
-#[derive(Debug)]
-pub struct Admitted {
-    /// The object's metadata as decoded (and prepared, on create), for the registry's metadata checks.
-    pub metadata: ObjectMeta,
-    /// On update, the namespace of the object before it.
-    pub old_namespace: Option<Option<String>>,
-    /// The kind's own validation errors.
-    pub errors: Vec<FieldError>,
-    /// Fields of the object the decoder did not know.
-    pub unknown_fields: Vec<String>,
+/// An object for validating admission, as JSON: a create's, or an update's with the object before it and the
+/// part of it the update writes.
+#[derive(Clone, Copy, Debug)]
+pub struct Admit<'a> {
+    pub object: &'a Value,
+    pub old: Option<(&'a Value, Subresource)>,
 }
 
 /// An object decoded for mutating admission: canonical JSON before and after the kind's defaults.
@@ -248,13 +289,13 @@ pub trait Strategy: Send + Sync {
         dups: &[String],
         opts: &WriteOptions,
     ) -> ApiResult<Written>;
-    /// Update (PUT) or patch of the object `target` names, of its `/status` when `status`.
+    /// Update (PUT) or patch of what `subresource` names of the object `target` names.
     async fn update(
         &self,
         at: &Resource,
         target: &ObjectRef<'_>,
         change: Change,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<Written>;
     /// Delete, or the mark for deletion while finalizers remain.
@@ -262,11 +303,14 @@ pub trait Strategy: Send + Sync {
     /// What mutating admission needs: `obj` decoded as a request body is, before and after its defaults (and, on
     /// create, create preparation).
     fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError>;
-    /// Validating admission: the steps a REST write runs, on the typed object — decode with its defaults, then on
-    /// create status cleared (kinds with `/status`) and create preparation, and the kind's validation; on update
-    /// (`update`: the old object, and whether the write is to `/status`) the update (or `/status`) validation
-    /// against the old object decoded the same way.
-    fn admit(&self, obj: &Value, update: Option<(&Value, bool)>) -> Result<Admitted, ApiError>;
+    /// Validating admission: the steps a REST write runs, on the typed object — decode with its defaults, the
+    /// namespace checked against the request's, then `BeforeCreate` (status reset, create preparation, metadata
+    /// and kind validation) or `BeforeUpdate`'s validation against the old object decoded the same way. A denial
+    /// is the 422 a REST write answers; Ok carries the warnings about unknown fields.
+    fn admit(&self, at: &Resource, namespace: Option<&str>, write: Admit<'_>) -> ApiResult<Vec<String>>;
+    /// Whether the kind serves `subresource`: the object itself always, `/status` when the kind has a status
+    /// ([`Kind::Status`]).
+    fn serves(&self, subresource: Subresource) -> bool;
     fn columns(&self) -> Vec<Column>;
     fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
     /// The same from an object's stored JSON, without an intermediate `Value` (`None` if it does not decode).

@@ -2,9 +2,9 @@
 //! conflicts and the `/status` split, every step on the kind's type. A dry run differs only in its [`Sink`].
 
 use super::json_patch::{apply_json_patch, JsonPatchError};
-use super::object_meta::validate_object_meta;
-use super::store::{prepare, Sink, Store};
-use super::strategy::Kind;
+use super::steps;
+use super::store::{Sink, Store};
+use super::strategy::{take_status, Kind, KindStatus, Subresource};
 use super::{
     now, parse_rv, random_suffix, too_deep_error, Change, ObjectRef, PatchType, Resource, WriteOptions, Written,
 };
@@ -12,26 +12,24 @@ use crate::error::{ApiError, ApiResult, FieldError, StatusReason};
 use crate::storage::StorageError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// The longest generateName kept whole: 63 (a DNS label) less the 5 random characters.
 const MAX_GENERATED_NAME_BASE: usize = 58;
 
-/// Everything but metadata and status: what a generation bump is about.
-fn spec_equal<K: Kind>(a: &K, b: &K) -> bool {
-    let strip = |k: &K| {
-        let mut k = k.clone();
-        k.clear_status();
-        *k.meta_mut() = Default::default();
-        k
-    };
-    strip(a) == strip(b)
+/// Everything but metadata and status equal: what a generation bump is about. Both are moved out of the objects
+/// for the comparison and back, not copied.
+fn spec_equal<K: Kind>(a: &mut K, b: &mut K) -> bool {
+    let (meta_a, status_a) = (std::mem::take(a.meta_mut()), take_status(a));
+    let (meta_b, status_b) = (std::mem::take(b.meta_mut()), take_status(b));
+    let equal = a == b;
+    (*a.meta_mut(), *b.meta_mut()) = (meta_a, meta_b);
+    a.replace_status(status_a);
+    b.replace_status(status_b);
+    equal
 }
 
 impl<K: Kind> Store<K> {
-    pub(super) fn validate_meta(obj: &K) -> Vec<FieldError> {
-        validate_object_meta(obj.meta(), K::info().namespaced, K::info().name_rule)
-    }
-
     /// A UID precondition (when given, non-empty) must be the current object's UID: 409 otherwise.
     pub(super) fn check_uid(name: &str, uid: Option<&str>, current: &K) -> ApiResult<()> {
         let have = current.meta().uid.as_deref().unwrap_or_default();
@@ -46,13 +44,11 @@ impl<K: Kind> Store<K> {
     /// The create of a create-only kind: decoded, defaulted and validated like any create (a name is optional, as
     /// nothing is stored), then answered with the kind's response instead of being stored.
     fn respond(at: &Resource, mut obj: K, version: &str, warnings: Vec<String>) -> ApiResult<Written> {
-        obj.clear_status();
-        prepare(&mut obj);
-        let mut errs: Vec<FieldError> = Self::validate_meta(&obj)
+        steps::prepare_create(&mut obj);
+        let errs: Vec<FieldError> = steps::validate_create(&obj)
             .into_iter()
             .filter(|e| !(e.field == "metadata.name" && e.reason == "FieldValueRequired"))
             .collect();
-        errs.extend(obj.validate());
         if !errs.is_empty() {
             return Err(at.invalid(obj.meta().name.as_deref().unwrap_or_default(), errs));
         }
@@ -93,10 +89,7 @@ impl<K: Kind> Store<K> {
         if info.create_only {
             return Self::respond(at, obj, version, warnings);
         }
-        if info.has_status {
-            obj.clear_status();
-        }
-        prepare(&mut obj);
+        steps::prepare_create(&mut obj);
         {
             let m = obj.meta_mut();
             m.deletion_timestamp = None;
@@ -108,7 +101,7 @@ impl<K: Kind> Store<K> {
         }
         match applied {
             Some(managed) => obj.meta_mut().managed_fields = managed,
-            None => self.manage_update(None, &mut obj, version, false, opts)?,
+            None => self.manage_update(None, &mut obj, version, Subresource::Main, opts)?,
         }
         let generate_name = obj.meta().generate_name.clone().unwrap_or_default();
         let generate = obj.meta().name.as_deref().unwrap_or_default().is_empty() && !generate_name.is_empty();
@@ -120,8 +113,7 @@ impl<K: Kind> Store<K> {
                 obj.meta_mut().name = Some(format!("{base}{}", random_suffix()));
             }
             let name = obj.meta().name.clone().unwrap_or_default();
-            let mut errs = Self::validate_meta(&obj);
-            errs.extend(obj.validate());
+            let errs = steps::validate_create(&obj);
             if !errs.is_empty() {
                 return Err(at.invalid(&name, errs));
             }
@@ -150,86 +142,42 @@ impl<K: Kind> Store<K> {
         at: &Resource,
         target: &ObjectRef<'_>,
         change: Change,
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         at.stored("update")?;
-        let (name, version) = (target.name, target.version);
-        let json_patch = match &change {
-            Change::Patch { patch_type: PatchType::Json, patch } => Some(
-                serde_json::from_value::<json_patch::Patch>(patch.clone())
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
-            ),
-            Change::Patch { patch_type: PatchType::Merge, patch } if !patch.is_object() => {
-                return Err(ApiError::bad_request("error decoding patch: a merge patch must be a JSON object"));
-            }
-            _ => None,
-        };
-        let precondition = match (&change, &json_patch) {
-            (_, Some(p)) => p.0.iter().any(|op| op.path().as_str() == "/metadata/resourceVersion"),
-            (Change::Replace { body, .. }, None) => {
-                body.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|r| !r.is_empty())
-            }
-            // The patch pins a resourceVersion only if it sets one itself.
-            (Change::Patch { patch, .. }, None) => {
-                patch.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null())
-            }
-            (Change::Apply { config, .. }, None) => {
-                config.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|r| !r.is_empty())
-            }
-        };
+        let name = target.name;
+        let json_patch = decode_json_patch(&change)?;
+        let precondition = pins_resource_version(&change, json_patch.as_ref());
         let key = at.key(target.namespace, name);
         let sink = Sink::new(at.storage.as_ref(), opts.dry_run);
         loop {
             let Some(cur_kv) = at.storage.get(&key).await? else {
                 return match &change {
                     // Apply creates what is missing.
-                    Change::Apply { config, force } if !status => {
-                        let (merged, managed) = self.apply_config(at, target, None, config, *force, false, opts)?;
-                        self.create_managed(at, target.namespace, version, &merged, &[], opts, Some(managed)).await
+                    Change::Apply { config, force } if subresource == Subresource::Main => {
+                        let (merged, managed) =
+                            self.apply_config(at, target, None, config, *force, subresource, opts)?;
+                        self.create_managed(at, target.namespace, target.version, &merged, &[], opts, Some(managed))
+                            .await
                     }
                     _ => Err(at.not_found(name)),
                 };
             };
-            let cur = Self::read(&cur_kv)?;
-            let patched;
-            let mut applied = None;
-            let (body, dups): (&Value, &[String]) = match &change {
-                Change::Replace { body, dups } => (body, dups),
-                Change::Apply { config, force } => {
-                    let (merged, managed) = self.apply_config(at, target, Some(&cur), config, *force, status, opts)?;
-                    applied = Some(managed);
-                    patched = merged;
-                    (&patched, &[])
-                }
-                Change::Patch { patch, .. } => {
-                    let mut doc = Self::response(&cur, version)?;
-                    match &json_patch {
-                        // kube-apiserver: a patch that cannot be applied (failed test, missing path) is 422.
-                        Some(p) => apply_json_patch(&mut doc, p).map_err(|e| match e {
-                            JsonPatchError::TooDeep(path) => at.invalid(name, vec![too_deep_error(path)]),
-                            JsonPatchError::Failed(e) => ApiError::new(
-                                StatusReason::Invalid,
-                                format!("the server rejected our request due to an error in our request: {e}"),
-                            ),
-                        })?,
-                        None => json_patch::merge(&mut doc, patch),
-                    }
-                    patched = doc;
-                    (&patched, &[])
-                }
-            };
-            Self::check_precondition(at, name, body, cur_kv.mod_revision)?;
-            let (mut new, warnings) = self.prepare_update(at, target, &cur, body, dups, status, opts)?;
-            match applied {
+            let mut cur = Self::read(&cur_kv)?;
+            let desired = self.desired(at, target, &cur, &change, json_patch.as_ref(), subresource, opts)?;
+            Self::check_precondition(at, name, &desired.body, cur_kv.mod_revision)?;
+            let (mut new, warnings) =
+                self.prepare_update(at, target, &mut cur, &desired.body, desired.dups, subresource, opts)?;
+            match desired.applied {
                 Some(managed) => new.meta_mut().managed_fields = managed,
-                None => self.manage_update(Some(&cur), &mut new, version, status, opts)?,
+                None => self.manage_update(Some(&cur), &mut new, target.version, subresource, opts)?,
             }
             // A no-op write whose encoding matches what is stored is skipped (no new revision), as kube-apiserver
             // does; a stale encoding (older storage version) is rewritten.
             let bytes = self.encode(at, &mut new)?;
             if bytes == cur_kv.value && !cur_kv.stale {
-                return Ok(Written { object: Self::response(&cur, version)?, warnings, created: false });
+                return Ok(Written { object: Self::response(&cur, target.version)?, warnings, created: false });
             }
             let finalize =
                 new.meta().deletion_timestamp.is_some() && new.meta().finalizers.as_ref().is_none_or(Vec::is_empty);
@@ -242,7 +190,8 @@ impl<K: Kind> Store<K> {
                     if let Some(r) = revision {
                         new.meta_mut().resource_version = Some(r.to_string());
                     }
-                    return Ok(Written { object: Self::response(&new, version)?, warnings, created: false });
+                    let object = Self::response(&new, target.version)?;
+                    return Ok(Written { object, warnings, created: false });
                 }
                 Err(StorageError::Conflict { .. }) if !precondition => continue,
                 Err(StorageError::Conflict { .. }) => return Err(at.conflict(name)),
@@ -250,6 +199,44 @@ impl<K: Kind> Store<K> {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The client's desired object from the current one `cur`: the replacement as sent, the patch applied to
+    /// `cur`, or the apply configuration merged into it (with the managedFields the apply leaves).
+    #[allow(clippy::too_many_arguments)]
+    fn desired<'c>(
+        &self,
+        at: &Resource,
+        target: &ObjectRef<'_>,
+        cur: &K,
+        change: &'c Change,
+        json_patch: Option<&json_patch::Patch>,
+        subresource: Subresource,
+        opts: &WriteOptions,
+    ) -> ApiResult<Desired<'c>> {
+        let (body, applied) = match change {
+            Change::Replace { body, dups } => return Ok(Desired { body: Cow::Borrowed(body), dups, applied: None }),
+            Change::Apply { config, force } => {
+                let (merged, managed) = self.apply_config(at, target, Some(cur), config, *force, subresource, opts)?;
+                (merged, Some(managed))
+            }
+            Change::Patch { patch, .. } => {
+                let mut doc = Self::response(cur, target.version)?;
+                match json_patch {
+                    // kube-apiserver: a patch that cannot be applied (failed test, missing path) is 422.
+                    Some(p) => apply_json_patch(&mut doc, p).map_err(|e| match e {
+                        JsonPatchError::TooDeep(path) => at.invalid(target.name, vec![too_deep_error(path)]),
+                        JsonPatchError::Failed(e) => ApiError::new(
+                            StatusReason::Invalid,
+                            format!("the server rejected our request due to an error in our request: {e}"),
+                        ),
+                    })?,
+                    None => json_patch::merge(&mut doc, patch),
+                }
+                (doc, None)
+            }
+        };
+        Ok(Desired { body: Cow::Owned(body), dups: &[], applied })
     }
 
     /// The client's resourceVersion, when set, must be the current one; without one, an update is allowed only
@@ -280,16 +267,18 @@ impl<K: Kind> Store<K> {
         }
     }
 
-    /// From the current object and the client's desired one, the object to store (validated).
+    /// From the current object and the client's desired one, the object to store (validated): a `/status` write
+    /// takes only the status of the desired object, a write of the object everything but its status (kinds with
+    /// `/status`) and the storing server's metadata.
     #[allow(clippy::too_many_arguments)]
     fn prepare_update(
         &self,
         at: &Resource,
         target: &ObjectRef<'_>,
-        cur: &K,
+        cur: &mut K,
         body: &Value,
         dups: &[String],
-        status: bool,
+        subresource: Subresource,
         opts: &WriteOptions,
     ) -> ApiResult<(K, Vec<String>)> {
         let name = target.name;
@@ -305,48 +294,75 @@ impl<K: Kind> Store<K> {
         }
         at.check_namespace_of(&mut body.meta_mut().namespace, target.namespace)?;
         Self::check_uid(name, body.meta().uid.as_deref(), cur)?;
-        let mut new = if status {
-            // /status changes status only.
-            let mut n = cur.clone();
-            n.swap_status(&mut body);
-            n
-        } else {
-            let mut n = body;
-            if K::info().has_status {
-                n.swap_status(&mut cur.clone());
+        let mut new = match subresource {
+            Subresource::Status => {
+                let mut n = cur.clone();
+                n.replace_status(take_status(&mut body));
+                n
             }
-            let (m, c) = (n.meta_mut(), cur.meta());
-            m.uid.clone_from(&c.uid);
-            m.creation_timestamp.clone_from(&c.creation_timestamp);
-            m.deletion_timestamp.clone_from(&c.deletion_timestamp);
-            m.deletion_grace_period_seconds = c.deletion_grace_period_seconds;
-            m.generation = c.generation;
-            m.namespace.clone_from(&c.namespace);
-            m.name.clone_from(&c.name);
-            if !spec_equal(&n, cur) {
-                n.meta_mut().generation = Some(cur.meta().generation.unwrap_or(0) + 1);
-            }
-            n
+            Subresource::Main => keep_server_fields(body, cur),
         };
         new.meta_mut().resource_version.clone_from(&cur.meta().resource_version);
-        let mut errs = Self::validate_meta(&new);
-        if cur.meta().deletion_timestamp.is_some() {
-            let old = cur.meta().finalizers.clone().unwrap_or_default();
-            let added: Vec<String> =
-                new.meta().finalizers.iter().flatten().filter(|f| !old.contains(f)).cloned().collect();
-            if !added.is_empty() {
-                errs.push(FieldError::forbidden(
-                    "metadata.finalizers",
-                    &format!(
-                        "no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
-                    ),
-                ));
-            }
-        }
-        errs.extend(if status { new.validate_status_update(cur) } else { new.validate_update(cur) });
+        let errs = steps::validate_update(&new, cur, subresource);
         if !errs.is_empty() {
             return Err(at.invalid(name, errs));
         }
         Ok((new, warnings))
+    }
+}
+
+/// The object a main-resource write stores: the client's `new` with the status of `cur` (kinds with `/status`)
+/// and the metadata that is the storing server's, its generation bumped when more than metadata and status changed.
+fn keep_server_fields<K: Kind>(mut new: K, cur: &mut K) -> K {
+    if K::Status::SUBRESOURCE {
+        let status = take_status(cur);
+        new.replace_status(status.clone());
+        cur.replace_status(status);
+    }
+    let (m, c) = (new.meta_mut(), cur.meta());
+    m.uid.clone_from(&c.uid);
+    m.creation_timestamp.clone_from(&c.creation_timestamp);
+    m.deletion_timestamp.clone_from(&c.deletion_timestamp);
+    m.deletion_grace_period_seconds = c.deletion_grace_period_seconds;
+    m.generation = c.generation;
+    m.namespace.clone_from(&c.namespace);
+    m.name.clone_from(&c.name);
+    if !spec_equal(&mut new, cur) {
+        new.meta_mut().generation = Some(cur.meta().generation.unwrap_or(0) + 1);
+    }
+    new
+}
+
+/// The client's desired object of an update, and the managedFields an apply leaves on it.
+struct Desired<'c> {
+    body: Cow<'c, Value>,
+    dups: &'c [String],
+    applied: Option<Option<Vec<ManagedFieldsEntry>>>,
+}
+
+/// A JSON Patch decoded once for every retry; a merge patch that is not an object is refused here too.
+fn decode_json_patch(change: &Change) -> ApiResult<Option<json_patch::Patch>> {
+    match change {
+        Change::Patch { patch_type: PatchType::Json, patch } => {
+            serde_json::from_value::<json_patch::Patch>(patch.clone())
+                .map(Some)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
+        }
+        Change::Patch { patch_type: PatchType::Merge, patch } if !patch.is_object() => {
+            Err(ApiError::bad_request("error decoding patch: a merge patch must be a JSON object"))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether the client pinned the resourceVersion (then a storage conflict is the client's, not retried).
+fn pins_resource_version(change: &Change, json_patch: Option<&json_patch::Patch>) -> bool {
+    let set = |v: &Value| v.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
+    match (change, json_patch) {
+        (_, Some(p)) => p.0.iter().any(|op| op.path().as_str() == "/metadata/resourceVersion"),
+        (Change::Replace { body, .. }, None) => set(body),
+        // The patch pins a resourceVersion only if it sets one itself.
+        (Change::Patch { patch, .. }, None) => patch.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null()),
+        (Change::Apply { config, .. }, None) => set(config),
     }
 }

@@ -14,7 +14,7 @@
 use super::admission_review::{parse_review, review_body, AdmissionRequest, Answer};
 use super::AppState;
 use crate::registry::admission::{AdmissionWrite, Sent};
-use crate::registry::{Registry, Resource};
+use crate::registry::{Registry, Resource, Subresource};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
@@ -88,21 +88,22 @@ fn decide(registry: &Registry, req: &mut AdmissionRequest, mode: Mode) -> Answer
         Err(unserved) => return Answer::allow(vec![unserved.to_string()]),
     };
     let info = res.strategy.info();
-    let status = match &*req.sub_resource {
-        "" => false,
-        "status" if info.has_status && old_object.is_some() => true,
-        other => {
+    let subresource = match Subresource::parse(&req.sub_resource) {
+        Some(Subresource::Main) => Subresource::Main,
+        Some(sub @ Subresource::Status) if res.strategy.serves(sub) && old_object.is_some() => sub,
+        _ => {
+            let other = &req.sub_resource;
             return Answer::allow(vec![format!(
                 "migration-apiserver does not handle {} {:?}: admitted unchecked",
                 info.qualified_resource(),
                 format!("{}/{other}", req.operation.to_lowercase())
-            )])
+            )]);
         }
     };
     let write = match old_object {
         None => AdmissionWrite::Create { object: Sent::Value(object) },
         Some(old_object) => {
-            AdmissionWrite::Update { object: Sent::Value(object), old_object: Sent::Value(old_object), status }
+            AdmissionWrite::Update { object: Sent::Value(object), old_object: Sent::Value(old_object), subresource }
         }
     };
     match mode {

@@ -8,7 +8,7 @@
 //! `type: object` (kube-apiserver owns its schema). Printer columns are the kind's Table columns that a JSONPath can
 //! express, then AGE, as in our Tables.
 
-use crate::registry::strategy::Strategy;
+use crate::registry::strategy::{Strategy, Subresource};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -235,7 +235,7 @@ pub fn crd(kind: &dyn Strategy) -> Result<Value, CrdError> {
                 "schema": {"openAPIV3Schema": schema},
                 "additionalPrinterColumns": columns,
             });
-            if i.has_status {
+            if kind.serves(Subresource::Status) {
                 ver["subresources"] = json!({"status": {}});
             }
             ver
@@ -359,7 +359,7 @@ mod tests {
             assert_eq!(versions.len(), i.versions.len());
             assert_eq!(versions.iter().filter(|v| v["storage"] == true).count(), 1);
             for v in versions {
-                assert_eq!(v.get("subresources").is_some(), i.has_status);
+                assert_eq!(v.get("subresources").is_some(), k.serves(Subresource::Status));
                 let cols = v["additionalPrinterColumns"].as_array().unwrap();
                 // AGE after the kind's columns, before the wide ones, as in the served Table.
                 let age = cols.iter().position(|c| c["name"] == "Age").unwrap();

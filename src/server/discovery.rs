@@ -2,7 +2,7 @@
 //! (apidiscovery.k8s.io v2 and v2beta1, negotiated by Accept, with ETag). Built once at start-up.
 
 use crate::api::storage_version_hash;
-use crate::registry::strategy::Strategy;
+use crate::registry::strategy::{Strategy, Subresource};
 use crate::server::negotiate::parse_accept;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery, ListMeta, ObjectMeta,
@@ -153,7 +153,7 @@ fn resource_list(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> API
             storage_version_hash: (!i.create_only).then(|| stored_version_hash(k.as_ref())),
             ..Default::default()
         });
-        if i.has_status {
+        if k.serves(Subresource::Status) {
             resources.push(APIResource {
                 name: format!("{}/status", i.plural),
                 namespaced: i.namespaced,
@@ -231,7 +231,7 @@ fn version_discovery(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) ->
                 verbs: strings(verbs(i)),
                 short_names: strings(i.short_names),
                 categories: strings(i.categories),
-                subresources: i.has_status.then_some(status).into_iter().collect(),
+                subresources: k.serves(Subresource::Status).then_some(status).into_iter().collect(),
             }
         })
         .collect();

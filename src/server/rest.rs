@@ -11,7 +11,7 @@ use super::AppState;
 use crate::auth::authn::UserInfo;
 use crate::auth::authz::{Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult, StatusReason};
-use crate::registry::{decode::parse_json, DeleteOptions, PatchType};
+use crate::registry::{decode::parse_json, DeleteOptions, PatchType, Subresource};
 use crate::request_info::RequestInfo;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -226,9 +226,9 @@ async fn dispatch(
     if (info.namespaced && t.name.is_some() && t.namespace.is_none()) || (!info.namespaced && t.namespace.is_some()) {
         return Err(ApiError::path_not_found());
     }
-    let status = match t.subresource.as_deref() {
-        None => false,
-        Some("status") if info.has_status => true,
+    let subresource = match t.subresource.as_deref().map(Subresource::parse) {
+        None => Subresource::Main,
+        Some(Some(sub @ Subresource::Status)) if res.strategy.serves(sub) => sub,
         Some(_) => return Err(ApiError::path_not_found()),
     };
     let q = QueryParams::parse(query)?;
@@ -301,7 +301,8 @@ async fn dispatch(
             labels.verb = "PUT";
             let out = negotiate(false)?;
             let (obj, dups) = object_body(body, headers, &res, v).await?;
-            let w = res.update(ns, name, v, obj, dups, status, &write_options(&q, "UpdateOptions", headers)?).await?;
+            let w =
+                res.update(ns, name, v, obj, dups, subresource, &write_options(&q, "UpdateOptions", headers)?).await?;
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
             object_response(&res, code, &w.object, out, &w.warnings)
         }
@@ -326,11 +327,11 @@ async fn dispatch(
             let w = match pt {
                 Some(pt) => {
                     let (patch, _) = parse_json(&raw)?;
-                    res.patch(ns, name, v, pt, patch, status, &opts).await?
+                    res.patch(ns, name, v, pt, patch, subresource, &opts).await?
                 }
                 None => {
                     opts.manager = q.field_manager.clone();
-                    res.apply(ns, name, v, apply_config(&raw)?, q.force == Some(true), status, &opts).await?
+                    res.apply(ns, name, v, apply_config(&raw)?, q.force == Some(true), subresource, &opts).await?
                 }
             };
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
@@ -338,7 +339,7 @@ async fn dispatch(
         }
         (Method::DELETE, Some(name)) => {
             labels.verb = "DELETE";
-            if status {
+            if subresource == Subresource::Status {
                 return Err(method_not_allowed("delete"));
             }
             // Answers of kinds without a protobuf form stay JSON whatever is asked, as they always were.

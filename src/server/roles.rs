@@ -10,7 +10,7 @@
 //!   whole resource cluster-wide, which is for cluster admins (`cluster-admin` has every verb already);
 //! - create-only virtual kinds (CSITranslation) store nothing and get no role.
 
-use crate::registry::strategy::Strategy;
+use crate::registry::strategy::{Strategy, Subresource};
 use crate::server::discovery;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -63,7 +63,7 @@ fn cluster_role(role: &Role, kinds: &[Arc<dyn Strategy>]) -> Value {
         let info = k.info();
         let resources = groups.entry(info.group).or_default();
         resources.push(info.plural.to_string());
-        if role.status && info.has_status {
+        if role.status && k.serves(Subresource::Status) {
             resources.push(format!("{}/status", info.plural));
         }
         for verb in discovery::verbs(info).iter().filter(|v| (role.grants)(v)) {

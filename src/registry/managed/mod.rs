@@ -10,6 +10,7 @@ pub mod shape;
 mod tests;
 pub mod walk;
 
+use super::strategy::Subresource;
 use crate::error::{ApiError, Details, FieldError, StatusReason};
 use fieldpath::{path_string, PathElement, Set};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
@@ -84,8 +85,7 @@ pub struct Managers(BTreeMap<ManagerId, Owned>);
 pub struct Scope<'a> {
     pub shape: &'a Shape,
     pub api_version: &'a str,
-    /// "" or "status".
-    pub subresource: &'a str,
+    pub subresource: Subresource,
     /// The kind has a status subresource: the main resource does not own status, /status owns only status.
     pub has_status: bool,
 }
@@ -94,7 +94,7 @@ impl Scope<'_> {
     /// The writer's identity; a writer without a name is `unknown`, as apimachinery names it.
     fn id(&self, manager: &str, operation: &str) -> ManagerId {
         let manager = if manager.is_empty() { UNKNOWN_MANAGER } else { manager };
-        ManagerId::new(manager, operation, self.api_version, self.subresource)
+        ManagerId::new(manager, operation, self.api_version, self.subresource.as_str())
     }
 
     /// The fields a write here can own: no server bookkeeping (apiVersion, kind, metadata's identity and
@@ -111,11 +111,13 @@ impl Scope<'_> {
                 meta.remove_child(&field(f));
             }
         }
-        if self.subresource == "status" {
-            out.retain_root(&field("status"));
-        } else if self.has_status {
-            out.remove_member(&field("status"));
-            out.remove_child(&field("status"));
+        match self.subresource {
+            Subresource::Status => out.retain_root(&field("status")),
+            Subresource::Main if self.has_status => {
+                out.remove_member(&field("status"));
+                out.remove_child(&field("status"));
+            }
+            Subresource::Main => {}
         }
         out.prune_empty();
         out

@@ -74,7 +74,7 @@ fn field_sets_as_upstream() {
         &s,
     )
     .unwrap();
-    let scope = Scope { shape: &s, api_version: "g/v1", subresource: "", has_status: true };
+    let scope = Scope { shape: &s, api_version: "g/v1", subresource: Subresource::Main, has_status: true };
     assert_eq!(
         scope.filter(&set).to_fields_v1(),
         json!({"f:spec": {
@@ -98,7 +98,8 @@ impl World {
         World { shape: shape(), managers: Managers::default(), object: obj(json!({})) }
     }
     fn scope(&self, sub: &'static str) -> Scope<'_> {
-        Scope { shape: &self.shape, api_version: "g/v1", subresource: sub, has_status: true }
+        let subresource = Subresource::parse(sub).expect("a subresource");
+        Scope { shape: &self.shape, api_version: "g/v1", subresource, has_status: true }
     }
     fn apply(&mut self, manager: &str, config: Value, force: bool) -> Result<(), ApiError> {
         self.apply_to("", manager, config, force)

@@ -2,7 +2,7 @@
 //! kinds. They carry `x-kubernetes-group-version-kind` so `kubectl explain` finds the schemas, and advertise exactly
 //! the patch types served (no strategic merge, no apply) so `kubectl apply` chooses JSON merge patch.
 
-use crate::registry::strategy::Strategy;
+use crate::registry::strategy::{Strategy, Subresource};
 use http::StaticDoc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha512};
@@ -257,7 +257,7 @@ pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> V
                 "parameters": ns_params.clone(),
             }),
         );
-        if i.has_status {
+        if k.serves(Subresource::Status) {
             paths.insert(
                 format!("{base}/{{name}}/status"),
                 json!({

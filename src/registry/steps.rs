@@ -1,0 +1,59 @@
+//! The steps every write of a kind runs on its typed object, REST writes and admission alike: k8s.io/apiserver's
+//! `BeforeCreate` and `BeforeUpdate` (prepare, default, validate). What differs between the two callers is only
+//! what belongs to the storing server (uid, timestamps, generation, the `/status` split), which the REST path adds
+//! and admission leaves to kube-apiserver.
+
+use super::object_meta::validate_object_meta;
+use super::strategy::{take_status, Kind, KindStatus, Subresource};
+use crate::error::FieldError;
+
+/// The first half of `BeforeCreate`, on an object decoded with its defaults: status reset (a kind with `/status`
+/// takes none from a create), the kind's create preparation, and its defaults again for what that set.
+pub(super) fn prepare_create<K: Kind>(obj: &mut K) {
+    if K::Status::SUBRESOURCE {
+        take_status(obj);
+    }
+    default_create(obj);
+}
+
+/// Create preparation and the defaults again for what it set: what mutating admission adds on create. Status is
+/// not reset there: a patch only adds, and dropping status is the storing server's.
+pub(super) fn default_create<K: Kind>(obj: &mut K) {
+    obj.prepare_for_create();
+    obj.defaults();
+}
+
+/// The second half of `BeforeCreate`: the metadata every kind checks, then the kind's own validation.
+pub(super) fn validate_create<K: Kind>(obj: &K) -> Vec<FieldError> {
+    let mut errs = validate_meta(obj);
+    errs.extend(obj.validate());
+    errs
+}
+
+/// The validation of `BeforeUpdate`: metadata, no finalizer added to an object being deleted, then the kind's
+/// update validation of what `subresource` writes.
+pub(super) fn validate_update<K: Kind>(new: &K, old: &K, subresource: Subresource) -> Vec<FieldError> {
+    let mut errs = validate_meta(new);
+    if old.meta().deletion_timestamp.is_some() {
+        let before = old.meta().finalizers.as_deref().unwrap_or_default();
+        let added: Vec<&String> = new.meta().finalizers.iter().flatten().filter(|f| !before.contains(f)).collect();
+        if !added.is_empty() {
+            errs.push(FieldError::forbidden(
+                "metadata.finalizers",
+                &format!(
+                    "no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                ),
+            ));
+        }
+    }
+    errs.extend(match subresource {
+        Subresource::Main => new.validate_update(old),
+        Subresource::Status => new.validate_status_update(old),
+    });
+    errs
+}
+
+/// ValidateObjectMeta with the kind's scope and name syntax.
+pub(super) fn validate_meta<K: Kind>(obj: &K) -> Vec<FieldError> {
+    validate_object_meta(obj.meta(), K::info().namespaced, K::info().name_rule)
+}
