@@ -632,7 +632,7 @@ fn webhook_configurations_cover_every_kind() {
         for k in kinds.iter().filter(|k| !k.info().create_only) {
             let i = k.info();
             let mut wanted = vec![i.plural.to_string()];
-            if i.has_status {
+            if k.serves(migration_apiserver::registry::Subresource::Status) {
                 wanted.push(format!("{}/status", i.plural));
             }
             for resource in wanted {
