@@ -82,7 +82,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
 /// Whether JSON text is an object, by its first character (whitespace skipped): enough to tell an object from
 /// the other JSON values once the text is known to be JSON, or to know that a failed decode was not about one.
 pub fn starts_object(json: &[u8]) -> bool {
-    json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    json.trim_ascii_start().starts_with(b"{")
 }
 
 /// Why a stored value cannot be read as an object.

@@ -1,7 +1,7 @@
 //! Validation shared by every kind: object metadata and the name/label syntaxes of apimachinery, with its messages.
 
 use crate::error::FieldError;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
 const DNS1123_LABEL_MAX: usize = 63;
@@ -111,6 +111,22 @@ impl NameRule {
 
 /// ValidateObjectMeta: the generic part of every create and update.
 pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
+    let mut errs = validate_names(meta, namespaced, rule);
+    errs.extend(validate_labels_and_annotations(meta));
+    errs.extend(validate_finalizers(meta.finalizers.as_deref().unwrap_or_default()));
+    errs.extend(validate_owner_references(meta.owner_references.as_deref().unwrap_or_default()));
+    if let Some(g) = meta.generation.filter(|g| *g < 0) {
+        errs.push(FieldError::invalid_value(
+            "metadata.generation",
+            &Value::from(g),
+            "must be greater than or equal to 0",
+        ));
+    }
+    errs
+}
+
+/// generateName, name and namespace.
+fn validate_names(meta: &ObjectMeta, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let name = meta.name.as_deref().unwrap_or_default();
     let generate_name = meta.generate_name.as_deref().unwrap_or_default();
@@ -144,6 +160,12 @@ pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, rule: NameRule)
     } else if !namespace.is_empty() {
         errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
     }
+    errs
+}
+
+/// Label keys and values, annotation keys and the annotations' total size.
+fn validate_labels_and_annotations(meta: &ObjectMeta) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     for (k, v) in meta.labels.iter().flatten() {
         for e in qualified_name(k) {
             errs.push(FieldError::invalid("metadata.labels", k, &e));
@@ -162,8 +184,14 @@ pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, rule: NameRule)
     if total > TOTAL_ANNOTATION_SIZE {
         errs.push(FieldError::too_long("metadata.annotations", TOTAL_ANNOTATION_SIZE));
     }
+    errs
+}
+
+/// Finalizers: qualified names, each once.
+fn validate_finalizers(finalizers: &[String]) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    for (i, f) in meta.finalizers.iter().flatten().enumerate() {
+    for (i, f) in finalizers.iter().enumerate() {
         for e in qualified_name(f) {
             errs.push(FieldError::invalid(format!("metadata.finalizers[{i}]"), f, &e));
         }
@@ -171,7 +199,12 @@ pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, rule: NameRule)
             errs.push(FieldError::duplicate(format!("metadata.finalizers[{i}]"), f));
         }
     }
-    let refs = meta.owner_references.as_deref().unwrap_or_default();
+    errs
+}
+
+/// Owner references: their identifying fields set, at most one controller.
+fn validate_owner_references(refs: &[OwnerReference]) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     for (i, r) in refs.iter().enumerate() {
         for (f, v) in [("apiVersion", &r.api_version), ("kind", &r.kind), ("name", &r.name), ("uid", &r.uid)] {
             if v.is_empty() {
@@ -184,13 +217,6 @@ pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, rule: NameRule)
             "metadata.ownerReferences",
             &serde_json::to_value(refs).unwrap_or_default(),
             "Only one reference can have Controller set to true",
-        ));
-    }
-    if let Some(g) = meta.generation.filter(|g| *g < 0) {
-        errs.push(FieldError::invalid_value(
-            "metadata.generation",
-            &Value::from(g),
-            "must be greater than or equal to 0",
         ));
     }
     errs
