@@ -6,6 +6,7 @@ use crate::api::storage_version_migration::{
     CONDITION_SUCCEEDED,
 };
 use crate::error::StatusReason;
+use crate::registry::Subresource;
 use crate::scheduler::api_reason;
 use crate::scheduler::metrics::resource_label;
 use crate::scheduler::trigger::annotation;
@@ -90,18 +91,22 @@ pub(super) async fn until_cancelled(rx: &mut watch::Receiver<bool>) {
 }
 
 impl Worker {
-    /// Saves `edit` applied to the latest copy, through the main resource (`status` false) or /status. On a
+    /// Saves `edit` applied to the latest copy, through the main resource or /status (`subresource`). On a
     /// conflict, re-reads: a migration finished or deleted meanwhile is left alone, anything else gets the edit
     /// again.
-    pub(super) async fn save(&mut self, status: bool, edit: impl Fn(&mut StorageVersionMigration)) -> Result<(), Stop> {
+    pub(super) async fn save(
+        &mut self,
+        subresource: Subresource,
+        edit: impl Fn(&mut StorageVersionMigration),
+    ) -> Result<(), Stop> {
         let mut failures = 0;
         loop {
             let mut next = self.svm.clone();
             edit(&mut next);
             let (api, pp) = (&self.ctx.migrations, PostParams::default());
-            let res = match status {
-                true => api.replace_status(&self.name, &pp, &next).await,
-                false => api.replace(&self.name, &pp, &next).await,
+            let res = match subresource {
+                Subresource::Status => api.replace_status(&self.name, &pp, &next).await,
+                Subresource::Main => api.replace(&self.name, &pp, &next).await,
             };
             let err = match res {
                 Ok(saved) => {
@@ -141,7 +146,7 @@ impl Worker {
             Some(why) => truncate(&format!("{} Retrying: {why}", running), 32000),
             None => running.to_string(),
         };
-        self.save(true, |s| {
+        self.save(Subresource::Status, |s| {
             let st = s.status.get_or_insert_with(Default::default);
             st.migrated_objects = Some(handled);
             st.remaining_objects_estimate = remaining;
@@ -167,7 +172,7 @@ impl Worker {
                 crds.update(&gvr, &self.name, crd::Phase::Succeeded).await;
                 let message = format!("Migrated {total} objects of {}.", gvr.display());
                 let r = self
-                    .save(true, |s| {
+                    .save(Subresource::Status, |s| {
                         set_condition(s, CONDITION_RUNNING, false, REASON_COMPLETED, message.clone());
                         set_condition(s, CONDITION_SUCCEEDED, true, REASON_COMPLETED, message.clone());
                         let st = s.status.get_or_insert_with(Default::default);
@@ -190,7 +195,7 @@ impl Worker {
                 crds.update(&gvr, &self.name, crd::Phase::Failed).await;
                 let message = truncate(&failure.to_string(), 32000);
                 let r = self
-                    .save(true, |s| {
+                    .save(Subresource::Status, |s| {
                         set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
                         set_condition(s, CONDITION_FAILED, true, REASON_FAILED, message.clone());
                     })
@@ -256,7 +261,10 @@ impl Worker {
             // The CRD first: a crash before the migration reads Running starts (and marks the CRD) again.
             self.ctx.crds.update(gvr, &self.name, crd::Phase::Started).await;
             let message = running_message.clone();
-            self.save(true, |s| set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())).await?;
+            self.save(Subresource::Status, |s| {
+                set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())
+            })
+            .await?;
             tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why, "migration started");
             self.events.normal(EVENT_STARTED, &format!("Migrating {} ({why})", gvr.display()));
         }
@@ -306,7 +314,7 @@ impl Worker {
                     remaining = ?remaining, more = c.next.is_some(), "chunk migrated");
                 let Some(next) = c.next else { return Ok(Ok(migrated)) };
                 let at_token = migrated.to_string();
-                self.save(false, |s| {
+                self.save(Subresource::Main, |s| {
                     s.spec.continue_token = Some(next.clone());
                     let annotations = s.metadata.annotations.get_or_insert_with(Default::default);
                     annotations.insert(ANNOTATION_MIGRATED_AT_TOKEN.into(), at_token.clone());
