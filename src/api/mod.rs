@@ -1,6 +1,6 @@
 //! The kinds this server serves. Each kind is one file with its types and policy (defaults, validation, printer
 //! columns); this module bridges them to the object-safe [`Strategy`] the generic registry works with.
-//! Adding a kind = one file + one line in [`kinds`].
+//! Adding a kind = one module + one line in [`kinds`] (or [`standalone_kinds`] for a standalone-only one).
 
 pub mod csi_translation;
 pub mod event;
@@ -64,6 +64,16 @@ pub fn kinds(
         }
     }
     Ok(all)
+}
+
+/// The kinds of the core group (and events.k8s.io) served only when standalone, with no kube-apiserver in front:
+/// namespaces and events, stored in v1 (see `AppState::new`).
+pub fn standalone_kinds() -> Vec<Arc<dyn Strategy>> {
+    vec![
+        Arc::new(Store::<namespace::Namespace>::new("v1")),
+        Arc::new(Store::<event::Event>::new("v1")),
+        Arc::new(Store::<events_event::Event>::new("v1")),
+    ]
 }
 
 #[cfg(test)]

@@ -194,11 +194,15 @@ impl Registry {
         Registry { resources, storage }
     }
 
-    /// These resources and `strategy`'s, on the same store with the same configuration.
-    pub fn with_resource(&self, strategy: Arc<dyn Strategy>) -> Registry {
+    /// These resources and those of `kinds`, on the same store with the same configuration.
+    pub fn with_resources(&self, kinds: Vec<Arc<dyn Strategy>>) -> Registry {
         let config = self.resources.first().map(|r| r.config.clone()).unwrap_or_default();
         let mut resources = self.resources.clone();
-        resources.push(Arc::new(Resource { strategy, storage: self.storage.clone(), config }));
+        resources.extend(
+            kinds
+                .into_iter()
+                .map(|strategy| Arc::new(Resource { strategy, storage: self.storage.clone(), config: config.clone() })),
+        );
         Registry { resources, storage: self.storage.clone() }
     }
 

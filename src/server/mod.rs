@@ -69,15 +69,7 @@ impl AppState {
     ) -> Self {
         let registry = match authn.delegates() {
             true => registry,
-            false => {
-                use crate::api::{event, events_event, namespace};
-                use crate::registry::store::Store;
-                let registry = registry
-                    .with_resource(Arc::new(Store::<namespace::Namespace>::new("v1")))
-                    .with_resource(Arc::new(Store::<event::Event>::new("v1")))
-                    .with_resource(Arc::new(Store::<events_event::Event>::new("v1")));
-                Arc::new(registry)
-            }
+            false => Arc::new(registry.with_resources(crate::api::standalone_kinds())),
         };
         let kinds: Vec<_> = registry.resources.iter().map(|r| r.strategy.clone()).collect();
         AppState {
