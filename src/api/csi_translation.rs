@@ -276,13 +276,13 @@ impl Kind for CSITranslation {
         ]
     }
     fn cells(&self, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        let st = self.status.clone().unwrap_or_default();
+        let st = self.status.as_ref();
         vec![
             Value::from(self.source()),
             Value::from(self.direction()),
-            Value::from(st.in_tree_plugin_name.unwrap_or_default()),
-            Value::from(st.driver_name.unwrap_or_default()),
-            Value::from(st.error.unwrap_or_default()),
+            Value::from(st.and_then(|s| s.in_tree_plugin_name.clone()).unwrap_or_default()),
+            Value::from(st.and_then(|s| s.driver_name.clone()).unwrap_or_default()),
+            Value::from(st.and_then(|s| s.error.clone()).unwrap_or_default()),
         ]
     }
 }

@@ -208,9 +208,10 @@ impl Kind for StorageState {
         ]
     }
     fn cells(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        let s = self.status.clone().unwrap_or_default();
+        let none = StorageStateStatus::default();
+        let s = self.status.as_ref().unwrap_or(&none);
         vec![
-            Value::from(s.current_storage_version_hash.unwrap_or_default()),
+            Value::from(s.current_storage_version_hash.as_deref().unwrap_or_default()),
             Value::from(s.persisted_storage_version_hashes.join(",")),
             age_cell(s.last_heartbeat_time.as_ref(), now),
             Value::from(

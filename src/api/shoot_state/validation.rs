@@ -109,16 +109,21 @@ fn validate_reference(reference: &CrossVersionObjectReference, path: &str) -> Ve
 
 /// apimachinery's `schema.ParseGroupVersion`: `""` and `"/"` are the empty group version, so `"/v1"` names the core
 /// group just as `"v1"` does.
-fn parse_group_version(gv: &str) -> Result<(&str, &str), String> {
+fn parse_group_version(gv: &str) -> Result<(&str, &str), UnexpectedGroupVersion<'_>> {
     if gv.is_empty() || gv == "/" {
         return Ok(("", ""));
     }
     match gv.split_once('/') {
         None => Ok(("", gv)),
         Some((group, version)) if !version.contains('/') => Ok((group, version)),
-        Some(_) => Err(format!("unexpected GroupVersion string: {gv}")),
+        Some(_) => Err(UnexpectedGroupVersion(gv)),
     }
 }
+
+/// An apiVersion with more than one `/`, in apimachinery's words.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("unexpected GroupVersion string: {0}")]
+struct UnexpectedGroupVersion<'a>(&'a str);
 
 /// A reference as apimachinery puts a struct in an Invalid message: `encoding/json` of the Go struct (field order
 /// kind, name, apiVersion; apiVersion omitted when empty), which escapes HTML characters and the JavaScript line
