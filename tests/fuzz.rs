@@ -8,7 +8,8 @@ use migration_apiserver::registry::admission::AdmissionWrite;
 use migration_apiserver::registry::continue_token::ContinueToken;
 use migration_apiserver::registry::decode::parse_json;
 use migration_apiserver::registry::selectors::{FieldSelector, LabelSelector};
-use migration_apiserver::registry::Registry;
+use migration_apiserver::registry::strategy::Admit;
+use migration_apiserver::registry::{Registry, Subresource};
 use migration_apiserver::request_info::RequestInfo;
 use migration_apiserver::server::negotiate::negotiate;
 use migration_apiserver::server::query::QueryParams;
@@ -112,9 +113,10 @@ fn parsers_never_panic() {
             for s in &strategies {
                 // The typed steps of a create (decode, defaults, preparation, validation), of a /status update
                 // and of defaulting; only the decode may fail.
-                match s.admit(&value, None) {
+                let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str);
+                match s.admit(namespace, Admit { object: &value, old: None }) {
                     Ok(_) => {
-                        let _ = s.admit(&value, Some((&value, true)));
+                        let _ = s.admit(namespace, Admit { object: &value, old: Some((&value, Subresource::Status)) });
                         let _ = s.cells(&value, chrono::Utc::now());
                         let _ = s.defaulted(&value, true);
                     }

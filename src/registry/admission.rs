@@ -90,16 +90,20 @@ impl Resource {
         namespace: Option<&str>,
         write: AdmissionWrite<'_>,
     ) -> ApiResult<Vec<String>> {
-        match write {
+        let validated = match write {
             AdmissionWrite::Create { object } => {
                 let object = self.admitted(object, version)?;
-                self.strategy.admit(self, namespace, Admit { object: &object, old: None })
+                self.strategy.admit(namespace, Admit { object: &object, old: None })?
             }
             AdmissionWrite::Update { object, old_object, subresource } => {
                 let (object, old) = (self.admitted(object, version)?, self.admitted(old_object, version)?);
-                self.strategy.admit(self, namespace, Admit { object: &object, old: Some((&old, subresource)) })
+                self.strategy.admit(namespace, Admit { object: &object, old: Some((&old, subresource)) })?
             }
+        };
+        if !validated.errors.is_empty() {
+            return Err(self.invalid(&validated.name, validated.errors));
         }
+        Ok(unknown_field_warnings(&validated.unknown_fields))
     }
 
     /// An object of a review as admission reads it: JSON holding an object of this kind in `version`, without the

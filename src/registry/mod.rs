@@ -359,21 +359,7 @@ impl Resource {
     /// A decoded object's `metadata.namespace` against the request's: set from it when empty, refused when it
     /// differs; none for cluster-scoped kinds.
     pub(crate) fn check_namespace_of(&self, ns: &mut Option<String>, namespace: Option<&str>) -> ApiResult<()> {
-        if !self.info().namespaced {
-            *ns = None;
-            return Ok(());
-        }
-        let want = namespace.unwrap_or_default();
-        match ns.as_deref().unwrap_or_default() {
-            "" => {
-                *ns = Some(want.to_string());
-                Ok(())
-            }
-            have if have == want => Ok(()),
-            _ => Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            )),
-        }
+        check_namespace(self.info().namespaced, ns, namespace)
     }
 
     /// Create-only kinds store nothing: every verb but create is 405.
@@ -453,5 +439,25 @@ impl Resource {
         opts: &DeleteOptions,
     ) -> ApiResult<Value> {
         self.strategy.delete(self, &ObjectRef { namespace, name, version }, opts).await
+    }
+}
+
+/// An object's namespace `ns` against the request's `namespace`: none for a cluster-scoped kind; the request's
+/// when the object names none; a 400 when it names another.
+pub(crate) fn check_namespace(namespaced: bool, ns: &mut Option<String>, namespace: Option<&str>) -> ApiResult<()> {
+    if !namespaced {
+        *ns = None;
+        return Ok(());
+    }
+    let want = namespace.unwrap_or_default();
+    match ns.as_deref().unwrap_or_default() {
+        "" => {
+            *ns = Some(want.to_string());
+            Ok(())
+        }
+        have if have == want => Ok(()),
+        _ => Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
     }
 }

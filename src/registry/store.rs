@@ -6,11 +6,11 @@
 use super::managed::shape::Shape;
 use super::strategy::{
     kind_schemas, note_unknown, path_string, Admit, Column, Defaulted, Kind, KindInfo, KindStatus, Strategy,
-    Subresource,
+    Subresource, Validated,
 };
 use super::{
-    decode, steps, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation, ObjectRef, Resource,
-    WriteOptions, Written,
+    check_namespace, decode, steps, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation,
+    ObjectRef, Resource, WriteOptions, Written,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::storage::{KeyValue, Storage, StorageError};
@@ -228,24 +228,26 @@ impl<K: Kind> Strategy for Store<K> {
     async fn delete(&self, at: &Resource, target: &ObjectRef<'_>, opts: &DeleteOptions) -> ApiResult<Value> {
         self.delete_typed(at, target, opts).await
     }
-    fn admit(&self, at: &Resource, namespace: Option<&str>, write: Admit<'_>) -> ApiResult<Vec<String>> {
+    fn admit(&self, namespace: Option<&str>, write: Admit<'_>) -> ApiResult<Validated> {
+        let namespaced = K::info().namespaced;
         let (mut typed, unknown_fields) = decode_defaulted::<K>(write.object)?;
-        at.check_namespace_of(&mut typed.meta_mut().namespace, namespace)?;
-        let errors = match write.old {
+        let old = match write.old {
+            Some((old, subresource)) => Some((decode_defaulted::<K>(old)?.0, subresource)),
+            None => None,
+        };
+        check_namespace(namespaced, &mut typed.meta_mut().namespace, namespace)?;
+        let errors = match old {
             None => {
                 steps::prepare_create(&mut typed);
                 steps::validate_create(&typed)
             }
-            Some((old, subresource)) => {
-                let (mut old, _) = decode_defaulted::<K>(old)?;
-                at.check_namespace_of(&mut old.meta_mut().namespace, namespace)?;
+            Some((mut old, subresource)) => {
+                check_namespace(namespaced, &mut old.meta_mut().namespace, namespace)?;
                 steps::validate_update(&typed, &old, subresource)
             }
         };
-        if !errors.is_empty() {
-            return Err(at.invalid(typed.meta().name.as_deref().unwrap_or_default(), errors));
-        }
-        Ok(unknown_field_warnings(&unknown_fields))
+        let name = typed.meta_mut().name.take().unwrap_or_default();
+        Ok(Validated { name, errors, unknown_fields })
     }
     fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError> {
         let to_value = |typed: &K| serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()));

@@ -264,6 +264,15 @@ pub struct Admit<'a> {
     pub old: Option<(&'a Value, Subresource)>,
 }
 
+/// What validating admission found: the object's name and every invalid field (none when admitted), and the fields
+/// of the object the decoder did not know.
+#[derive(Debug)]
+pub struct Validated {
+    pub name: String,
+    pub errors: Vec<FieldError>,
+    pub unknown_fields: Vec<String>,
+}
+
 /// An object decoded for mutating admission: canonical JSON before and after the kind's defaults.
 pub struct Defaulted {
     pub before: Value,
@@ -305,9 +314,9 @@ pub trait Strategy: Send + Sync {
     fn defaulted(&self, obj: &Value, create: bool) -> Result<Defaulted, ApiError>;
     /// Validating admission: the steps a REST write runs, on the typed object — decode with its defaults, the
     /// namespace checked against the request's, then `BeforeCreate` (status reset, create preparation, metadata
-    /// and kind validation) or `BeforeUpdate`'s validation against the old object decoded the same way. A denial
-    /// is the 422 a REST write answers; Ok carries the warnings about unknown fields.
-    fn admit(&self, at: &Resource, namespace: Option<&str>, write: Admit<'_>) -> ApiResult<Vec<String>>;
+    /// and kind validation) or `BeforeUpdate`'s validation against the old object decoded the same way. Only the
+    /// decode and the namespace check fail; invalid fields are in the answer.
+    fn admit(&self, namespace: Option<&str>, write: Admit<'_>) -> ApiResult<Validated>;
     /// Whether the kind serves `subresource`: the object itself always, `/status` when the kind has a status
     /// ([`Kind::Status`]).
     fn serves(&self, subresource: Subresource) -> bool;
