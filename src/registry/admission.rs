@@ -1,8 +1,9 @@
 //! Admission of objects that another server stores: when our kinds are installed as CRDs (the upstream deployment
 //! form), kube-apiserver stores them and asks us to default and validate them (AdmissionReview). These entry points
-//! run the very steps [`Resource::create`] and [`Resource::update`] run — decode with the kind's defaults,
-//! `prepare_for_create`, metadata validation, the kind's validation — and leave out what belongs to the storing
-//! server (uid, resourceVersion, timestamps, generation, dropping status on create), which kube-apiserver does itself.
+//! run the very steps [`Resource::create`] and [`Resource::update`] run (`registry::steps`: decode with the kind's
+//! defaults, `prepare_for_create`, metadata validation, the kind's validation) and leave out what belongs to the
+//! storing server (uid, resourceVersion, timestamps, generation, the `/status` split; mutation does not drop status
+//! on create either), which kube-apiserver does itself.
 //! `metadata.managedFields` ([`STORING_SERVER_METADATA`](super::strategy::STORING_SERVER_METADATA)) is not decoded:
 //! kube-apiserver writes and checks it, and nothing of ours reads it.
 
