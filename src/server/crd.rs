@@ -21,6 +21,10 @@ const REF_PREFIX: &str = "#/components/schemas/";
 const API_APPROVED: &str = "api-approved.kubernetes.io";
 const API_APPROVED_VALUE: &str = "unapproved, implementation of the kube-storage-version-migrator API (https://github.com/kubernetes-sigs/kube-storage-version-migrator)";
 
+/// The descriptions of apiVersion and kind, as kube-apiserver's OpenAPI has them.
+const API_VERSION_DESCRIPTION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
+const KIND_DESCRIPTION: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
+
 /// Formats apiextensions knows; others (schemars' `uint`, `uint32`, ...) are dropped, their bounds kept.
 const FORMATS: &[&str] =
     &["int32", "int64", "float", "double", "byte", "binary", "date", "date-time", "password", "uuid"];
@@ -74,18 +78,9 @@ pub enum CrdError {
     Yaml(#[from] serde_yaml_ng::Error),
 }
 
-/// One schema node in structural form, references resolved against `defs`.
-fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<Value, CrdError> {
-    if depth > 64 {
-        return Err(CrdError::TooDeep);
-    }
-    let m = match node {
-        Value::Object(m) if !m.is_empty() => m,
-        // `true` or `{}`: any JSON value.
-        _ => return Ok(json!({"x-kubernetes-preserve-unknown-fields": true})),
-    };
-    // Fold references and single-schema wrappers (allOf [ref], anyOf [X, null]) into one node; the outer keys
-    // (description, extensions) win over the referenced schema's.
+/// What a node's reference and single-schema wrappers (allOf [ref], anyOf [X, null]) resolve to, in structural
+/// form: the base the node's own keys are added to.
+fn referenced(m: &Map<String, Value>, defs: &Map<String, Value>, depth: usize) -> Result<Map<String, Value>, CrdError> {
     let mut base: Option<Value> = None;
     if let Some(r) = m.get("$ref").and_then(Value::as_str) {
         let name = r.strip_prefix(REF_PREFIX).unwrap_or(r);
@@ -105,10 +100,24 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
             base = Some(structural(inner[0], defs, depth + 1)?);
         }
     }
-    let mut out = match base {
+    Ok(match base {
         Some(Value::Object(b)) => b,
         _ => Map::new(),
+    })
+}
+
+/// One schema node in structural form, references resolved against `defs`.
+fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<Value, CrdError> {
+    if depth > 64 {
+        return Err(CrdError::TooDeep);
+    }
+    let m = match node {
+        Value::Object(m) if !m.is_empty() => m,
+        // `true` or `{}`: any JSON value.
+        _ => return Ok(json!({"x-kubernetes-preserve-unknown-fields": true})),
     };
+    // The outer keys (description, extensions) win over the referenced schema's.
+    let mut out = referenced(m, defs, depth)?;
     match m.get("type") {
         Some(Value::String(t)) if t != "null" => {
             out.insert("type".into(), json!(t));
@@ -182,8 +191,8 @@ pub fn schema(kind: &dyn Strategy) -> Result<Value, CrdError> {
     s["type"] = json!("object");
     let props = s.as_object_mut().and_then(|o| o.get_mut("properties")).and_then(Value::as_object_mut);
     let Some(props) = props else { return Err(CrdError::NoProperties(kind.info().kind)) };
-    props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"}));
-    props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}));
+    props.insert("apiVersion".into(), json!({"type": "string", "description": API_VERSION_DESCRIPTION}));
+    props.insert("kind".into(), json!({"type": "string", "description": KIND_DESCRIPTION}));
     let meta_description = props.get("metadata").and_then(|m| m.get("description")).cloned();
     let mut meta = json!({"type": "object"});
     if let Some(d) = meta_description {
