@@ -509,27 +509,27 @@ fn repo() -> &'static Path {
 }
 
 fn sorted_dir(dir: &Path) -> Vec<(String, String)> {
-    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.expect("entry").path();
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).expect("read"))
-        })
-        .collect();
+    let mut files = Vec::new();
+    files_under(dir, dir, &mut files);
     files.sort();
     files
 }
 
-#[test]
-fn committed_crds_equal_the_generated_ones() {
+/// The files `migration-apiserver <subcommand> --output-dir <a temporary directory>` writes, sorted.
+fn generated_by(subcommand: &str) -> Vec<(String, String)> {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = std::process::Command::new(BIN)
-        .args(["crds", "--output-dir"])
+        .args([subcommand, "--output-dir"])
         .arg(tmp.path())
         .output()
-        .expect("run migration-apiserver crds");
+        .unwrap_or_else(|e| panic!("run migration-apiserver {subcommand}: {e}"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let generated = sorted_dir(tmp.path());
+    sorted_dir(tmp.path())
+}
+
+#[test]
+fn committed_crds_equal_the_generated_ones() {
+    let generated = generated_by("crds");
     let committed = sorted_dir(&repo().join("manifests/crds"));
     let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     assert_eq!(
@@ -574,7 +574,7 @@ fn files_under(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
             files_under(root, &p, out);
         } else {
             let name = p.strip_prefix(root).expect("under root").to_string_lossy().into_owned();
-            out.push((name, std::fs::read_to_string(&p).unwrap_or_default()));
+            out.push((name, std::fs::read_to_string(&p).expect("read")));
         }
     }
 }
@@ -584,16 +584,7 @@ fn files_under(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
 /// carrying the generated header is missing from them (a removed kind's file).
 #[test]
 fn committed_manifests_equal_the_generated_ones() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let out = std::process::Command::new(BIN)
-        .args(["manifests", "--output-dir"])
-        .arg(tmp.path())
-        .output()
-        .expect("run migration-apiserver manifests");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut generated = Vec::new();
-    files_under(tmp.path(), tmp.path(), &mut generated);
-    generated.sort();
+    let generated = generated_by("manifests");
     assert!(generated.len() >= 10, "{generated:?}");
     for (name, content) in &generated {
         let committed = std::fs::read_to_string(repo().join(name)).unwrap_or_default();
