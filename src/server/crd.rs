@@ -1,7 +1,8 @@
 //! CustomResourceDefinitions (apiextensions.k8s.io/v1) of our kinds, generated from the same Rust types and kind
 //! table the aggregated API serves: the upstream deployment form, where kube-apiserver stores the objects and calls
 //! our admission webhooks (`/mutate`, `/validate`) for defaulting and validation. `migration-apiserver crds`
-//! prints them; `migration-apiserver manifests` writes `manifests/crds/` (see `server::manifests`).
+//! prints them or writes `manifests/crds/`; `migration-apiserver manifests` writes them with the other generated
+//! manifests (see `server::manifests`).
 //!
 //! The OpenAPI schemas become structural schemas as apiextensions requires: references inlined, every node typed,
 //! optional values as their inner type, free-form JSON as `x-kubernetes-preserve-unknown-fields`, metadata just

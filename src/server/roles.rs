@@ -1,7 +1,8 @@
 //! ClusterRoles for people, generated from the kinds: they carry the `rbac.authorization.k8s.io/aggregate-to-*`
 //! labels, so kube-apiserver's ClusterRole aggregation adds their rules to the built-in `view`, `edit` and `admin`
 //! roles (as the Kubernetes documentation asks of CRD and aggregated API authors). `migration-apiserver roles`
-//! prints them; `migration-apiserver manifests` writes `manifests/roles/` (see `server::manifests`).
+//! prints them or writes `manifests/roles/`; `migration-apiserver manifests` writes them with the other generated
+//! manifests (see `server::manifests`).
 //!
 //! - `view` reads every stored kind and its `/status` (as the built-in `view` reads `deployments/status`);
 //! - `edit` (and through its label `admin`) writes the namespaced kinds: ShootStates belong to the teams whose
