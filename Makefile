@@ -14,7 +14,7 @@ FORM ?= aggregated
 ARGS ?=
 IMAGE ?=
 
-.PHONY: build build-deps run test deps bench certs deploy image lint fmt clean
+.PHONY: build build-deps run test deps bench certs manifests deploy image lint fmt clean
 
 # protoc, which etcd-client's build needs (installed from Debian's packages when missing).
 build-deps:
@@ -45,6 +45,11 @@ bench: deps
 # client certificate; existing files are kept.
 certs: build
 	$(BIN) certs --cert-dir $(CERT_DIR) --service-namespace migration-apiserver
+
+# Regenerates the manifests generated from the kinds: CRDs, roles, APIServices, the webhook configurations for our
+# kinds and the migrator's RBAC for them (tests/admission.rs fails when the committed ones differ).
+manifests: build
+	$(BIN) manifests --output-dir .
 
 # The container image (manifests/image/Dockerfile; needs a Docker engine): make image IMAGE=<registry>/<name>:<tag>
 image:

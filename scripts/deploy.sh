@@ -9,7 +9,8 @@
 #     FORM=crds: manifests/crds/ and manifests/webhooks/ with clientConfig.caBundle filled the same way, and
 #     manifests/webhook-caller/ (RBAC for kube-apiserver's webhook client);
 #   - IMAGE=<ref>: the container image (default: migration-apiserver:dev as in manifests/deployment.yaml).
-# DRY_RUN=1 prints the rendered objects instead of applying them.
+# The manifests that name our kinds (CRDs, roles, APIServices, webhook configurations, our kinds' RBAC) are generated
+# by `make manifests`; this script only composes them. DRY_RUN=1 prints the rendered objects instead of applying them.
 set -euo pipefail
 
 CERT_DIR=${CERT_DIR:-./certs}

@@ -17,6 +17,7 @@ fn main() -> std::process::ExitCode {
                 cli::serve(*a).await
             }
             Command::Certs(a) => cli::certs(a),
+            Command::Manifests(a) => cli::manifests(a),
             Command::Crds(a) => cli::crds(a),
             Command::Roles(a) => cli::roles(a),
             Command::Storage(c) => cli::storage(c).await,

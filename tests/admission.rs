@@ -1,6 +1,7 @@
 //! The admission webhooks (`/mutate`, `/validate`) with real AdmissionReview JSON as kube-apiserver sends it for our
-//! kinds installed as CRDs, against the running binary over TLS; and the shipped manifests: the CRDs in
-//! manifests/crds equal `migration-apiserver crds` output, and both manifest directories render with kustomize.
+//! kinds installed as CRDs, against the running binary over TLS; and the shipped manifests: the generated ones
+//! (CRDs, roles, APIServices, webhook configurations, RBAC of our kinds) equal `migration-apiserver manifests`
+//! output, and both manifest directories render with kustomize.
 
 mod common;
 use common::*;
@@ -508,27 +509,27 @@ fn repo() -> &'static Path {
 }
 
 fn sorted_dir(dir: &Path) -> Vec<(String, String)> {
-    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.expect("entry").path();
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).expect("read"))
-        })
-        .collect();
+    let mut files = Vec::new();
+    files_under(dir, dir, &mut files);
     files.sort();
     files
 }
 
-#[test]
-fn committed_crds_equal_the_generated_ones() {
+/// The files `migration-apiserver <subcommand> --output-dir <a temporary directory>` writes, sorted.
+fn generated_by(subcommand: &str) -> Vec<(String, String)> {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = std::process::Command::new(BIN)
-        .args(["crds", "--output-dir"])
+        .args([subcommand, "--output-dir"])
         .arg(tmp.path())
         .output()
-        .expect("run migration-apiserver crds");
+        .unwrap_or_else(|e| panic!("run migration-apiserver {subcommand}: {e}"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let generated = sorted_dir(tmp.path());
+    sorted_dir(tmp.path())
+}
+
+#[test]
+fn committed_crds_equal_the_generated_ones() {
+    let generated = generated_by("crds");
     let committed = sorted_dir(&repo().join("manifests/crds"));
     let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     assert_eq!(
@@ -562,6 +563,40 @@ fn committed_crds_equal_the_generated_ones() {
         let versions: Vec<&str> =
             doc["spec"]["versions"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
         assert_eq!(versions, i.versions);
+    }
+}
+
+/// Every file under `dir`, by its path relative to `root`.
+fn files_under(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            files_under(root, &p, out);
+        } else {
+            let name = p.strip_prefix(root).expect("under root").to_string_lossy().into_owned();
+            out.push((name, std::fs::read_to_string(&p).expect("read")));
+        }
+    }
+}
+
+/// `migration-apiserver manifests` regenerates every generated manifest (CRDs, roles, APIServices, webhook
+/// configurations, the migrator's RBAC for our kinds): each equals the committed file, and no committed file
+/// carrying the generated header is missing from them (a removed kind's file).
+#[test]
+fn committed_manifests_equal_the_generated_ones() {
+    let generated = generated_by("manifests");
+    assert!(generated.len() >= 10, "{generated:?}");
+    for (name, content) in &generated {
+        let committed = std::fs::read_to_string(repo().join(name)).unwrap_or_default();
+        assert!(&committed == content, "{name} differs from the generated one: run make manifests");
+    }
+    let mut committed = Vec::new();
+    for dir in ["manifests", "apiservice"] {
+        files_under(repo(), &repo().join(dir), &mut committed);
+    }
+    let header = migration_apiserver::server::manifests::GENERATED_HEADER;
+    for (name, _) in committed.iter().filter(|(_, c)| c.starts_with(header)) {
+        assert!(generated.iter().any(|(g, _)| g == name), "{name} is no longer generated: remove it");
     }
 }
 

@@ -27,6 +27,9 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Generate the development CA, serving and admin certificates and admin.kubeconfig (existing files are kept).
     Certs(CertsArgs),
+    /// Write every manifest generated from the kinds (CRDs, roles, APIServices, webhook configurations, the
+    /// migrator's RBAC for our kinds) under a repository root: `manifests --output-dir .` (`make manifests`).
+    Manifests(ManifestsArgs),
     /// Print the CustomResourceDefinitions of the served kinds (the CRD deployment form), or write manifests/crds/.
     Crds(CrdsArgs),
     /// Print the ClusterRoles that add the served kinds to the built-in view, edit and admin roles, or write
@@ -178,6 +181,28 @@ pub struct CrdsArgs {
     /// Write one file per object and a kustomization.yaml here instead of printing them.
     #[arg(long)]
     pub output_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ManifestsArgs {
+    /// The repository root: files go to manifests/crds/, manifests/roles/, apiservice/, manifests/webhooks/ and
+    /// manifests/ under it.
+    #[arg(long)]
+    pub output_dir: PathBuf,
+}
+
+/// `manifests`: every generated file (see `server::manifests`), written and its path printed.
+pub fn manifests(args: ManifestsArgs) -> anyhow::Result<()> {
+    let kinds = kinds(&HashMap::new())?;
+    for (path, content) in crate::server::manifests::all(&kinds)? {
+        let path = args.output_dir.join(path);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, content)?;
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 /// `crds`: the CRDs generated from the kinds' types (see `server::crd`).

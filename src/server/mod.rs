@@ -7,6 +7,7 @@ pub mod crd;
 pub mod csi_admission;
 pub mod discovery;
 pub mod exposition;
+pub mod manifests;
 pub mod metrics;
 mod namespaces;
 pub mod negotiate;
