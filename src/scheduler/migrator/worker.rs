@@ -78,6 +78,8 @@ pub(super) struct Worker {
     pub(super) svm: StorageVersionMigration,
     pub(super) cancel: watch::Receiver<bool>,
     pub(super) events: MigrationEvents,
+    /// A newer resourceVersion than `svm`'s, read when the migration turned out finished elsewhere.
+    pub(super) seen_version: Option<String>,
 }
 
 pub(super) fn cancelled(rx: &watch::Receiver<bool>) -> bool {
@@ -110,7 +112,10 @@ impl Worker {
                 }
                 Err(e) if api_reason(&e) == Some(StatusReason::Conflict) => match api.get_opt(&self.name).await {
                     Ok(None) => return Err(Stop::Gone),
-                    Ok(Some(fresh)) if is_finished(&fresh) => return Err(Stop::FinishedElsewhere(fresh.phase())),
+                    Ok(Some(fresh)) if is_finished(&fresh) => {
+                        self.seen_version = fresh.metadata.resource_version.clone();
+                        return Err(Stop::FinishedElsewhere(fresh.phase()));
+                    }
                     Ok(Some(fresh)) => {
                         self.svm = fresh;
                         continue;
@@ -152,87 +157,106 @@ impl Worker {
         .await
     }
 
-    pub(super) async fn run(mut self) {
+    /// Runs the migration and records how it ended (condition, Event, metrics, CRD, log); tells the scheduler
+    /// whether to start it again.
+    pub(super) async fn run(mut self) -> Ended {
         let gvr = self.svm.spec.resource.clone();
         let label = resource_label(&gvr);
         let started = std::time::Instant::now();
         self.ctx.metrics.observe_progress(&label);
         let outcome = self.migrate(&gvr, &label).await;
         let migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
-        let ctx = self.ctx.clone();
-        let crds = &ctx.crds;
         let stop = match outcome {
-            Ok(Ok(total)) => {
-                // The CRD first: when the migration reads Succeeded, its storedVersions are already trimmed.
-                crds.update(&gvr, &self.name, crd::Phase::Succeeded).await;
-                let message = format!("Migrated {total} objects of {}.", gvr.display());
-                let r = self
-                    .save(true, |s| {
-                        set_condition(s, CONDITION_RUNNING, false, REASON_COMPLETED, message.clone());
-                        set_condition(s, CONDITION_SUCCEEDED, true, REASON_COMPLETED, message.clone());
-                        let st = s.status.get_or_insert_with(Default::default);
-                        st.migrated_objects = Some(total);
-                        st.remaining_objects_estimate = Some(0);
-                    })
-                    .await;
-                if r.is_ok() {
-                    let seconds = started.elapsed().as_secs_f64();
-                    let note = format!("Migrated {total} objects of {} in {seconds:.1}s", gvr.display());
-                    self.events.normal(EVENT_SUCCEEDED, &note);
-                    self.ctx.metrics.observe_remaining(&label, 0);
-                    self.ctx.metrics.observe_finished(&label, CONDITION_SUCCEEDED);
-                    tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
-                        seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_SUCCEEDED, "migration ended");
-                }
-                r.err()
-            }
-            Ok(Err(failure)) => {
-                crds.update(&gvr, &self.name, crd::Phase::Failed).await;
-                let message = truncate(&failure.to_string(), 32000);
-                let r = self
-                    .save(true, |s| {
-                        set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
-                        set_condition(s, CONDITION_FAILED, true, REASON_FAILED, message.clone());
-                    })
-                    .await;
-                if r.is_ok() {
-                    self.events.warning(EVENT_FAILED, &format!("Migration of {} failed: {failure}", gvr.display()));
-                    self.ctx.metrics.observe_remaining(&label, 0);
-                    self.ctx.metrics.observe_finished(&label, CONDITION_FAILED);
-                    tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated,
-                        seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_FAILED, error = %failure,
-                        "migration ended");
-                }
-                r.err()
-            }
+            Ok(Ok(total)) => self.succeeded(&gvr, &label, total, started).await.err(),
+            Ok(Err(failure)) => self.failed(&gvr, &label, &failure, migrated, started).await.err(),
             Err(stop) => Some(stop),
         };
-        match stop {
-            None => {}
-            Some(stop @ Stop::Save(_)) => {
-                tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated, reason = %stop,
-                    "migration interrupted; it resumes from its saved token")
-            }
-            Some(stop) => {
-                // Superseded or deleted (the scheduler cancels the work on such a migration too): it will not
-                // finish, so its CRD condition ends, storedVersions untouched. A scheduler that stopped (a replica
-                // losing leadership) leaves it Running, to be resumed.
-                let ended = match &stop {
-                    Stop::Cancelled => match self.ctx.migrations.get_opt(&self.name).await {
-                        Ok(None) => true,
-                        Ok(Some(svm)) => is_finished(&svm),
-                        Err(_) => false,
-                    },
-                    _ => true,
-                };
-                if ended {
-                    crds.update(&gvr, &self.name, crd::Phase::Failed).await;
-                    self.ctx.metrics.observe_remaining(&label, 0);
-                }
-                tracing::info!(migration = %self.name, resource = %gvr.display(), objects = migrated,
-                    reason = %stop, "migration stopped")
-            }
+        let requeue = matches!(stop, Some(Stop::Save(_)));
+        if let Some(stop) = stop {
+            self.stopped(&gvr, &label, stop, migrated).await;
         }
+        let resource_version = self.seen_version.take().or_else(|| self.svm.metadata.resource_version.clone());
+        Ended { uid: self.svm.metadata.uid.clone().unwrap_or_default(), resource_version, requeue }
+    }
+
+    /// Every object handled: the CRD's storedVersions, then Succeeded.
+    async fn succeeded(
+        &mut self,
+        gvr: &GroupVersionResource,
+        label: &str,
+        total: i64,
+        started: std::time::Instant,
+    ) -> Result<(), Stop> {
+        // The CRD first: when the migration reads Succeeded, its storedVersions are already trimmed.
+        self.ctx.crds.update(gvr, &self.name, crd::Phase::Succeeded).await;
+        let message = format!("Migrated {total} objects of {}.", gvr.display());
+        self.save(true, |s| {
+            set_condition(s, CONDITION_RUNNING, false, REASON_COMPLETED, message.clone());
+            set_condition(s, CONDITION_SUCCEEDED, true, REASON_COMPLETED, message.clone());
+            let st = s.status.get_or_insert_with(Default::default);
+            st.migrated_objects = Some(total);
+            st.remaining_objects_estimate = Some(0);
+        })
+        .await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let note = format!("Migrated {total} objects of {} in {seconds:.1}s", gvr.display());
+        self.events.normal(EVENT_SUCCEEDED, &note);
+        self.ctx.metrics.observe_remaining(label, 0);
+        self.ctx.metrics.observe_finished(label, CONDITION_SUCCEEDED);
+        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
+            seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_SUCCEEDED, "migration ended");
+        Ok(())
+    }
+
+    /// The migration failed: the CRD's condition ends, then Failed.
+    async fn failed(
+        &mut self,
+        gvr: &GroupVersionResource,
+        label: &str,
+        failure: &Failure,
+        migrated: i64,
+        started: std::time::Instant,
+    ) -> Result<(), Stop> {
+        self.ctx.crds.update(gvr, &self.name, crd::Phase::Failed).await;
+        let message = truncate(&failure.to_string(), 32000);
+        self.save(true, |s| {
+            set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
+            set_condition(s, CONDITION_FAILED, true, REASON_FAILED, message.clone());
+        })
+        .await?;
+        self.events.warning(EVENT_FAILED, &format!("Migration of {} failed: {failure}", gvr.display()));
+        self.ctx.metrics.observe_remaining(label, 0);
+        self.ctx.metrics.observe_finished(label, CONDITION_FAILED);
+        tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated,
+            seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_FAILED, error = %failure,
+            "migration ended");
+        Ok(())
+    }
+
+    /// The migration stopped without an outcome of ours.
+    async fn stopped(&mut self, gvr: &GroupVersionResource, label: &str, stop: Stop, migrated: i64) {
+        if let Stop::Save(_) = stop {
+            tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated, reason = %stop,
+                "migration interrupted; it resumes from its saved token");
+            return;
+        }
+        // Superseded or deleted (the scheduler cancels the work on such a migration too): it will not finish, so
+        // its CRD condition ends, storedVersions untouched. A scheduler that stopped (a replica losing leadership)
+        // leaves it Running, to be resumed.
+        let ended = match &stop {
+            Stop::Cancelled => match self.ctx.migrations.get_opt(&self.name).await {
+                Ok(None) => true,
+                Ok(Some(svm)) => is_finished(&svm),
+                Err(_) => false,
+            },
+            _ => true,
+        };
+        if ended {
+            self.ctx.crds.update(gvr, &self.name, crd::Phase::Failed).await;
+            self.ctx.metrics.observe_remaining(label, 0);
+        }
+        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = migrated,
+            reason = %stop, "migration stopped")
     }
 
     /// Runs the migration to its end. Ok(Ok(n)): every object handled (n in total); Ok(Err(message)): it failed.
