@@ -280,21 +280,22 @@ impl Scheduler {
 mod tests {
     use super::*;
     use crate::api::storage_version_migration::GroupVersionResource;
+    use crate::error::StatusReason;
     use bytes::Bytes;
 
     #[test]
     fn classification_of_responses() {
         for code in [200, 201] {
-            assert_eq!(classify(code), Disposition::Success);
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Success);
         }
         for code in [404, 409] {
-            assert_eq!(classify(code), Disposition::Skip, "{code}");
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Skip, "{code}");
         }
         for code in [429, 500, 502, 503, 504] {
-            assert_eq!(classify(code), Disposition::Retry, "{code}");
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Retry, "{code}");
         }
         for code in [400, 401, 403, 405, 410, 413, 415, 422, 501] {
-            assert_eq!(classify(code), Disposition::Fail, "{code}");
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Fail, "{code}");
         }
     }
 
@@ -332,6 +333,7 @@ mod tests {
         assert_eq!(segment("system:node/x y"), "system:node%2Fx%20y");
         let r = Reply {
             code: 403,
+            reason: Some(StatusReason::Forbidden),
             retry_after: None,
             body: Bytes::from_static(br#"{"kind":"Status","code":403,"message":"denied by webhook"}"#),
         };

@@ -401,7 +401,7 @@ impl Worker {
         match r? {
             Listed::Chunk(list) => {
                 p.expired_in_a_row = 0;
-                let next = list.metadata.continue_token.filter(|t| !t.is_empty());
+                let next = list.metadata.continue_.filter(|t| !t.is_empty());
                 if next.is_some() {
                     p.to_list = Some(next.clone());
                 }
