@@ -195,10 +195,8 @@ pub(super) async fn run_decider(mut decider: Decider, own: OwnObjects, interval:
         }
         let changed: BTreeSet<String> =
             wakes.into_iter().filter_map(|w| if let Wake::Decide(name) = w { Some(name) } else { None }).collect();
-        for name in changed {
-            if let Err(e) = decider.resource(&name, Timestamp::now()).await {
-                tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying next period");
-            }
+        if let Err(e) = decider.resources(&changed, Timestamp::now()).await {
+            tracing::warn!(error = %e, "trigger: reading storageversionmigrations failed; retrying next period");
         }
     }
 }

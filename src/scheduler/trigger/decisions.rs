@@ -260,6 +260,27 @@ impl Decider {
         Ok(out)
     }
 
+    /// Decisions about the StorageStates named, outside the periodic rounds (they changed, or a migration of
+    /// their resource finished): the migrations are read once for all of them. A failed decision is logged and
+    /// retried at the next round.
+    pub async fn resources(&mut self, names: &BTreeSet<String>, now: Timestamp) -> Result<(), StoreError> {
+        let all = self.store.list_migrations().await?;
+        for name in names {
+            let decided = match self.store.get_state(name).await {
+                Ok(Some(s)) => {
+                    let mine = of_resource(&all, &s.spec.resource.group, &s.spec.resource.resource);
+                    self.apply(s, mine, now).await.map(drop)
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = decided {
+                tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying next period");
+            }
+        }
+        Ok(())
+    }
+
     /// A decision about one StorageState outside the periodic rounds (it changed, or a migration finished).
     pub async fn resource(&mut self, name: &str, now: Timestamp) -> Result<Outcome, StoreError> {
         let Some(s) = self.store.get_state(name).await? else { return Ok(Outcome::default()) };
