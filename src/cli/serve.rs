@@ -97,16 +97,10 @@ pub struct ServeArgs {
     /// Do not run the embedded migration scheduler.
     #[arg(long)]
     pub disable_scheduler: bool,
-    /// Run only the migrator of the scheduler: no discovery poll, migrations are requested by hand (kubectl create,
-    /// `migration-apiserver migrate`).
-    #[arg(long)]
-    pub disable_trigger: bool,
-    /// How often the trigger reads the target's discovery for storage version hashes.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
-    pub discovery_interval: Duration,
-    /// Finished migrations kept per resource.
-    #[arg(long, default_value_t = 5)]
-    pub migration_history: usize,
+    /// The triggers' flags: --disable-trigger, --discovery-interval, --migration-history (see
+    /// `scheduler::triggers`).
+    #[command(flatten)]
+    pub triggers: crate::scheduler::triggers::TriggerArgs,
     /// Objects per LIST chunk when migrating.
     #[arg(long, default_value_t = 500)]
     pub migration_chunk_size: u32,
@@ -156,15 +150,12 @@ pub struct ServeArgs {
 impl ServeArgs {
     pub fn scheduler_config(&self) -> crate::scheduler::SchedulerConfig {
         crate::scheduler::SchedulerConfig {
-            discovery_interval: self.discovery_interval,
-            migration_history: self.migration_history.max(1),
             chunk_size: self.migration_chunk_size.max(1),
             qps: self.migration_qps.max(0.0),
             burst: self.migration_burst.max(1),
             concurrency: self.migration_concurrency.max(1),
             max_attempts: self.migration_max_attempts.max(1),
             update_crd_stored_versions: self.update_crd_stored_versions,
-            trigger: !self.disable_trigger,
             replicas: if self.etcd.enabled() {
                 crate::scheduler::trigger::Replicas::Several
             } else {
@@ -223,11 +214,43 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         IpAddr::V4(h) => format!("https://{h}:{port}"),
     };
     // The store next: like the port, it is one process's, and a second server on the same --data-dir stops here,
-    // before it rewrites the certificate directory's admin.kubeconfig for its own port. Values have room for the
-    // encryption envelope and metadata on top of the largest object.
+    // before it rewrites the certificate directory's admin.kubeconfig for its own port.
+    let (storage, etcd) = open_storage(&args, encryption).await?;
+    let dev = ensure_dev_certs(&DevCertOptions {
+        cert_dir: args.cert_dir.clone(),
+        namespaces: vec![args.service_namespace.clone(), "kube-system".into(), "default".into()],
+        kubeconfig_server: server_url.clone(),
+        ..DevCertOptions::default()
+    })?;
+    let (cert, key) = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => (dev.serving_cert_path.clone(), dev.serving_key_path.clone()),
+    };
+    // TLS, authentication and authorization with their reloads; kept alive until the server stops.
+    let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
+    let state = app_state(&args, storage, etcd.as_ref(), &auth).await?;
+    let app = router(state.clone());
+    let scheduler = if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app).await?) };
+    match args.etcd.enabled() {
+        true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
+        false => tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving"),
+    }
+    println!("migration-apiserver is serving on {server_url}");
+    println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
+    println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());
+    serve_until_signal(listener, &auth, app, state, scheduler).await;
+    drop(auth);
+    Ok(())
+}
+
+/// The embedded store or etcd (kept by its type too, for its metrics), encrypted at rest when configured. Values
+/// have room for the encryption envelope and metadata on top of the largest object.
+async fn open_storage(
+    args: &ServeArgs,
+    encryption: Option<EncryptionConfig>,
+) -> anyhow::Result<(Arc<dyn Storage>, Option<Arc<EtcdStorage>>)> {
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
     let history = HistoryLimit { events: args.watch_history, bytes: args.watch_history_bytes };
-    // The etcd backend is kept by its type too, for its metrics.
     let mut etcd = None;
     let storage: Arc<dyn Storage> = if args.etcd.enabled() {
         let client = args.etcd.connect().await?;
@@ -251,19 +274,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => storage,
     };
-    let dev = ensure_dev_certs(&DevCertOptions {
-        cert_dir: args.cert_dir.clone(),
-        namespaces: vec![args.service_namespace.clone(), "kube-system".into(), "default".into()],
-        kubeconfig_server: server_url.clone(),
-        ..DevCertOptions::default()
-    })?;
-    let (cert, key) = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => (dev.serving_cert_path.clone(), dev.serving_key_path.clone()),
-    };
-    // TLS, authentication and authorization with their reloads; kept alive until the server stops.
-    let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
+    Ok((storage, etcd))
+}
 
+/// The registry of the served kinds over `storage`, the metrics, and what the HTTP layer needs.
+async fn app_state(
+    args: &ServeArgs,
+    storage: Arc<dyn Storage>,
+    etcd: Option<&Arc<EtcdStorage>>,
+    auth: &crate::auth::options::AuthStack,
+) -> anyhow::Result<Arc<AppState>> {
     let overrides: HashMap<String, String> = args.storage_version.iter().cloned().collect();
     let kinds = kinds(&overrides)?;
     let registry = Arc::new(Registry::new(
@@ -274,31 +294,31 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     {
         let mut reg = metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(etcd) = &etcd {
+        if let Some(etcd) = etcd {
             etcd.register_metrics(&mut reg);
         }
         reg.register_collector(Box::new(crate::server::cert_metrics::ServingCertExpiry(auth.serving.clone())));
     }
-    let state = Arc::new(
+    Ok(Arc::new(
         AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
             .with_authorizer(auth.authorizer.clone())
-            .with_csi_migration(csi_migration(&args).await?)
+            .with_csi_migration(csi_migration(args).await?)
             .with_event_ttl(args.event_ttl),
-    );
-    let app = router(state.clone());
-    let scheduler = if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app).await?) };
-    match args.etcd.enabled() {
-        true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
-        false => tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving"),
-    }
-    println!("migration-apiserver is serving on {server_url}");
-    println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
-    println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());
-    let shutdown_state = state.clone();
+    ))
+}
+
+/// Serves until SIGINT/SIGTERM, then drains the connections while the scheduler stops.
+async fn serve_until_signal(
+    listener: tokio::net::TcpListener,
+    auth: &crate::auth::options::AuthStack,
+    app: axum::Router,
+    state: Arc<AppState>,
+    scheduler: Option<RunningScheduler>,
+) {
     let (stopping, mut stopped) = tokio::sync::watch::channel(false);
     let shutdown = async move {
         shutdown_signal().await;
-        shutdown_state.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+        state.ready.store(false, std::sync::atomic::Ordering::Relaxed);
         tracing::info!("shutting down");
         // As kube-apiserver: a second signal does not wait for anything.
         tokio::spawn(async {
@@ -318,8 +338,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     tokio::join!(crate::server::serve::serve(listener, auth.tls.clone(), app, shutdown), stop_scheduler);
-    drop(auth);
-    Ok(())
 }
 
 /// Binds the HTTPS port; the error names the address, as kube-apiserver's does ("failed to listen on ...").
@@ -337,8 +355,9 @@ pub(super) struct RunningScheduler {
     /// Tells the election to stop leading and release its lock.
     pub(super) stop_election: tokio::sync::watch::Sender<bool>,
     pub(super) election: Option<tokio::task::JoinHandle<()>>,
-    /// Stopped before our reports are withdrawn, so that no late report puts them back.
-    pub(super) reporter: Option<tokio::task::JoinHandle<()>>,
+    /// The triggers' replica parts: stopped before our reports are withdrawn, so that no late report puts them
+    /// back.
+    pub(super) reporters: Vec<tokio::task::JoinHandle<()>>,
     /// Our reports are withdrawn on shutdown when other replicas share the StorageStates.
     pub(super) withdraw: Option<(crate::scheduler::trigger::OwnObjects, String)>,
 }
@@ -348,7 +367,7 @@ impl RunningScheduler {
     /// lease to expire) and withdraws our reports. Bounded: shutdown never hangs on etcd or the cluster.
     pub(super) async fn stop(self) {
         let _ = self.stop_election.send(true);
-        if let Some(r) = &self.reporter {
+        for r in &self.reporters {
             r.abort();
         }
         let steps = async {
@@ -368,20 +387,16 @@ impl RunningScheduler {
     }
 }
 
-/// The scheduler: the reporter on every replica; the decisions and the migrator on the elected leader (or at once
-/// when there is nothing to elect among).
+/// The scheduler: the triggers' replica parts on every replica; their decisions and the migrator on the elected
+/// leader (or at once when there is nothing to elect among).
 pub(super) async fn start_scheduler(
     args: &ServeArgs,
     state: &Arc<AppState>,
     app: &axum::Router,
 ) -> anyhow::Result<RunningScheduler> {
-    use crate::scheduler::election::{self, LeaderLock};
-    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-    let cluster = match &args.kubeconfig {
-        Some(path) => Some(crate::scheduler::target_client(Some(path)).await?),
-        None if in_cluster => Some(crate::scheduler::target_client(None).await?),
-        None => None,
-    };
+    use crate::scheduler::election;
+    use crate::scheduler::triggers::{TriggerContext, Triggers};
+    let cluster = cluster_client(args).await?;
     let target = cluster.clone().unwrap_or_else(|| crate::scheduler::in_process_client(app.clone()));
     let identity = election::identity();
     let mut config = args.scheduler_config();
@@ -395,62 +410,78 @@ pub(super) async fn start_scheduler(
         Err(_) => anyhow::bail!("metrics registry poisoned"),
     };
     let econfig = args.election_config(&identity);
-    let leases = match &cluster {
-        Some(client) if args.leader_elect => {
-            let served = election::lease::served(client).await;
-            if !served {
-                tracing::warn!("leader election: the target cluster serves no coordination.k8s.io/v1 Leases; electing over etcd when --etcd-servers is set, else not at all");
-            }
-            served
-        }
-        _ => false,
-    };
-    let lock: Option<Box<dyn LeaderLock>> = match (&cluster, args.leader_elect) {
-        (_, false) => None,
-        (Some(client), true) if leases => {
-            let ns = args.leader_elect_resource_namespace.clone().unwrap_or_else(|| args.service_namespace.clone());
-            Some(Box::new(election::lease::LeaseLock::new(
-                client.clone(),
-                &ns,
-                &args.leader_elect_resource_name,
-                &identity,
-                args.leader_elect_lease_duration,
-            )))
-        }
-        (_, true) if args.etcd.enabled() => Some(Box::new(election::etcd::EtcdLock::new(
-            args.etcd.connect().await?,
-            &args.etcd.prefix,
-            &args.leader_elect_resource_name,
-            &identity,
-            args.leader_elect_lease_duration,
-        ))),
-        (_, true) => None,
-    };
+    let lock = leader_lock(args, cluster.as_ref(), &identity).await?;
     if lock.is_some() {
         // Before anything starts: invalid timing fails the start.
         econfig.validate()?;
     }
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
-    let (reporter, local) = crate::scheduler::start_reporter(&config, target.clone(), own.clone());
+    let ctx = TriggerContext { config, target, own };
+    let triggers = Triggers::new(args.triggers.triggers());
+    let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.
-    let _state_metrics = crate::scheduler::state_metrics::spawn(own.states.clone(), state_metrics);
-    let withdraw =
-        (config.replicas == crate::scheduler::trigger::Replicas::Several).then(|| (own.clone(), identity.clone()));
+    let _state_metrics = crate::scheduler::state_metrics::spawn(ctx.own.states.clone(), state_metrics);
+    let withdraw = (ctx.config.replicas == crate::scheduler::trigger::Replicas::Several)
+        .then(|| (ctx.own.clone(), identity.clone()));
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
-    let start = move || {
-        crate::scheduler::start(config.clone(), target.clone(), own.clone(), scheduler_metrics.clone(), local.clone())
-    };
+    let start = move || crate::scheduler::start(&triggers, &ctx, scheduler_metrics.clone());
     let Some(lock) = lock else {
         tracing::info!(identity = %identity, leader_elect = args.leader_elect,
             "leader election: none (no cluster Lease and no etcd to elect with, or --leader-elect=false); this process runs the scheduler");
         election_metrics.set(&econfig.name, true);
         let _tasks = start();
-        return Ok(RunningScheduler { stop_election, election: None, reporter, withdraw });
+        return Ok(RunningScheduler { stop_election, election: None, reporters, withdraw });
     };
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(election::supervise(leading_rx, start));
     let election = tokio::spawn(election::run(lock, econfig, leading_tx, election_metrics, stop_rx));
-    Ok(RunningScheduler { stop_election, election: Some(election), reporter, withdraw })
+    Ok(RunningScheduler { stop_election, election: Some(election), reporters, withdraw })
+}
+
+/// The target cluster's client: --kubeconfig, else the in-cluster config in a pod; None standalone.
+async fn cluster_client(args: &ServeArgs) -> anyhow::Result<Option<kube::Client>> {
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    Ok(match &args.kubeconfig {
+        Some(path) => Some(crate::scheduler::target_client(Some(path)).await?),
+        None if in_cluster => Some(crate::scheduler::target_client(None).await?),
+        None => None,
+    })
+}
+
+/// What the replicas elect a leader with: a Lease on the target cluster when it serves them, else an etcd lease
+/// with --etcd-servers; none with --leader-elect=false or without either.
+async fn leader_lock(
+    args: &ServeArgs,
+    cluster: Option<&kube::Client>,
+    identity: &str,
+) -> anyhow::Result<Option<Box<dyn crate::scheduler::election::LeaderLock>>> {
+    use crate::scheduler::election;
+    if !args.leader_elect {
+        return Ok(None);
+    }
+    if let Some(client) = cluster {
+        if election::lease::served(client).await {
+            let ns = args.leader_elect_resource_namespace.clone().unwrap_or_else(|| args.service_namespace.clone());
+            return Ok(Some(Box::new(election::lease::LeaseLock::new(
+                client.clone(),
+                &ns,
+                &args.leader_elect_resource_name,
+                identity,
+                args.leader_elect_lease_duration,
+            ))));
+        }
+        tracing::warn!("leader election: the target cluster serves no coordination.k8s.io/v1 Leases; electing over etcd when --etcd-servers is set, else not at all");
+    }
+    if !args.etcd.enabled() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(election::etcd::EtcdLock::new(
+        args.etcd.connect().await?,
+        &args.etcd.prefix,
+        &args.leader_elect_resource_name,
+        identity,
+        args.leader_elect_lease_duration,
+    ))))
 }
 
 /// The CSI migration webhooks' gates and, with a cluster (--kubeconfig or in a pod), its CSIDrivers.

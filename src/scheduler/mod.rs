@@ -13,6 +13,7 @@ pub mod ratelimit;
 pub mod report;
 pub mod state_metrics;
 pub mod trigger;
+pub mod triggers;
 
 use crate::auth::authn::UserInfo;
 use std::time::Duration;
@@ -36,9 +37,9 @@ impl InternalIdentity {
 /// Tunables, from the `serve` flags.
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
-    /// How often the trigger reads the target's discovery.
+    /// How often the storage-version trigger reads the target's discovery (its flags set it).
     pub discovery_interval: Duration,
-    /// Finished migrations kept per resource (older ones are deleted).
+    /// Finished migrations kept per resource, older ones deleted (the storage-version trigger's flags set it).
     pub migration_history: usize,
     /// Objects per LIST chunk.
     pub chunk_size: u32,
@@ -57,8 +58,6 @@ pub struct SchedulerConfig {
     /// Trim a custom resource's CRD `status.storedVersions` to the storage version when its migration Succeeds
     /// (`--update-crd-stored-versions`).
     pub update_crd_stored_versions: bool,
-    /// Run the trigger (`--disable-trigger` turns it off: only migrations requested by hand run).
-    pub trigger: bool,
     /// This process' reporterID in StorageStates (the leader election identity).
     pub identity: String,
     /// Whether other replicas report into the same StorageStates (etcd) or this process is alone.
@@ -79,7 +78,6 @@ impl Default for SchedulerConfig {
             retry_max: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
             update_crd_stored_versions: true,
-            trigger: true,
             identity: "migration-apiserver".into(),
             replicas: trigger::Replicas::One,
         }
@@ -122,35 +120,26 @@ pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Resu
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Starts the part of the scheduler every replica runs: the trigger's reporter (none with `--disable-trigger`).
-/// Returns its task and the versions it discovers, for [`start`].
-pub fn start_reporter(
-    config: &SchedulerConfig,
-    target: kube::Client,
-    own: trigger::OwnObjects,
-) -> (Option<tokio::task::JoinHandle<()>>, trigger::Local) {
-    if !config.trigger {
-        return (None, trigger::Local::default());
-    }
-    let (task, local) = trigger::spawn_reporter(config.clone(), target, own);
-    (Some(task), local)
+/// Starts the part of the scheduler every replica runs: the triggers' replica parts (none with
+/// `--disable-trigger`).
+pub fn start_replica(
+    triggers: &triggers::Triggers,
+    ctx: &triggers::TriggerContext,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    triggers.start_replicas(ctx)
 }
 
-/// Starts the leader's part: the trigger's decisions, the migrator and their Event recorder; they run until the
+/// Starts the leader's part: the triggers' decisions, the migrator and their Event recorder; they run until the
 /// process ends or the returned tasks are aborted, as a replica that loses leadership does at once. Events go to
 /// the target: this server standalone, the cluster's kube-apiserver in cluster mode (our APIService serves none).
 pub fn start(
-    config: SchedulerConfig,
-    target: kube::Client,
-    own: trigger::OwnObjects,
+    triggers: &triggers::Triggers,
+    ctx: &triggers::TriggerContext,
     metrics: std::sync::Arc<metrics::SchedulerMetrics>,
-    local: trigger::Local,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let (events, writer) = events::EventRecorder::spawn(target.clone());
+    let (events, writer) = events::EventRecorder::spawn(ctx.target.clone());
     let mut tasks = vec![writer];
-    if config.trigger {
-        tasks.push(trigger::spawn(config.clone(), own.clone(), local, events.clone()));
-    }
-    tasks.push(migrator::spawn(config, target, own.migrations, metrics, events));
+    tasks.extend(triggers.start_leaders(ctx, &events));
+    tasks.push(migrator::spawn(ctx.config.clone(), ctx.target.clone(), ctx.own.migrations.clone(), metrics, events));
     tasks
 }

@@ -14,20 +14,25 @@
 //! user deletes it. Every save is a compare-and-swap on resourceVersion; on a conflict the migration is re-read and,
 //! if it is now finished or gone, dropped without overwriting anything. The scheduler loop also notices it (watch
 //! of storageversionmigrations) and interrupts the work on the target.
+//!
+//! Which migrations run is decided as kube-runtime's controllers decide: from a reflector's store of the
+//! storageversionmigrations, whenever it changes or a worker ends; there is no periodic re-list.
 
 use super::events::{reference_to, EventRecorder, EventType};
 use super::metrics::{resource_label, SchedulerMetrics};
 use super::ratelimit::RateLimiter;
 use super::SchedulerConfig;
 use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_RUNNING};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, ListParams};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::api::Api;
+use kube::runtime::reflector::{self, reflector, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 pub mod crd;
@@ -39,10 +44,10 @@ use worker::*;
 /// Writes in flight at once within one migration: enough to keep a fast target busy at unlimited QPS; with a QPS
 /// limit they simply queue at the token bucket.
 const WRITE_PARALLELISM: usize = 16;
-/// The scheduler re-reads the migrations at least this often (a watch wakes it sooner).
-const RESCAN: Duration = Duration::from_secs(1);
+/// A worker that gave up saving its state is started again after this long (from its saved token).
+const REQUEUE: Duration = Duration::from_secs(1);
 /// Own-API saves that fail for reasons other than a conflict are retried this often before the worker gives up
-/// (the scheduler restarts it from the saved token on its next scan).
+/// (the scheduler starts it again from the saved token after [`REQUEUE`]).
 const SAVE_ATTEMPTS: u32 = 5;
 /// Retry-After values beyond this are capped (a misbehaving server must not park a migration for days).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
@@ -96,8 +101,23 @@ pub fn spawn(
     let limiter = RateLimiter::new(config.qps, config.burst);
     let crds = crd::Crds::new(target.clone(), config.update_crd_stored_versions, events.clone());
     let target = Target { client: target, limiter, config };
+    let (store, writer) = reflector::store();
+    let changes =
+        reflector(writer, watcher(migrations.clone(), watcher::Config::default())).default_backoff().map(|event| {
+            if let Err(e) = event {
+                tracing::debug!(error = %e, "storageversionmigrations watch");
+            }
+        });
     let ctx = Arc::new(Ctx { target, crds, migrations, metrics, events });
-    tokio::spawn(Scheduler { ctx, running: HashMap::new(), workers: JoinSet::new() }.run())
+    let scheduler = Scheduler {
+        ctx,
+        store,
+        running: HashMap::new(),
+        ended: HashMap::new(),
+        requeue_at: None,
+        workers: JoinSet::new(),
+    };
+    tokio::spawn(scheduler.run(changes))
 }
 
 struct Ctx {
@@ -119,36 +139,38 @@ struct Running {
     task: AbortHandle,
 }
 
+/// How a worker ended, for the scheduler: the migration (uid) and the last resourceVersion the worker read or
+/// wrote of it, and whether it should be started again (its own API kept failing: it resumes from its saved token).
+pub(super) struct Ended {
+    pub(super) uid: String,
+    pub(super) resource_version: Option<String>,
+    pub(super) requeue: bool,
+}
+
 struct Scheduler {
     ctx: Arc<Ctx>,
+    /// The migrations as kube-runtime's reflector keeps them (a watch, listing again with backoff when it breaks).
+    store: Store<StorageVersionMigration>,
     running: HashMap<String, Running>,
+    /// Migrations whose worker finished them (or saw them finished or deleted), by uid, with the resourceVersion
+    /// it last saw: the store may still hold an older copy, which must not start them again.
+    ended: HashMap<String, Option<String>>,
+    /// When a worker that could not save its state is started again.
+    requeue_at: Option<tokio::time::Instant>,
     /// Dropped with the scheduler (a replica losing leadership aborts it): the workers go too.
-    workers: JoinSet<()>,
+    workers: JoinSet<Ended>,
 }
 
-/// Wakes the scheduler on every change of a storageversionmigration, so new ones start without waiting for the
-/// next scan (kube-runtime's watcher: it lists again, with backoff, when the watch breaks).
-async fn watch_migrations(migrations: Api<StorageVersionMigration>, wake: Arc<Notify>) {
-    let mut events = watcher(migrations, watcher::Config::default()).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        if let Err(e) = event {
-            tracing::debug!(error = %e, "storageversionmigrations watch");
-        }
-        wake.notify_one();
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
+/// Whether resourceVersion `a` is not newer than `b` (numeric, as this server hands them out; else only equal ones).
+fn not_newer(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a.and_then(|a| a.parse::<u64>().ok()), b.and_then(|b| b.parse::<u64>().ok())) {
+        (Some(a), Some(b)) => a <= b,
+        _ => a == b,
     }
 }
 
 impl Scheduler {
-    async fn run(mut self) {
+    async fn run(mut self, changes: impl futures::Stream<Item = ()> + Send) {
         let c = &self.ctx.target.config;
         tracing::info!(
             qps = c.qps,
@@ -158,29 +180,58 @@ impl Scheduler {
             max_attempts = c.max_attempts,
             "migrator started"
         );
-        let wake = Arc::new(Notify::new());
-        let _watch =
-            AbortOnDrop(tokio::spawn(watch_migrations(self.ctx.migrations.clone(), wake.clone())).abort_handle());
+        let mut changes = std::pin::pin!(changes);
+        // Nothing is decided from a store that has not listed yet.
+        while self.store.wait_until_ready().now_or_never().is_none() {
+            if changes.next().await.is_none() {
+                return;
+            }
+        }
         loop {
-            self.reconcile().await;
+            self.reconcile();
+            let requeue = self.requeue_at;
             tokio::select! {
-                _ = wake.notified() => {}
-                Some(_) = self.workers.join_next(), if !self.workers.is_empty() => {}
-                _ = tokio::time::sleep(RESCAN) => {}
+                change = changes.next() => {
+                    if change.is_none() {
+                        return;
+                    }
+                    // Every change already waiting is reconciled together.
+                    while let Some(Some(())) = changes.next().now_or_never() {}
+                }
+                Some(ended) = self.workers.join_next(), if !self.workers.is_empty() => self.ended(ended),
+                _ = tokio::time::sleep_until(requeue.unwrap_or_else(tokio::time::Instant::now)), if requeue.is_some() => {
+                    self.requeue_at = None;
+                }
             }
             self.running.retain(|_, r| !r.task.is_finished());
         }
     }
 
-    async fn reconcile(&mut self) {
+    fn ended(&mut self, ended: Result<Ended, tokio::task::JoinError>) {
+        let Ok(ended) = ended else { return };
+        if ended.requeue {
+            self.requeue_at.get_or_insert_with(|| tokio::time::Instant::now() + REQUEUE);
+        } else {
+            self.ended.insert(ended.uid, ended.resource_version);
+        }
+    }
+
+    /// Whether the store's copy of `svm` is one a worker already finished (the store has not caught up yet).
+    fn known_ended(&self, svm: &StorageVersionMigration) -> bool {
+        let uid = svm.metadata.uid.as_deref().unwrap_or_default();
+        self.ended.get(uid).is_some_and(|rv| not_newer(svm.metadata.resource_version.as_deref(), rv.as_deref()))
+    }
+
+    fn reconcile(&mut self) {
         self.running.retain(|_, r| !r.task.is_finished());
-        let all = match self.ctx.migrations.list(&ListParams::default()).await {
-            Ok(all) => all.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list storageversionmigrations");
-                return;
-            }
-        };
+        let all = self.store.state();
+        // A worker's record is kept only while the store lags behind it.
+        let ended: Vec<String> = all
+            .iter()
+            .filter(|s| !is_finished(s) && self.known_ended(s))
+            .filter_map(|s| s.metadata.uid.clone())
+            .collect();
+        self.ended.retain(|uid, _| ended.contains(uid));
         let name = |s: &StorageVersionMigration| s.metadata.name.clone().unwrap_or_default();
         // Interrupt work on migrations finished or deleted elsewhere.
         for (n, r) in &self.running {
@@ -188,8 +239,11 @@ impl Scheduler {
                 let _ = r.cancel.send(true);
             }
         }
-        let mut queue: Vec<&StorageVersionMigration> =
-            all.iter().filter(|s| !is_finished(s) && !self.running.contains_key(&name(s))).collect();
+        let mut queue: Vec<&StorageVersionMigration> = all
+            .iter()
+            .map(|s| s.as_ref())
+            .filter(|s| !is_finished(s) && !self.known_ended(s) && !self.running.contains_key(&name(s)))
+            .collect();
         queue.sort_by(|a, b| {
             (!a.is_true(CONDITION_RUNNING), &a.metadata.creation_timestamp, &a.metadata.name).cmp(&(
                 !b.is_true(CONDITION_RUNNING),
@@ -216,7 +270,7 @@ impl Scheduler {
         let name = svm.metadata.name.clone().unwrap_or_default();
         let (tx, rx) = watch::channel(false);
         let events = MigrationEvents::new(&self.ctx.events, &svm);
-        let worker = Worker { ctx: self.ctx.clone(), name: name.clone(), svm, cancel: rx, events };
+        let worker = Worker { ctx: self.ctx.clone(), name: name.clone(), svm, cancel: rx, events, seen_version: None };
         let task = self.workers.spawn(worker.run());
         self.running.insert(name, Running { cancel: tx, task });
     }
@@ -226,21 +280,22 @@ impl Scheduler {
 mod tests {
     use super::*;
     use crate::api::storage_version_migration::GroupVersionResource;
+    use crate::error::StatusReason;
     use bytes::Bytes;
 
     #[test]
     fn classification_of_responses() {
         for code in [200, 201] {
-            assert_eq!(classify(code), Disposition::Success);
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Success);
         }
         for code in [404, 409] {
-            assert_eq!(classify(code), Disposition::Skip, "{code}");
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Skip, "{code}");
         }
         for code in [429, 500, 502, 503, 504] {
-            assert_eq!(classify(code), Disposition::Retry, "{code}");
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Retry, "{code}");
         }
         for code in [400, 401, 403, 405, 410, 413, 415, 422, 501] {
-            assert_eq!(classify(code), Disposition::Fail, "{code}");
+            assert_eq!(classify(code, StatusReason::of_answer("", code)), Disposition::Fail, "{code}");
         }
     }
 
@@ -278,6 +333,7 @@ mod tests {
         assert_eq!(segment("system:node/x y"), "system:node%2Fx%20y");
         let r = Reply {
             code: 403,
+            reason: Some(StatusReason::Forbidden),
             retry_after: None,
             body: Bytes::from_static(br#"{"kind":"Status","code":403,"message":"denied by webhook"}"#),
         };

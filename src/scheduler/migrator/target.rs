@@ -1,13 +1,18 @@
-//! Talking to the target: its responses, retries and the chunked LIST and no-op writes of one migration.
+//! Talking to the target: its responses, retries and the chunked LIST and no-op writes of one migration. Requests
+//! are built by kube-core's request builders, lists read as typed lists of object metadata, and answers classified
+//! by their Status reason (as the rest of the crate compares errors).
 
 use super::*;
 use crate::api::storage_version_migration::GroupVersionResource;
+use crate::error::StatusReason;
 use crate::scheduler::ratelimit::RateLimiter;
 use crate::scheduler::SchedulerConfig;
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use serde::Deserialize;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, ObjectList, PartialObjectMeta};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -23,13 +28,25 @@ pub enum Disposition {
     Fail,
 }
 
-/// The disposition of a write's HTTP status. LISTs read it too, with their own meaning of 404 and 410.
-pub fn classify(code: u16) -> Disposition {
-    match code {
-        200..=299 => Disposition::Success,
-        404 | 409 => Disposition::Skip,
-        429 | 500 | 502 | 503 | 504 => Disposition::Retry,
-        _ => Disposition::Fail,
+/// The disposition of a write's answer: its HTTP status for a success, else its Status reason
+/// ([`StatusReason::of_answer`]). LISTs read it too, with their own meaning of NotFound and Expired.
+pub fn classify(code: u16, reason: Option<StatusReason>) -> Disposition {
+    if (200..=299).contains(&code) {
+        return Disposition::Success;
+    }
+    match reason {
+        Some(StatusReason::NotFound | StatusReason::Conflict | StatusReason::AlreadyExists) => Disposition::Skip,
+        Some(
+            StatusReason::TooManyRequests
+            | StatusReason::InternalError
+            | StatusReason::StoreReadError
+            | StatusReason::ServiceUnavailable
+            | StatusReason::Timeout,
+        ) => Disposition::Retry,
+        Some(_) => Disposition::Fail,
+        // A proxy's Bad Gateway carries no Status: transient as well.
+        None if code == 502 => Disposition::Retry,
+        None => Disposition::Fail,
     }
 }
 
@@ -57,11 +74,17 @@ struct Transient {
 /// A response read to the end.
 pub(super) struct Reply {
     pub(super) code: u16,
+    /// The Status reason of an answer other than a success (by its code when it carries none).
+    pub(super) reason: Option<StatusReason>,
     pub(super) retry_after: Option<Duration>,
     pub(super) body: Bytes,
 }
 
 impl Reply {
+    fn disposition(&self) -> Disposition {
+        classify(self.code, self.reason)
+    }
+
     /// `404 NotFound: <message>` from a Status body, or the start of whatever else the server sent.
     pub(super) fn describe(&self) -> String {
         let reason = axum::http::StatusCode::from_u16(self.code).ok().and_then(|c| c.canonical_reason()).unwrap_or("");
@@ -107,7 +130,7 @@ pub(super) struct Target {
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
     #[error(transparent)]
-    Build(#[from] axum::http::Error),
+    Build(#[from] kube::core::request::Error),
     #[error(transparent)]
     Send(#[from] kube::Error),
     #[error("reading the response: {0}")]
@@ -143,28 +166,22 @@ pub enum Failure {
 
 impl Target {
     /// One request, rate limited and with a timeout; Err is a transport failure (retryable).
-    pub(super) async fn send_once(
-        &self,
-        method: &axum::http::Method,
-        path: &str,
-        body: &Option<Vec<u8>>,
-    ) -> Result<Reply, RequestError> {
+    pub(super) async fn send_once(&self, req: axum::http::Request<Vec<u8>>) -> Result<Reply, RequestError> {
         self.limiter.acquire().await;
-        let mut req = axum::http::Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(axum::http::header::ACCEPT, "application/json");
-        if body.is_some() {
-            req = req.header(axum::http::header::CONTENT_TYPE, "application/merge-patch+json");
-        }
-        let req = req.body(kube::client::Body::from(body.clone().unwrap_or_default()))?;
+        let mut req = req.map(kube::client::Body::from);
+        req.headers_mut().insert(axum::http::header::ACCEPT, axum::http::HeaderValue::from_static("application/json"));
         let exchange = async {
             let resp = self.client.send(req).await?;
             let code = resp.status().as_u16();
             let headers = resp.headers().clone();
             let body = resp.into_body().collect().await.map_err(RequestError::Read)?.to_bytes();
-            let retry_after = if classify(code) == Disposition::Retry { retry_after(&headers, &body) } else { None };
-            Ok(Reply { code, retry_after, body })
+            let reason = match (200..=299).contains(&code) {
+                true => None,
+                false => answer_reason(code, &body),
+            };
+            let retry_after =
+                if classify(code, reason) == Disposition::Retry { retry_after(&headers, &body) } else { None };
+            Ok(Reply { code, reason, retry_after, body })
         };
         match tokio::time::timeout(self.config.request_timeout, exchange).await {
             Ok(r) => r,
@@ -177,16 +194,19 @@ impl Target {
     /// this request is being retried, and is cleared when it gets an answer to interpret.
     pub(super) async fn send(
         &self,
-        method: axum::http::Method,
-        path: &str,
-        body: Option<Vec<u8>>,
+        build: impl Fn() -> Result<axum::http::Request<Vec<u8>>, kube::core::request::Error>,
         retrying: &RetryNote,
     ) -> Result<Reply, RequestError> {
+        let (method, path) = {
+            let req = build()?;
+            (req.method().clone(), req.uri().to_string())
+        };
         let attempts = AtomicU32::new(0);
         let attempt = || async {
             attempts.fetch_add(1, Ordering::Relaxed);
-            match self.send_once(&method, path, &body).await {
-                Ok(reply) if classify(reply.code) != Disposition::Retry => {
+            let req = build().map_err(|e| Transient { why: e.to_string(), retry_after: None })?;
+            match self.send_once(req).await {
+                Ok(reply) if reply.disposition() != Disposition::Retry => {
                     retrying.set(None);
                     Ok(reply)
                 }
@@ -201,7 +221,7 @@ impl Target {
             .adjust(|t: &Transient, delay| next_delay(delay, t.retry_after))
             .notify(|t: &Transient, delay| {
                 retrying.set(Some(t.why.clone()));
-                tracing::debug!(%method, path, attempt = attempts.load(Ordering::Relaxed), ?delay, error = %t.why,
+                tracing::debug!(%method, %path, attempt = attempts.load(Ordering::Relaxed), ?delay, error = %t.why,
                     "retrying a request to the target")
             })
             .await
@@ -254,49 +274,32 @@ pub(super) fn segment(s: &str) -> String {
     out
 }
 
-/// Just what the migrator needs of a LIST: the objects' coordinates and the list metadata (a chunk of full objects
-/// is never kept, only its body until parsed).
-#[derive(Deserialize, Default)]
-pub(super) struct ListChunk {
-    #[serde(default)]
-    pub(super) metadata: ListMeta,
-    #[serde(default)]
-    pub(super) items: Vec<ItemRef>,
+/// The reason of an answer other than a success: its Status' (or by its code when the body is none).
+fn answer_reason(code: u16, body: &[u8]) -> Option<StatusReason> {
+    let status = serde_json::from_slice::<kube::core::Status>(body).ok();
+    StatusReason::of_answer(status.as_ref().map_or("", |s| s.reason.as_str()), code)
 }
 
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct ListMeta {
-    #[serde(default, rename = "continue")]
-    pub(super) continue_token: Option<String>,
-    #[serde(default)]
-    pub(super) remaining_item_count: Option<i64>,
-}
+/// What the migrator reads of a LIST: the objects' metadata and the list's (a chunk of full objects is never kept,
+/// only its body until parsed).
+pub(super) type ListChunk = ObjectList<PartialObjectMeta<DynamicObject>>;
 
-#[derive(Deserialize)]
-pub(super) struct ItemRef {
-    #[serde(default)]
-    pub(super) metadata: ItemMeta,
-}
+/// One listed object.
+pub(super) type ItemRef = PartialObjectMeta<DynamicObject>;
 
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct ItemMeta {
-    #[serde(default)]
-    pub(super) name: String,
-    #[serde(default)]
-    pub(super) namespace: Option<String>,
-    #[serde(default)]
-    pub(super) resource_version: String,
-}
-
-impl ItemMeta {
-    pub(super) fn display(&self) -> String {
-        match self.namespace.as_deref().filter(|n| !n.is_empty()) {
-            Some(ns) => format!("{ns}/{}", self.name),
-            None => self.name.clone(),
-        }
+/// `namespace/name`, or `name` for a cluster-scoped object.
+pub(super) fn display(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref().filter(|n| !n.is_empty()) {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
     }
+}
+
+/// kube-core's description of the resource, for its request builders (the kind is not needed for URLs).
+fn api_resource(gvr: &GroupVersionResource) -> ApiResource {
+    let gvk = kube::core::GroupVersionKind::gvk(&gvr.group, &gvr.version, "");
+    ApiResource::from_gvk_with_plural(&gvk, &segment(&gvr.resource))
 }
 
 pub(super) enum Listed {
@@ -322,30 +325,26 @@ pub(super) struct Migrating<'a> {
 
 impl Migrating<'_> {
     pub(super) async fn list(&self, token: Option<&str>) -> Result<Listed, Failure> {
-        let mut path = format!(
-            "{}/{}?limit={}",
-            group_version_path(self.gvr),
-            segment(&self.gvr.resource),
-            self.target.config.chunk_size
-        );
-        if let Some(t) = token.filter(|t| !t.is_empty()) {
-            path.push_str("&continue=");
-            path.extend(form_urlencoded::byte_serialize(t.as_bytes()));
-        }
+        let url = <DynamicObject as kube::Resource>::url_path(&api_resource(self.gvr), None);
+        let mut params = ListParams::default().limit(self.target.config.chunk_size);
+        params.continue_token = token.filter(|t| !t.is_empty()).map(str::to_string);
         let reply = self
             .target
-            .send(axum::http::Method::GET, &path, None, &self.retrying)
+            .send(|| kube::core::Request::new(&url).list(&params), &self.retrying)
             .await
             .map_err(|error| Failure::List { resource: self.qualified.clone(), error })?;
-        match reply.code {
-            200..=299 => serde_json::from_slice::<ListChunk>(&reply.body)
+        if (200..=299).contains(&reply.code) {
+            return serde_json::from_slice::<ListChunk>(&reply.body)
                 .map(Listed::Chunk)
-                .map_err(|error| Failure::ListDecode { resource: self.qualified.clone(), error }),
-            410 => {
-                let meta = serde_json::from_slice::<ListChunk>(&reply.body).unwrap_or_default().metadata;
-                Ok(Listed::Expired(meta.continue_token.filter(|t| !t.is_empty())))
+                .map_err(|error| Failure::ListDecode { resource: self.qualified.clone(), error });
+        }
+        match reply.reason {
+            Some(StatusReason::Expired) => {
+                let status = serde_json::from_slice::<kube::core::Status>(&reply.body).ok();
+                let next = status.and_then(|s| s.metadata?.continue_).filter(|t| !t.is_empty());
+                Ok(Listed::Expired(next))
             }
-            404 => Err(Failure::NotServed {
+            Some(StatusReason::NotFound) => Err(Failure::NotServed {
                 resource: self.qualified.clone(),
                 answer: reply.describe(),
                 plural: self.gvr.resource.clone(),
@@ -355,24 +354,22 @@ impl Migrating<'_> {
         }
     }
 
-    pub(super) async fn rewrite(&self, item: &ItemMeta) -> Result<Rewrite, Failure> {
-        let ns = match item.namespace.as_deref().filter(|n| !n.is_empty()) {
-            Some(ns) => format!("/namespaces/{}", segment(ns)),
-            None => String::new(),
-        };
-        let path =
-            format!("{}{ns}/{}/{}", group_version_path(self.gvr), segment(&self.gvr.resource), segment(&item.name));
-        let body = serde_json::json!({"metadata": {"resourceVersion": item.resource_version}}).to_string().into_bytes();
-        let what = || format!("{} {:?}", self.qualified, item.display());
+    pub(super) async fn rewrite(&self, item: &ObjectMeta) -> Result<Rewrite, Failure> {
+        let ns = item.namespace.as_deref().filter(|n| !n.is_empty()).map(segment);
+        let url = <DynamicObject as kube::Resource>::url_path(&api_resource(self.gvr), ns.as_deref());
+        let name = segment(item.name.as_deref().unwrap_or_default());
+        let patch = Patch::Merge(serde_json::json!({"metadata": {"resourceVersion": item.resource_version}}));
+        let what = || format!("{} {:?}", self.qualified, display(item));
+        let build = || kube::core::Request::new(&url).patch(&name, &PatchParams::default(), &patch);
         let reply = self
             .target
-            .send(axum::http::Method::PATCH, &path, Some(body), &self.retrying)
+            .send(build, &self.retrying)
             .await
             .map_err(|error| Failure::Rewrite { object: what(), error })?;
-        match classify(reply.code) {
+        match reply.disposition() {
             Disposition::Success => Ok(Rewrite::Done),
             Disposition::Skip => {
-                tracing::debug!(object = %item.display(), code = reply.code, "skipped: deleted or rewritten meanwhile");
+                tracing::debug!(object = %self::display(item), code = reply.code, "skipped: deleted or rewritten meanwhile");
                 Ok(Rewrite::Skipped)
             }
             _ => Err(Failure::RewriteRefused { object: what(), answer: reply.describe() }),

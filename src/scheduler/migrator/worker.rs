@@ -79,6 +79,8 @@ pub(super) struct Worker {
     pub(super) svm: StorageVersionMigration,
     pub(super) cancel: watch::Receiver<bool>,
     pub(super) events: MigrationEvents,
+    /// A newer resourceVersion than `svm`'s, read when the migration turned out finished elsewhere.
+    pub(super) seen_version: Option<String>,
 }
 
 pub(super) fn cancelled(rx: &watch::Receiver<bool>) -> bool {
@@ -115,7 +117,10 @@ impl Worker {
                 }
                 Err(e) if api_reason(&e) == Some(StatusReason::Conflict) => match api.get_opt(&self.name).await {
                     Ok(None) => return Err(Stop::Gone),
-                    Ok(Some(fresh)) if is_finished(&fresh) => return Err(Stop::FinishedElsewhere(fresh.phase())),
+                    Ok(Some(fresh)) if is_finished(&fresh) => {
+                        self.seen_version = fresh.metadata.resource_version.clone();
+                        return Err(Stop::FinishedElsewhere(fresh.phase()));
+                    }
                     Ok(Some(fresh)) => {
                         self.svm = fresh;
                         continue;
@@ -157,87 +162,106 @@ impl Worker {
         .await
     }
 
-    pub(super) async fn run(mut self) {
+    /// Runs the migration and records how it ended (condition, Event, metrics, CRD, log); tells the scheduler
+    /// whether to start it again.
+    pub(super) async fn run(mut self) -> Ended {
         let gvr = self.svm.spec.resource.clone();
         let label = resource_label(&gvr);
         let started = std::time::Instant::now();
         self.ctx.metrics.observe_progress(&label);
         let outcome = self.migrate(&gvr, &label).await;
         let migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
-        let ctx = self.ctx.clone();
-        let crds = &ctx.crds;
         let stop = match outcome {
-            Ok(Ok(total)) => {
-                // The CRD first: when the migration reads Succeeded, its storedVersions are already trimmed.
-                crds.update(&gvr, &self.name, crd::Phase::Succeeded).await;
-                let message = format!("Migrated {total} objects of {}.", gvr.display());
-                let r = self
-                    .save(Subresource::Status, |s| {
-                        set_condition(s, CONDITION_RUNNING, false, REASON_COMPLETED, message.clone());
-                        set_condition(s, CONDITION_SUCCEEDED, true, REASON_COMPLETED, message.clone());
-                        let st = s.status.get_or_insert_with(Default::default);
-                        st.migrated_objects = Some(total);
-                        st.remaining_objects_estimate = Some(0);
-                    })
-                    .await;
-                if r.is_ok() {
-                    let seconds = started.elapsed().as_secs_f64();
-                    let note = format!("Migrated {total} objects of {} in {seconds:.1}s", gvr.display());
-                    self.events.normal(EVENT_SUCCEEDED, &note);
-                    self.ctx.metrics.observe_remaining(&label, 0);
-                    self.ctx.metrics.observe_finished(&label, CONDITION_SUCCEEDED);
-                    tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
-                        seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_SUCCEEDED, "migration ended");
-                }
-                r.err()
-            }
-            Ok(Err(failure)) => {
-                crds.update(&gvr, &self.name, crd::Phase::Failed).await;
-                let message = truncate(&failure.to_string(), 32000);
-                let r = self
-                    .save(Subresource::Status, |s| {
-                        set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
-                        set_condition(s, CONDITION_FAILED, true, REASON_FAILED, message.clone());
-                    })
-                    .await;
-                if r.is_ok() {
-                    self.events.warning(EVENT_FAILED, &format!("Migration of {} failed: {failure}", gvr.display()));
-                    self.ctx.metrics.observe_remaining(&label, 0);
-                    self.ctx.metrics.observe_finished(&label, CONDITION_FAILED);
-                    tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated,
-                        seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_FAILED, error = %failure,
-                        "migration ended");
-                }
-                r.err()
-            }
+            Ok(Ok(total)) => self.succeeded(&gvr, &label, total, started).await.err(),
+            Ok(Err(failure)) => self.failed(&gvr, &label, &failure, migrated, started).await.err(),
             Err(stop) => Some(stop),
         };
-        match stop {
-            None => {}
-            Some(stop @ Stop::Save(_)) => {
-                tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated, reason = %stop,
-                    "migration interrupted; it resumes from its saved token")
-            }
-            Some(stop) => {
-                // Superseded or deleted (the scheduler cancels the work on such a migration too): it will not
-                // finish, so its CRD condition ends, storedVersions untouched. A scheduler that stopped (a replica
-                // losing leadership) leaves it Running, to be resumed.
-                let ended = match &stop {
-                    Stop::Cancelled => match self.ctx.migrations.get_opt(&self.name).await {
-                        Ok(None) => true,
-                        Ok(Some(svm)) => is_finished(&svm),
-                        Err(_) => false,
-                    },
-                    _ => true,
-                };
-                if ended {
-                    crds.update(&gvr, &self.name, crd::Phase::Failed).await;
-                    self.ctx.metrics.observe_remaining(&label, 0);
-                }
-                tracing::info!(migration = %self.name, resource = %gvr.display(), objects = migrated,
-                    reason = %stop, "migration stopped")
-            }
+        let requeue = matches!(stop, Some(Stop::Save(_)));
+        if let Some(stop) = stop {
+            self.stopped(&gvr, &label, stop, migrated).await;
         }
+        let resource_version = self.seen_version.take().or_else(|| self.svm.metadata.resource_version.clone());
+        Ended { uid: self.svm.metadata.uid.clone().unwrap_or_default(), resource_version, requeue }
+    }
+
+    /// Every object handled: the CRD's storedVersions, then Succeeded.
+    async fn succeeded(
+        &mut self,
+        gvr: &GroupVersionResource,
+        label: &str,
+        total: i64,
+        started: std::time::Instant,
+    ) -> Result<(), Stop> {
+        // The CRD first: when the migration reads Succeeded, its storedVersions are already trimmed.
+        self.ctx.crds.update(gvr, &self.name, crd::Phase::Succeeded).await;
+        let message = format!("Migrated {total} objects of {}.", gvr.display());
+        self.save(Subresource::Status, |s| {
+            set_condition(s, CONDITION_RUNNING, false, REASON_COMPLETED, message.clone());
+            set_condition(s, CONDITION_SUCCEEDED, true, REASON_COMPLETED, message.clone());
+            let st = s.status.get_or_insert_with(Default::default);
+            st.migrated_objects = Some(total);
+            st.remaining_objects_estimate = Some(0);
+        })
+        .await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let note = format!("Migrated {total} objects of {} in {seconds:.1}s", gvr.display());
+        self.events.normal(EVENT_SUCCEEDED, &note);
+        self.ctx.metrics.observe_remaining(label, 0);
+        self.ctx.metrics.observe_finished(label, CONDITION_SUCCEEDED);
+        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
+            seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_SUCCEEDED, "migration ended");
+        Ok(())
+    }
+
+    /// The migration failed: the CRD's condition ends, then Failed.
+    async fn failed(
+        &mut self,
+        gvr: &GroupVersionResource,
+        label: &str,
+        failure: &Failure,
+        migrated: i64,
+        started: std::time::Instant,
+    ) -> Result<(), Stop> {
+        self.ctx.crds.update(gvr, &self.name, crd::Phase::Failed).await;
+        let message = truncate(&failure.to_string(), 32000);
+        self.save(Subresource::Status, |s| {
+            set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
+            set_condition(s, CONDITION_FAILED, true, REASON_FAILED, message.clone());
+        })
+        .await?;
+        self.events.warning(EVENT_FAILED, &format!("Migration of {} failed: {failure}", gvr.display()));
+        self.ctx.metrics.observe_remaining(label, 0);
+        self.ctx.metrics.observe_finished(label, CONDITION_FAILED);
+        tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated,
+            seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_FAILED, error = %failure,
+            "migration ended");
+        Ok(())
+    }
+
+    /// The migration stopped without an outcome of ours.
+    async fn stopped(&mut self, gvr: &GroupVersionResource, label: &str, stop: Stop, migrated: i64) {
+        if let Stop::Save(_) = stop {
+            tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated, reason = %stop,
+                "migration interrupted; it resumes from its saved token");
+            return;
+        }
+        // Superseded or deleted (the scheduler cancels the work on such a migration too): it will not finish, so
+        // its CRD condition ends, storedVersions untouched. A scheduler that stopped (a replica losing leadership)
+        // leaves it Running, to be resumed.
+        let ended = match &stop {
+            Stop::Cancelled => match self.ctx.migrations.get_opt(&self.name).await {
+                Ok(None) => true,
+                Ok(Some(svm)) => is_finished(&svm),
+                Err(_) => false,
+            },
+            _ => true,
+        };
+        if ended {
+            self.ctx.crds.update(gvr, &self.name, crd::Phase::Failed).await;
+            self.ctx.metrics.observe_remaining(label, 0);
+        }
+        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = migrated,
+            reason = %stop, "migration stopped")
     }
 
     /// Runs the migration to its end. Ok(Ok(n)): every object handled (n in total); Ok(Err(message)): it failed.
@@ -250,24 +274,7 @@ impl Worker {
             return Err(Stop::FinishedElsewhere(self.svm.phase()));
         }
         let token = self.svm.spec.continue_token.clone().filter(|t| !t.is_empty());
-        let why = annotation(&self.svm.metadata, crate::scheduler::trigger::ANNOTATION_REASON)
-            .unwrap_or("created by a user")
-            .to_string();
-        let running_message = format!("Migrating {}.", gvr.display());
-        if self.svm.is_true(CONDITION_RUNNING) {
-            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why,
-                resumed_from_token = token.is_some(), "migration resumed");
-        } else {
-            // The CRD first: a crash before the migration reads Running starts (and marks the CRD) again.
-            self.ctx.crds.update(gvr, &self.name, crd::Phase::Started).await;
-            let message = running_message.clone();
-            self.save(Subresource::Status, |s| {
-                set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())
-            })
-            .await?;
-            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why, "migration started");
-            self.events.normal(EVENT_STARTED, &format!("Migrating {} ({why})", gvr.display()));
-        }
+        let running_message = self.begin(gvr, token.is_some()).await?;
         let ctx = self.ctx.clone();
         let m = Migrating {
             target: &ctx.target,
@@ -275,64 +282,32 @@ impl Worker {
             qualified: crate::error::qualified(&gvr.resource, &gvr.group),
             retrying: RetryNote::new(self.events.clone()),
         };
-        // Objects handled before the saved token (the status may count some of the chunk after it, which is done
-        // again).
-        let mut migrated = match &token {
-            Some(_) => {
-                annotation(&self.svm.metadata, ANNOTATION_MIGRATED_AT_TOKEN).and_then(|n| n.parse().ok()).unwrap_or(0)
-            }
-            None => 0,
-        };
-        // The latest listed chunk's remainingItemCount (0 after the last chunk); None before the first LIST.
-        let mut after_listed: Option<i64> = None;
+        let mut p = Pipeline::new(self.migrated_at_token(token.is_some()), token);
         let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut saved: Option<(i64, Option<i64>, Option<String>)> = None;
-        let mut logged = std::time::Instant::now();
         let mut cancel = self.cancel.clone();
         // A pipeline, so that the target always has work: up to WRITE_PARALLELISM writes in flight, and the next
         // chunk is listed while the current one is written. Chunks complete in order; a chunk's next token is saved
         // only when it and every chunk before it are done.
-        let mut chunks: VecDeque<Chunk> = VecDeque::new();
-        let mut next_seq = 0u64;
-        // The token to list next; None after the last chunk was listed.
-        let mut to_list: Option<Option<String>> = Some(token);
         let mut listing: Option<BoxFuture<'_, Result<Listed, Failure>>> = None;
-        let mut expired_in_a_row = 0;
         let mut in_flight: FuturesUnordered<BoxFuture<'_, (u64, Result<Rewrite, Failure>)>> = FuturesUnordered::new();
         loop {
             if cancelled(&cancel) {
                 return Err(Stop::Cancelled);
             }
-            // Completed chunks, oldest first: progress and token are saved.
-            while chunks.front().is_some_and(|c| c.todo.len() == 0 && c.outstanding == 0) {
-                let Some(c) = chunks.pop_front() else { break };
-                migrated += c.len as i64;
-                let (handled, remaining) = progress(migrated, &chunks, after_listed);
-                ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
-                tracing::debug!(migration = %self.name, done = c.done, skipped = c.skipped, migrated,
-                    remaining = ?remaining, more = c.next.is_some(), "chunk migrated");
-                let Some(next) = c.next else { return Ok(Ok(migrated)) };
-                let at_token = migrated.to_string();
-                self.save(Subresource::Main, |s| {
-                    s.spec.continue_token = Some(next.clone());
-                    let annotations = s.metadata.annotations.get_or_insert_with(Default::default);
-                    annotations.insert(ANNOTATION_MIGRATED_AT_TOKEN.into(), at_token.clone());
-                })
-                .await?;
-                self.save_progress(handled, remaining, &running_message, None).await?;
-                saved = Some((handled, remaining, None));
+            if let Some(total) = self.save_completed(&mut p, label, &running_message).await? {
+                return Ok(Ok(total));
             }
             // List ahead: at most the chunk being written and the next one are held.
-            if listing.is_none() && chunks.len() < 2 {
-                if let Some(token) = to_list.take() {
+            if listing.is_none() && p.chunks.len() < 2 {
+                if let Some(token) = p.to_list.take() {
                     let m = &m;
                     listing = Some(Box::pin(async move { m.list(token.as_deref()).await }));
                 }
             }
             // Keep the writes going.
             while in_flight.len() < WRITE_PARALLELISM {
-                let Some(c) = chunks.iter_mut().find(|c| c.todo.len() > 0) else { break };
+                let Some(c) = p.chunks.iter_mut().find(|c| c.todo.len() > 0) else { break };
                 let Some(item) = c.todo.next() else { break };
                 c.outstanding += 1;
                 let (seq, m) = (c.seq, &m);
@@ -344,7 +319,7 @@ impl Worker {
             }
             tokio::select! {
                 Some((seq, r)) = in_flight.next(), if !in_flight.is_empty() => {
-                    let Some(c) = chunks.iter_mut().find(|c| c.seq == seq) else { continue };
+                    let Some(c) = p.chunks.iter_mut().find(|c| c.seq == seq) else { continue };
                     c.outstanding -= 1;
                     match r {
                         Ok(Rewrite::Done) => c.done += 1,
@@ -356,64 +331,163 @@ impl Worker {
                 }
                 Some(r) = async { Some(listing.as_mut()?.await) }, if listing.is_some() => {
                     listing = None;
-                    match r {
-                        Ok(Listed::Chunk(list)) => {
-                            expired_in_a_row = 0;
-                            let next = list.metadata.continue_token.filter(|t| !t.is_empty());
-                            if next.is_some() {
-                                to_list = Some(next.clone());
-                            }
-                            after_listed = if next.is_some() {
-                                list.metadata.remaining_item_count.map(|n| n.max(0))
-                            } else {
-                                Some(0)
-                            };
-                            chunks.push_back(Chunk {
-                                seq: next_seq,
-                                len: list.items.len(),
-                                todo: list.items.into_iter(),
-                                outstanding: 0,
-                                done: 0,
-                                skipped: 0,
-                                next,
-                            });
-                            next_seq += 1;
-                            let (_, remaining) = progress(migrated, &chunks, after_listed);
-                            ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
-                        }
-                        Ok(Listed::Expired(next)) => {
-                            expired_in_a_row += 1;
-                            if expired_in_a_row >= ctx.target.config.max_attempts.max(1) {
-                                return Ok(Err(Failure::TokenExpired {
-                                    resource: m.qualified.clone(),
-                                    times: expired_in_a_row,
-                                }));
-                            }
-                            tracing::info!(migration = %self.name, restart = next.is_none(),
-                                "continue token expired (410): resuming with the inconsistent continue token");
-                            // Without a token from the server, starting over is safe: rewriting twice is harmless.
-                            to_list = Some(next);
-                        }
-                        Err(failure) => return Ok(Err(failure)),
+                    if let Err(failure) = self.listed(&mut p, r, &m, label) {
+                        return Ok(Err(failure));
                     }
                 }
-                _ = tick.tick() => {
-                    let (handled, remaining) = progress(migrated, &chunks, after_listed);
-                    ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
-                    let retrying = m.retrying.get();
-                    let now = (handled, remaining, retrying.clone());
-                    if saved.as_ref() != Some(&now) {
-                        self.save_progress(handled, remaining, &running_message, retrying.as_deref()).await?;
-                        saved = Some(now);
-                    }
-                    if logged.elapsed() >= LOG_INTERVAL {
-                        logged = std::time::Instant::now();
-                        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = handled,
-                            remaining = ?remaining, retrying = ?retrying, "migration progress");
-                    }
-                }
+                _ = tick.tick() => self.tick(&mut p, &m, label, &running_message).await?,
                 _ = until_cancelled(&mut cancel) => return Err(Stop::Cancelled),
             }
+        }
+    }
+
+    /// Objects handled before the saved token (the status may count some of the chunk after it, which is done
+    /// again).
+    fn migrated_at_token(&self, from_token: bool) -> i64 {
+        match from_token {
+            true => {
+                annotation(&self.svm.metadata, ANNOTATION_MIGRATED_AT_TOKEN).and_then(|n| n.parse().ok()).unwrap_or(0)
+            }
+            false => 0,
+        }
+    }
+
+    /// Marks the migration Running (the CRD first), or logs that it resumes. Returns the Running message.
+    async fn begin(&mut self, gvr: &GroupVersionResource, from_token: bool) -> Result<String, Stop> {
+        let why = annotation(&self.svm.metadata, crate::scheduler::trigger::ANNOTATION_REASON)
+            .unwrap_or("created by a user")
+            .to_string();
+        let running_message = format!("Migrating {}.", gvr.display());
+        if self.svm.is_true(CONDITION_RUNNING) {
+            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why,
+                resumed_from_token = from_token, "migration resumed");
+        } else {
+            // The CRD first: a crash before the migration reads Running starts (and marks the CRD) again.
+            self.ctx.crds.update(gvr, &self.name, crd::Phase::Started).await;
+            let message = running_message.clone();
+            self.save(Subresource::Status, |s| {
+                set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())
+            })
+            .await?;
+            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why, "migration started");
+            self.events.normal(EVENT_STARTED, &format!("Migrating {} ({why})", gvr.display()));
+        }
+        Ok(running_message)
+    }
+
+    /// Completed chunks, oldest first: progress and token are saved. Some(total) once the last chunk is done.
+    async fn save_completed(&mut self, p: &mut Pipeline, label: &str, running: &str) -> Result<Option<i64>, Stop> {
+        while p.chunks.front().is_some_and(|c| c.todo.len() == 0 && c.outstanding == 0) {
+            let Some(c) = p.chunks.pop_front() else { break };
+            p.migrated += c.len as i64;
+            let (handled, remaining) = progress(p.migrated, &p.chunks, p.after_listed);
+            self.ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
+            tracing::debug!(migration = %self.name, done = c.done, skipped = c.skipped, migrated = p.migrated,
+                remaining = ?remaining, more = c.next.is_some(), "chunk migrated");
+            let Some(next) = c.next else { return Ok(Some(p.migrated)) };
+            let at_token = p.migrated.to_string();
+            self.save(Subresource::Main, |s| {
+                s.spec.continue_token = Some(next.clone());
+                let annotations = s.metadata.annotations.get_or_insert_with(Default::default);
+                annotations.insert(ANNOTATION_MIGRATED_AT_TOKEN.into(), at_token.clone());
+            })
+            .await?;
+            self.save_progress(handled, remaining, running, None).await?;
+            p.saved = Some((handled, remaining, None));
+        }
+        Ok(None)
+    }
+
+    /// A LIST answered: its chunk joins the pipeline, or an expired token is resumed from.
+    fn listed(
+        &self,
+        p: &mut Pipeline,
+        r: Result<Listed, Failure>,
+        m: &Migrating<'_>,
+        label: &str,
+    ) -> Result<(), Failure> {
+        match r? {
+            Listed::Chunk(list) => {
+                p.expired_in_a_row = 0;
+                let next = list.metadata.continue_.filter(|t| !t.is_empty());
+                if next.is_some() {
+                    p.to_list = Some(next.clone());
+                }
+                p.after_listed =
+                    if next.is_some() { list.metadata.remaining_item_count.map(|n| n.max(0)) } else { Some(0) };
+                p.chunks.push_back(Chunk {
+                    seq: p.next_seq,
+                    len: list.items.len(),
+                    todo: list.items.into_iter(),
+                    outstanding: 0,
+                    done: 0,
+                    skipped: 0,
+                    next,
+                });
+                p.next_seq += 1;
+                let (_, remaining) = progress(p.migrated, &p.chunks, p.after_listed);
+                self.ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
+            }
+            Listed::Expired(next) => {
+                p.expired_in_a_row += 1;
+                if p.expired_in_a_row >= self.ctx.target.config.max_attempts.max(1) {
+                    return Err(Failure::TokenExpired { resource: m.qualified.clone(), times: p.expired_in_a_row });
+                }
+                tracing::info!(migration = %self.name, restart = next.is_none(),
+                    "continue token expired (410): resuming with the inconsistent continue token");
+                // Without a token from the server, starting over is safe: rewriting twice is harmless.
+                p.to_list = Some(next);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every PROGRESS_INTERVAL: progress saved when it changed, and logged now and then.
+    async fn tick(&mut self, p: &mut Pipeline, m: &Migrating<'_>, label: &str, running: &str) -> Result<(), Stop> {
+        let (handled, remaining) = progress(p.migrated, &p.chunks, p.after_listed);
+        self.ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
+        let retrying = m.retrying.get();
+        let now = (handled, remaining, retrying.clone());
+        if p.saved.as_ref() != Some(&now) {
+            self.save_progress(handled, remaining, running, retrying.as_deref()).await?;
+            p.saved = Some(now);
+        }
+        if p.logged.elapsed() >= LOG_INTERVAL {
+            p.logged = std::time::Instant::now();
+            tracing::info!(migration = %self.name, resource = %m.gvr.display(), objects = handled,
+                remaining = ?remaining, retrying = ?retrying, "migration progress");
+        }
+        Ok(())
+    }
+}
+
+/// Where one migration's pipeline stands.
+pub(super) struct Pipeline {
+    /// Objects handled before the chunks held.
+    pub(super) migrated: i64,
+    pub(super) chunks: VecDeque<Chunk>,
+    pub(super) next_seq: u64,
+    /// The token to list next; None after the last chunk was listed.
+    pub(super) to_list: Option<Option<String>>,
+    /// The latest listed chunk's remainingItemCount (0 after the last chunk); None before the first LIST.
+    pub(super) after_listed: Option<i64>,
+    pub(super) expired_in_a_row: u32,
+    /// The progress last saved (handled, remaining, retrying).
+    pub(super) saved: Option<(i64, Option<i64>, Option<String>)>,
+    pub(super) logged: std::time::Instant,
+}
+
+impl Pipeline {
+    fn new(migrated: i64, token: Option<String>) -> Self {
+        Pipeline {
+            migrated,
+            chunks: VecDeque::new(),
+            next_seq: 0,
+            to_list: Some(token),
+            after_listed: None,
+            expired_in_a_row: 0,
+            saved: None,
+            logged: std::time::Instant::now(),
         }
     }
 }

@@ -1,9 +1,12 @@
-//! The controllers: the reporter (every replica) and the decider (the leader).
+//! The storage-version trigger as a [`Trigger`]: its flags, the reporter (every replica) and the decider (the
+//! leader).
 
 use super::*;
 use crate::api::storage_state::StorageState;
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::error::qualified;
+use crate::scheduler::events::EventRecorder;
+use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
 use crate::scheduler::SchedulerConfig;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::jiff::Timestamp;
@@ -12,17 +15,72 @@ use kube::runtime::WatchStreamExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// Starts the reporter: every `--discovery-interval` it reads the target's discovery and reports the hashes.
-/// Returns the task and the versions it found (for the decider).
+/// The storage-version trigger's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StorageVersionFlags {
+    /// Run only the migrator of the scheduler: no discovery poll, migrations are requested by hand (kubectl create,
+    /// `migration-apiserver migrate`).
+    #[arg(long)]
+    pub disable_trigger: bool,
+    /// How often the trigger reads the target's discovery for storage version hashes.
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_duration)]
+    pub discovery_interval: Duration,
+    /// Finished migrations kept per resource.
+    #[arg(long, default_value_t = 5)]
+    pub migration_history: usize,
+}
+
+impl TriggerFlags for StorageVersionFlags {
+    fn trigger(&self) -> Option<Box<dyn Trigger>> {
+        (!self.disable_trigger).then(|| {
+            Box::new(StorageVersionTrigger {
+                interval: self.discovery_interval,
+                history: self.migration_history.max(1),
+                local: Local::default(),
+            }) as Box<dyn Trigger>
+        })
+    }
+}
+
+/// Storage version hashes from the target's discovery: the reporter on every replica, the decider on the leader;
+/// what the reporter discovers is shared with the decider of the same process ([`Local`]).
+pub struct StorageVersionTrigger {
+    interval: Duration,
+    history: usize,
+    local: Local,
+}
+
+impl StorageVersionTrigger {
+    fn config(&self, ctx: &TriggerContext) -> SchedulerConfig {
+        SchedulerConfig { discovery_interval: self.interval, migration_history: self.history, ..ctx.config.clone() }
+    }
+}
+
+impl Trigger for StorageVersionTrigger {
+    fn name(&self) -> &'static str {
+        "storage-version"
+    }
+
+    fn start_replica(&self, ctx: &TriggerContext) -> Option<tokio::task::JoinHandle<()>> {
+        Some(spawn_reporter(self.config(ctx), ctx.target.clone(), ctx.own.clone(), self.local.clone()))
+    }
+
+    fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<tokio::task::JoinHandle<()>> {
+        Some(spawn(self.config(ctx), ctx.own.clone(), self.local.clone(), events.clone()))
+    }
+}
+
+/// Starts the reporter: every `--discovery-interval` it reads the target's discovery and reports the hashes into
+/// the StorageStates, and the versions it found into `local` (for the decider).
 pub fn spawn_reporter(
     config: SchedulerConfig,
     target: kube::Client,
     own: OwnObjects,
-) -> (tokio::task::JoinHandle<()>, Local) {
-    let local = Local::default();
+    local: Local,
+) -> tokio::task::JoinHandle<()> {
     let s = local.served.clone();
     let mut checked = local.startup_checked.subscribe();
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         if config.replicas == Replicas::Several {
             if let Err(e) = recreate_stale(&own, Timestamp::now(), config.discovery_interval).await {
                 tracing::warn!(error = %e, "trigger: the start-up check of storagestates failed");
@@ -56,8 +114,7 @@ pub fn spawn_reporter(
             let interval = config.discovery_interval;
             tokio::time::sleep(if complete { interval } else { interval.min(Duration::from_secs(30)) }).await;
         }
-    });
-    (task, local)
+    })
 }
 
 /// Starts the decider (leader only), recording its decisions as Events.
@@ -65,7 +122,7 @@ pub fn spawn(
     config: SchedulerConfig,
     own: OwnObjects,
     local: Local,
-    events: crate::scheduler::events::EventRecorder,
+    events: EventRecorder,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let decider = Decider::new(own.clone(), &config, local.served.clone()).with_events(events);
@@ -138,10 +195,8 @@ pub(super) async fn run_decider(mut decider: Decider, own: OwnObjects, interval:
         }
         let changed: BTreeSet<String> =
             wakes.into_iter().filter_map(|w| if let Wake::Decide(name) = w { Some(name) } else { None }).collect();
-        for name in changed {
-            if let Err(e) = decider.resource(&name, Timestamp::now()).await {
-                tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying next period");
-            }
+        if let Err(e) = decider.resources(&changed, Timestamp::now()).await {
+            tracing::warn!(error = %e, "trigger: reading storageversionmigrations failed; retrying next period");
         }
     }
 }

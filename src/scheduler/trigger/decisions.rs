@@ -260,6 +260,27 @@ impl Decider {
         Ok(out)
     }
 
+    /// Decisions about the StorageStates named, outside the periodic rounds (they changed, or a migration of
+    /// their resource finished): the migrations are read once for all of them. A failed decision is logged and
+    /// retried at the next round.
+    pub async fn resources(&mut self, names: &BTreeSet<String>, now: Timestamp) -> Result<(), StoreError> {
+        let all = self.store.list_migrations().await?;
+        for name in names {
+            let decided = match self.store.get_state(name).await {
+                Ok(Some(s)) => {
+                    let mine = of_resource(&all, &s.spec.resource.group, &s.spec.resource.resource);
+                    self.apply(s, mine, now).await.map(drop)
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = decided {
+                tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying next period");
+            }
+        }
+        Ok(())
+    }
+
     /// A decision about one StorageState outside the periodic rounds (it changed, or a migration finished).
     pub async fn resource(&mut self, name: &str, now: Timestamp) -> Result<Outcome, StoreError> {
         let Some(s) = self.store.get_state(name).await? else { return Ok(Outcome::default()) };
@@ -291,35 +312,7 @@ impl Decider {
                 }
             }
             if let Some(hash) = &d.start {
-                let gvr = self.served.read().unwrap_or_else(|e| e.into_inner()).get(&name).cloned();
-                match gvr {
-                    Some(gvr) => {
-                        let persisted = state.status.as_ref().map(|s| &s.persisted_storage_version_hashes);
-                        let why = if reset {
-                            WHY_STALE
-                        } else if persisted.is_some_and(|p| p.iter().any(|h| h != UNKNOWN_HASH && h != hash)) {
-                            WHY_CHANGED_HASH
-                        } else {
-                            WHY_NEW_HASH
-                        };
-                        let (created, superseded) =
-                            start_migration(&self.store, &gvr, Some(hash), why, &migrations, now).await?;
-                        tracing::info!(resource = %name, hash = %hash, reason = why, migration = %name_of(&created),
-                            superseded = ?superseded, "trigger: storage version migration requested");
-                        let note = format!(
-                            "Requested StorageVersionMigration {} to storage version hash {hash}: {why}",
-                            name_of(&created)
-                        );
-                        self.record(&state, EVENT_MIGRATION_REQUESTED, "RequestMigration", &note);
-                        out.started = Some(name_of(&created).to_string());
-                        out.superseded.extend(superseded);
-                        self.reset_pending.remove(&name);
-                    }
-                    None => {
-                        out.waiting = Some("the local target does not serve the resource");
-                        tracing::warn!(resource = %name, "trigger: a migration is due but this replica's target does not serve the resource");
-                    }
-                }
+                self.start(&state, &migrations, hash, reset, now, &mut out).await?;
             } else if d.cancel.is_none() {
                 // At most one migration of a resource runs: the latest requested.
                 if let Some(keep) = latest(&migrations).map(|m| name_of(m).to_string()) {
@@ -358,5 +351,43 @@ impl Decider {
             }
         }
         Ok(out)
+    }
+
+    /// Requests the migration [`decide`] asked for (it supersedes the unfinished ones), with the version this
+    /// replica's target serves the resource in; none when it does not serve it.
+    async fn start(
+        &mut self,
+        state: &StorageState,
+        migrations: &[StorageVersionMigration],
+        hash: &str,
+        reset: bool,
+        now: Timestamp,
+        out: &mut Outcome,
+    ) -> Result<(), StoreError> {
+        let name = state.metadata.name.clone().unwrap_or_default();
+        let gvr = self.served.read().unwrap_or_else(|e| e.into_inner()).get(&name).cloned();
+        let Some(gvr) = gvr else {
+            out.waiting = Some("the local target does not serve the resource");
+            tracing::warn!(resource = %name, "trigger: a migration is due but this replica's target does not serve the resource");
+            return Ok(());
+        };
+        let persisted = state.status.as_ref().map(|s| &s.persisted_storage_version_hashes);
+        let why = if reset {
+            WHY_STALE
+        } else if persisted.is_some_and(|p| p.iter().any(|h| h != UNKNOWN_HASH && h != hash)) {
+            WHY_CHANGED_HASH
+        } else {
+            WHY_NEW_HASH
+        };
+        let (created, superseded) = start_migration(&self.store, &gvr, Some(hash), why, migrations, now).await?;
+        tracing::info!(resource = %name, hash = %hash, reason = why, migration = %name_of(&created),
+            superseded = ?superseded, "trigger: storage version migration requested");
+        let note =
+            format!("Requested StorageVersionMigration {} to storage version hash {hash}: {why}", name_of(&created));
+        self.record(state, EVENT_MIGRATION_REQUESTED, "RequestMigration", &note);
+        out.started = Some(name_of(&created).to_string());
+        out.superseded.extend(superseded);
+        self.reset_pending.remove(&name);
+        Ok(())
     }
 }
