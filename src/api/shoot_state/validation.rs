@@ -107,16 +107,21 @@ fn validate_reference(reference: &CrossVersionObjectReference, path: &str) -> Ve
     errs
 }
 
+/// `schema.ParseGroupVersion`'s error: more than one slash.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected GroupVersion string: {0}")]
+struct GroupVersionError(String);
+
 /// apimachinery's `schema.ParseGroupVersion`: `""` and `"/"` are the empty group version, so `"/v1"` names the core
 /// group just as `"v1"` does.
-fn parse_group_version(gv: &str) -> Result<(&str, &str), String> {
+fn parse_group_version(gv: &str) -> Result<(&str, &str), GroupVersionError> {
     if gv.is_empty() || gv == "/" {
         return Ok(("", ""));
     }
     match gv.split_once('/') {
         None => Ok(("", gv)),
         Some((group, version)) if !version.contains('/') => Ok((group, version)),
-        Some(_) => Err(format!("unexpected GroupVersion string: {gv}")),
+        Some(_) => Err(GroupVersionError(gv.to_owned())),
     }
 }
 
