@@ -61,9 +61,7 @@ fn item_element(item: &Value, kind: &ListKind, index: usize) -> Result<PathEleme
             for key in keys {
                 match item.get(key) {
                     Some(v) => fields.push((key.clone(), v.clone())),
-                    None => {
-                        return Err(Malformed::MissingKey { index, key: key.clone() })
-                    }
+                    None => return Err(Malformed::MissingKey { index, key: key.clone() }),
                 }
             }
             Ok(PathElement::key(fields))
