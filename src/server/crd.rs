@@ -8,6 +8,7 @@
 //! `type: object` (kube-apiserver owns its schema). Printer columns are the kind's Table columns that a JSONPath can
 //! express, then AGE, as in our Tables.
 
+use super::openapi::{API_VERSION_DESCRIPTION, KIND_DESCRIPTION};
 use crate::registry::strategy::Strategy;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -87,8 +88,35 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         // `true` or `{}`: any JSON value.
         _ => return Ok(json!({"x-kubernetes-preserve-unknown-fields": true})),
     };
-    // Fold references and single-schema wrappers (allOf [ref], anyOf [X, null]) into one node; the outer keys
-    // (description, extensions) win over the referenced schema's.
+    let mut out = folded(m, defs, depth)?;
+    node_type(m, &mut out)?;
+    if let Some(f) = m.get("format").and_then(Value::as_str).filter(|f| FORMATS.contains(f)) {
+        out.insert("format".into(), json!(f));
+    }
+    if let Some(c) = m.get("const") {
+        out.insert("enum".into(), json!([c]));
+    }
+    for (k, v) in m {
+        // apiextensions knows its own x-kubernetes- keys only; the patch-strategy markers the served OpenAPI
+        // carries (as kube-apiserver's built-in types do) have list-type equivalents there.
+        if KEPT.contains(&k.as_str()) || (k.starts_with("x-kubernetes-") && !k.starts_with("x-kubernetes-patch-")) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    if let Some(Value::String(d)) = out.get("description") {
+        let d = paragraphs(d);
+        out.insert("description".into(), json!(d));
+    }
+    children(m, defs, depth, &mut out)?;
+    if !out.contains_key("type") && !out.contains_key("x-kubernetes-int-or-string") {
+        out.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
+    }
+    Ok(Value::Object(out))
+}
+
+/// A node's references and single-schema wrappers (allOf [ref], anyOf [X, null]) folded into one node, on which
+/// the node's own keys (description, extensions) then win over the referenced schema's.
+fn folded(m: &Map<String, Value>, defs: &Map<String, Value>, depth: usize) -> Result<Map<String, Value>, CrdError> {
     let mut base: Option<Value> = None;
     if let Some(r) = m.get("$ref").and_then(Value::as_str) {
         let name = r.strip_prefix(REF_PREFIX).unwrap_or(r);
@@ -108,10 +136,14 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
             base = Some(structural(inner[0], defs, depth + 1)?);
         }
     }
-    let mut out = match base {
+    Ok(match base {
         Some(Value::Object(b)) => b,
         _ => Map::new(),
-    };
+    })
+}
+
+/// The node's type, without `null` (nullability is not structural).
+fn node_type(m: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), CrdError> {
     match m.get("type") {
         Some(Value::String(t)) if t != "null" => {
             out.insert("type".into(), json!(t));
@@ -127,23 +159,16 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         }
         _ => {}
     }
-    if let Some(f) = m.get("format").and_then(Value::as_str).filter(|f| FORMATS.contains(f)) {
-        out.insert("format".into(), json!(f));
-    }
-    if let Some(c) = m.get("const") {
-        out.insert("enum".into(), json!([c]));
-    }
-    for (k, v) in m {
-        // apiextensions knows its own x-kubernetes- keys only; the patch-strategy markers the served OpenAPI
-        // carries (as kube-apiserver's built-in types do) have list-type equivalents there.
-        if KEPT.contains(&k.as_str()) || (k.starts_with("x-kubernetes-") && !k.starts_with("x-kubernetes-patch-")) {
-            out.insert(k.clone(), v.clone());
-        }
-    }
-    if let Some(Value::String(d)) = out.get("description") {
-        let d = paragraphs(d);
-        out.insert("description".into(), json!(d));
-    }
+    Ok(())
+}
+
+/// The node's properties, items and map values, each in structural form.
+fn children(
+    m: &Map<String, Value>,
+    defs: &Map<String, Value>,
+    depth: usize,
+    out: &mut Map<String, Value>,
+) -> Result<(), CrdError> {
     if let Some(Value::Object(props)) = m.get("properties") {
         let mut p = Map::new();
         for (k, v) in props {
@@ -170,10 +195,7 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         out.insert("additionalProperties".into(), structural(ap, defs, depth + 1)?);
         out.entry("type").or_insert(json!("object"));
     }
-    if !out.contains_key("type") && !out.contains_key("x-kubernetes-int-or-string") {
-        out.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
-    }
-    Ok(Value::Object(out))
+    Ok(())
 }
 
 /// The kind's `openAPIV3Schema`.
@@ -185,8 +207,8 @@ pub fn schema(kind: &dyn Strategy) -> Result<Value, CrdError> {
     s["type"] = json!("object");
     let props = s.as_object_mut().and_then(|o| o.get_mut("properties")).and_then(Value::as_object_mut);
     let Some(props) = props else { return Err(CrdError::NoProperties(kind.info().kind)) };
-    props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"}));
-    props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}));
+    props.insert("apiVersion".into(), json!({"type": "string", "description": API_VERSION_DESCRIPTION}));
+    props.insert("kind".into(), json!({"type": "string", "description": KIND_DESCRIPTION}));
     let meta_description = props.get("metadata").and_then(|m| m.get("description")).cloned();
     let mut meta = json!({"type": "object"});
     if let Some(d) = meta_description {
