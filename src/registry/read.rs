@@ -69,7 +69,7 @@ impl Resource {
                 ));
                 e.details = Some(Box::new(crate::error::Details {
                     causes: vec![FieldError {
-                        reason: "ResourceVersionTooLarge",
+                        reason: crate::error::CauseType::ResourceVersionTooLarge,
                         field: String::new(),
                         message: "Too large resource version".into(),
                     }],

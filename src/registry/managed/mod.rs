@@ -361,7 +361,7 @@ impl From<Failure> for ApiError {
         let causes = conflicts
             .iter()
             .map(|(m, p)| FieldError {
-                reason: "FieldManagerConflict",
+                reason: crate::error::CauseType::FieldManagerConflict,
                 field: path_string(p),
                 message: format!("conflict with {m}"),
             })
