@@ -9,12 +9,56 @@ use crate::storage::{CorruptValue, StorageError};
 /// A field-level problem, as kube-apiserver reports it in `details.causes`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FieldError {
-    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, `FieldValueDuplicate`, `FieldValueForbidden`, `FieldValueTooLong`.
-    pub reason: &'static str,
+    pub reason: CauseType,
     pub field: String,
     /// The full message, e.g. `spec.resource.resource: Required value` (Go's `field.Error.Error()`): the field path,
     /// then [`body`](Self::body).
     pub message: String,
+}
+
+/// A cause's reason, as apimachinery's `metav1.CauseType` names it (serialised by its name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum CauseType {
+    FieldValueRequired,
+    FieldValueInvalid,
+    FieldValueNotSupported,
+    FieldValueDuplicate,
+    FieldValueForbidden,
+    FieldValueTooLong,
+    /// A server-side apply conflict with another manager.
+    FieldManagerConflict,
+    /// A read at a resourceVersion the store has not reached.
+    ResourceVersionTooLarge,
+    /// A stored object that cannot be read.
+    UnexpectedServerResponse,
+}
+
+impl CauseType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CauseType::FieldValueRequired => "FieldValueRequired",
+            CauseType::FieldValueInvalid => "FieldValueInvalid",
+            CauseType::FieldValueNotSupported => "FieldValueNotSupported",
+            CauseType::FieldValueDuplicate => "FieldValueDuplicate",
+            CauseType::FieldValueForbidden => "FieldValueForbidden",
+            CauseType::FieldValueTooLong => "FieldValueTooLong",
+            CauseType::FieldManagerConflict => "FieldManagerConflict",
+            CauseType::ResourceVersionTooLarge => "ResourceVersionTooLarge",
+            CauseType::UnexpectedServerResponse => "UnexpectedServerResponse",
+        }
+    }
+}
+
+impl std::fmt::Display for CauseType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for CauseType {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 fn quote(v: &str) -> String {
@@ -30,17 +74,21 @@ impl FieldError {
     }
     pub fn required(field: impl Into<String>) -> Self {
         let field = field.into();
-        FieldError { reason: "FieldValueRequired", message: format!("{field}: Required value"), field }
+        FieldError { reason: CauseType::FieldValueRequired, message: format!("{field}: Required value"), field }
     }
     pub fn required_msg(field: impl Into<String>, detail: &str) -> Self {
         let field = field.into();
-        FieldError { reason: "FieldValueRequired", message: format!("{field}: Required value: {detail}"), field }
+        FieldError {
+            reason: CauseType::FieldValueRequired,
+            message: format!("{field}: Required value: {detail}"),
+            field,
+        }
     }
     /// `field: Invalid value: "value": detail`
     pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
         let field = field.into();
         FieldError {
-            reason: "FieldValueInvalid",
+            reason: CauseType::FieldValueInvalid,
             message: format!("{field}: Invalid value: {}: {detail}", quote(value)),
             field,
         }
@@ -52,14 +100,18 @@ impl FieldError {
             serde_json::Value::String(s) => quote(s),
             other => other.to_string(),
         };
-        FieldError { reason: "FieldValueInvalid", message: format!("{field}: Invalid value: {v}: {detail}"), field }
+        FieldError {
+            reason: CauseType::FieldValueInvalid,
+            message: format!("{field}: Invalid value: {v}: {detail}"),
+            field,
+        }
     }
     /// Invalid for a value already rendered as Go renders it (e.g. a struct as its `encoding/json` text, in the
     /// struct's field order, which a `serde_json::Value` would sort).
     pub fn invalid_rendered(field: impl Into<String>, rendered: &str, detail: &str) -> Self {
         let field = field.into();
         FieldError {
-            reason: "FieldValueInvalid",
+            reason: CauseType::FieldValueInvalid,
             message: format!("{field}: Invalid value: {rendered}: {detail}"),
             field,
         }
@@ -68,7 +120,7 @@ impl FieldError {
         let field = field.into();
         let list: Vec<String> = allowed.iter().map(|a| quote(a)).collect();
         FieldError {
-            reason: "FieldValueNotSupported",
+            reason: CauseType::FieldValueNotSupported,
             message: format!("{field}: Unsupported value: {}: supported values: {}", quote(value), list.join(", ")),
             field,
         }
@@ -76,19 +128,19 @@ impl FieldError {
     pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
         let field = field.into();
         FieldError {
-            reason: "FieldValueDuplicate",
+            reason: CauseType::FieldValueDuplicate,
             message: format!("{field}: Duplicate value: {}", quote(value)),
             field,
         }
     }
     pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
         let field = field.into();
-        FieldError { reason: "FieldValueForbidden", message: format!("{field}: Forbidden: {detail}"), field }
+        FieldError { reason: CauseType::FieldValueForbidden, message: format!("{field}: Forbidden: {detail}"), field }
     }
     pub fn too_long(field: impl Into<String>, max: usize) -> Self {
         let field = field.into();
         FieldError {
-            reason: "FieldValueTooLong",
+            reason: CauseType::FieldValueTooLong,
             message: format!("{field}: Too long: may not be more than {max} bytes"),
             field,
         }
@@ -346,7 +398,7 @@ impl ApiError {
         let causes = values
             .iter()
             .map(|v| FieldError {
-                reason: "UnexpectedServerResponse",
+                reason: CauseType::UnexpectedServerResponse,
                 field: v.key.clone(),
                 message: v.message.clone(),
             })
@@ -521,7 +573,11 @@ mod tests {
         assert_eq!(e.message, "Namespace \"n\" is invalid: spec.x: Required value");
         assert_eq!(e.status()["details"]["causes"].as_array().map(Vec::len), Some(2));
         // A cause whose message does not start with its field (a storage key and why it cannot be read) is sent whole.
-        let unreadable = FieldError { reason: "X", field: "/registry/k".into(), message: "bad data".into() };
+        let unreadable = FieldError {
+            reason: CauseType::UnexpectedServerResponse,
+            field: "/registry/k".into(),
+            message: "bad data".into(),
+        };
         assert_eq!(unreadable.body(), "bad data");
     }
 }

@@ -193,13 +193,30 @@ impl Kind for ShootState {
         // object is the one served), so that every list path shows the same size.
         let served_rv =
             self.metadata.resource_version.as_ref().map_or(0, |rv| r#""resourceVersion":"","#.len() + rv.len());
-        let size = serde_json::to_vec(self).map(|b| b.len()).unwrap_or(0).saturating_sub(served_rv);
+        let mut counted = ByteCount(0);
+        let size = match serde_json::to_writer(&mut counted, self) {
+            Ok(()) => counted.0.saturating_sub(served_rv),
+            Err(_) => 0,
+        };
         vec![
             Value::from(self.spec.gardener.len()),
             Value::from(self.spec.extensions.len()),
             Value::from(human_bytes(size)),
             Value::from(self.spec.resources.len()),
         ]
+    }
+}
+
+/// Counts the bytes written to it: the size of a serialisation without building it (a Table row per object).
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -156,55 +156,15 @@ pub async fn build(
         _ => None,
     };
     if let Some(path) = client_ca_file {
-        trust.set_client_ca(Some(CaBundle::from_file(&path)?));
-        let t = trust.clone();
-        let p = path.clone();
-        tasks.push(watch_files(vec![path], FILE_CHECK_INTERVAL, move || {
-            t.set_client_ca(Some(CaBundle::from_file(&p)?));
-            tracing::info!(path = %p.display(), "reloaded client CA");
-            Ok(())
-        }));
+        tasks.push(client_ca_from_file(&trust, path)?);
     }
-
     // The front proxy: a flag, else the ConfigMap.
     if let Some(path) = &args.requestheader_client_ca_file {
-        let load = {
-            let args = args.clone();
-            let path = path.clone();
-            move || -> Result<RequestHeaderConfig> {
-                RequestHeaderConfig::new(
-                    CaBundle::from_file(&path)?,
-                    &args.requestheader_allowed_names,
-                    &args.requestheader_username_headers,
-                    &args.requestheader_uid_headers,
-                    &args.requestheader_group_headers,
-                    &args.requestheader_extra_headers_prefix,
-                )
-                .map_err(|e| Error::file(&path, e.to_string()))
-            }
-        };
-        trust.set_request_header(Some(load()?));
-        let t = trust.clone();
-        let p = path.clone();
-        tasks.push(watch_files(vec![path.clone()], FILE_CHECK_INTERVAL, move || {
-            t.set_request_header(Some(load()?));
-            tracing::info!(path = %p.display(), "reloaded front-proxy CA");
-            Ok(())
-        }));
+        tasks.push(front_proxy_from_file(&trust, args, path)?);
     }
 
-    let configmap_client_ca = lookup && args.client_ca_file.is_none();
-    let configmap_request_header = lookup && args.requestheader_client_ca_file.is_none();
-    if let (Some(config), true) = (&authn_config, configmap_client_ca || configmap_request_header) {
-        let applier = Arc::new(ConfigMapTrust::new(trust.clone(), configmap_client_ca, configmap_request_header));
-        match applier.load(&review_client(config.clone())?).await {
-            Ok(_) => {}
-            Err(e) if args.authentication_tolerate_lookup_failure => {
-                tracing::warn!(error = %e, "starting without the cluster's client CA and front-proxy configuration")
-            }
-            Err(e) => return Err(e),
-        }
-        tasks.push(applier.spawn_watch(watch_client(config.clone())?, CONFIGMAP_WATCH_TIMEOUT, CONFIGMAP_RETRY));
+    if let (Some(config), true) = (&authn_config, lookup) {
+        tasks.extend(configmap_trust(&trust, args, config).await?);
     }
 
     let mut authenticator = Authenticator::new().with_trust(trust.clone());
@@ -217,16 +177,7 @@ pub async fn build(
         authenticator = authenticator.with_token_review(Arc::new(reviewer));
     }
 
-    let mode = match (args.authorization_mode, &args.authorization_kubeconfig, in_cluster()) {
-        (AuthorizationModeArg::AlwaysAllow, _, _) => AuthorizationMode::AlwaysAllow,
-        (AuthorizationModeArg::Webhook, Some(path), _) => AuthorizationMode::Delegated(Arc::new(
-            SubjectAccessReviewer::new(review_client(kube_config(Some(path)).await?)?),
-        )),
-        (AuthorizationModeArg::Webhook, None, true) => {
-            AuthorizationMode::Delegated(Arc::new(SubjectAccessReviewer::new(review_client(kube_config(None).await?)?)))
-        }
-        (AuthorizationModeArg::Webhook, None, false) => AuthorizationMode::MastersOnly,
-    };
+    let mode = authorization_mode(args).await?;
     let state = trust.current();
     tracing::info!(
         client_ca = state.client_ca.is_some(),
@@ -254,6 +205,84 @@ pub async fn build(
         serving,
         tasks,
     })
+}
+
+/// Trusts what the cluster's `extension-apiserver-authentication` ConfigMap says that no flag says (the client CA,
+/// the front proxy), and follows it.
+async fn configmap_trust(
+    trust: &Arc<ClientTrust>,
+    args: &AuthArgs,
+    config: &kube::Config,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let client_ca = args.client_ca_file.is_none();
+    let request_header = args.requestheader_client_ca_file.is_none();
+    if !(client_ca || request_header) {
+        return Ok(None);
+    }
+    let applier = Arc::new(ConfigMapTrust::new(trust.clone(), client_ca, request_header));
+    match applier.load(&review_client(config.clone())?).await {
+        Ok(_) => {}
+        Err(e) if args.authentication_tolerate_lookup_failure => {
+            tracing::warn!(error = %e, "starting without the cluster's client CA and front-proxy configuration")
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(Some(applier.spawn_watch(watch_client(config.clone())?, CONFIGMAP_WATCH_TIMEOUT, CONFIGMAP_RETRY)))
+}
+
+/// Trusts the client CA in `path`, and again whenever the file changes.
+fn client_ca_from_file(trust: &Arc<ClientTrust>, path: PathBuf) -> Result<tokio::task::JoinHandle<()>> {
+    trust.set_client_ca(Some(CaBundle::from_file(&path)?));
+    let t = trust.clone();
+    let p = path.clone();
+    Ok(watch_files(vec![path], FILE_CHECK_INTERVAL, move || {
+        t.set_client_ca(Some(CaBundle::from_file(&p)?));
+        tracing::info!(path = %p.display(), "reloaded client CA");
+        Ok(())
+    }))
+}
+
+/// Trusts the front proxy's CA in `path` (with the request header flags), and again whenever the file changes.
+fn front_proxy_from_file(
+    trust: &Arc<ClientTrust>,
+    args: &AuthArgs,
+    path: &Path,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let load = {
+        let args = args.clone();
+        let path = path.to_path_buf();
+        move || -> Result<RequestHeaderConfig> {
+            RequestHeaderConfig::new(
+                CaBundle::from_file(&path)?,
+                &args.requestheader_allowed_names,
+                &args.requestheader_username_headers,
+                &args.requestheader_uid_headers,
+                &args.requestheader_group_headers,
+                &args.requestheader_extra_headers_prefix,
+            )
+            .map_err(|e| Error::file(&path, e.to_string()))
+        }
+    };
+    trust.set_request_header(Some(load()?));
+    let t = trust.clone();
+    let p = path.to_path_buf();
+    Ok(watch_files(vec![path.to_path_buf()], FILE_CHECK_INTERVAL, move || {
+        t.set_request_header(Some(load()?));
+        tracing::info!(path = %p.display(), "reloaded front-proxy CA");
+        Ok(())
+    }))
+}
+
+/// Who decides authorization: everyone allowed, SubjectAccessReviews to the cluster (its kubeconfig flag, else
+/// in-cluster), or, standalone, system:masters only.
+async fn authorization_mode(args: &AuthArgs) -> Result<AuthorizationMode> {
+    let path = match (args.authorization_mode, &args.authorization_kubeconfig, in_cluster()) {
+        (AuthorizationModeArg::AlwaysAllow, _, _) => return Ok(AuthorizationMode::AlwaysAllow),
+        (AuthorizationModeArg::Webhook, None, false) => return Ok(AuthorizationMode::MastersOnly),
+        (AuthorizationModeArg::Webhook, path, _) => path.as_deref(),
+    };
+    let reviewer = SubjectAccessReviewer::new(review_client(kube_config(path).await?)?);
+    Ok(AuthorizationMode::Delegated(Arc::new(reviewer)))
 }
 
 /// Calls `reload` whenever the content of `paths` changes (checked every `interval`). A failed reload (e.g. a new

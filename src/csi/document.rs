@@ -28,9 +28,11 @@ pub enum Format {
 
 /// JSON when the text starts like JSON, else YAML.
 pub fn detect(text: &str) -> Format {
-    match text.trim_start().chars().next() {
-        Some('{') | Some('[') => Format::Json,
-        _ => Format::Yaml,
+    let start = text.trim_start();
+    if start.starts_with("{") || start.starts_with("[") {
+        Format::Json
+    } else {
+        Format::Yaml
     }
 }
 

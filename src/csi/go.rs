@@ -88,7 +88,7 @@ enum Part {
 /// error: `parse "<url>": <reason>`. Only the checks such a URL passes through are here: control characters, the
 /// authority (userinfo, host, port, a bracketed IP literal) and the escapes of every part.
 pub fn url_path(raw: &str) -> Result<String> {
-    let fail = |url: &str, reason: String| TranslationError::new(format!("parse {}: {reason}", quote(url)));
+    let fail = |url: &str, reason: UrlError| TranslationError::new(format!("parse {}: {reason}", quote(url)));
     // Go cuts the fragment off first and names the URL without it, unless the fragment itself is the problem.
     let (url, fragment) = raw.split_once('#').map_or((raw, ""), |(u, f)| (u, f));
     let path = parse_authority_and_path(url).map_err(|r| fail(url, r))?;
@@ -98,11 +98,32 @@ pub fn url_path(raw: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&path).into_owned())
 }
 
-type Reason = std::result::Result<Vec<u8>, String>;
+/// Go's `url.Parse` reasons, as it writes them; the caller prefixes the URL. Quoted parts are already `%q`-quoted.
+#[derive(Debug, thiserror::Error)]
+enum UrlError {
+    #[error("net/url: invalid control character in URL")]
+    ControlCharacter,
+    #[error("net/url: invalid userinfo")]
+    Userinfo,
+    #[error("invalid IP-literal")]
+    IpLiteral,
+    #[error("missing ']' in host")]
+    MissingBracket,
+    #[error("invalid port {0} after host")]
+    Port(String),
+    #[error("invalid host: ParseAddr({0}): unable to parse IP")]
+    Addr(String),
+    #[error("invalid URL escape {0}")]
+    Escape(String),
+    #[error("invalid character {0} in host name")]
+    HostCharacter(String),
+}
+
+type Reason = std::result::Result<Vec<u8>, UrlError>;
 
 fn parse_authority_and_path(url: &str) -> Reason {
     if url.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return Err("net/url: invalid control character in URL".into());
+        return Err(UrlError::ControlCharacter);
     }
     let rest = url.split_once("://").map_or("", |(_, r)| r);
     let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
@@ -114,7 +135,7 @@ fn parse_authority_and_path(url: &str) -> Reason {
     parse_host(host.as_bytes())?;
     if let Some(userinfo) = userinfo {
         if !userinfo.chars().all(|c| c.is_ascii_alphanumeric() || "-._:~!$&'()*+,;=%@".contains(c)) {
-            return Err("net/url: invalid userinfo".into());
+            return Err(UrlError::Userinfo);
         }
         let (user, password) = userinfo.split_once(':').map_or((userinfo, ""), |(u, p)| (u, p));
         unescape(user.as_bytes(), Part::Other)?;
@@ -125,13 +146,13 @@ fn parse_authority_and_path(url: &str) -> Reason {
 
 /// `url.parseHost` for a scheme other than http(s): the port follows the last colon; a host starting with `[` is an
 /// IPv6 literal (with an optional `%25` zone); `%` escapes only non-ASCII bytes.
-fn parse_host(host: &[u8]) -> std::result::Result<(), String> {
-    let invalid_port = |p: &[u8]| Err(format!("invalid port {} after host", quote_bytes(p)));
+fn parse_host(host: &[u8]) -> std::result::Result<(), UrlError> {
+    let invalid_port = |p: &[u8]| Err(UrlError::Port(quote_bytes(p)));
     match host.iter().rposition(|&b| b == b'[') {
-        Some(i) if i > 0 => return Err("invalid IP-literal".into()),
+        Some(i) if i > 0 => return Err(UrlError::IpLiteral),
         Some(_) => {
             let Some(close) = host.iter().rposition(|&b| b == b']') else {
-                return Err("missing ']' in host".into());
+                return Err(UrlError::MissingBracket);
             };
             let port = &host[close + 1..];
             if !valid_optional_port(port) {
@@ -156,16 +177,16 @@ fn parse_host(host: &[u8]) -> std::result::Result<(), String> {
 
 /// Only an IPv6 address may stand in brackets. Go reports other text with `netip.ParseAddr`'s reason; ours is its
 /// reason for text that is no IP at all, whatever the text (see the README).
-fn ip_literal(unescaped: &[u8]) -> std::result::Result<(), String> {
+fn ip_literal(unescaped: &[u8]) -> std::result::Result<(), UrlError> {
     let text = String::from_utf8_lossy(unescaped);
     let (addr, zone) = text.split_once('%').map_or((&*text, None), |(a, z)| (a, Some(z)));
     if zone.is_none() && addr.parse::<std::net::Ipv4Addr>().is_ok() {
-        return Err("invalid IP-literal".into());
+        return Err(UrlError::IpLiteral);
     }
     if addr.parse::<std::net::Ipv6Addr>().is_ok() && zone != Some("") {
         return Ok(());
     }
-    Err(format!("invalid host: ParseAddr({}): unable to parse IP", quote_bytes(unescaped)))
+    Err(UrlError::Addr(quote_bytes(unescaped)))
 }
 
 /// `validOptionalPort`: empty, or a colon and digits.
@@ -185,7 +206,7 @@ fn escaped_in_host(b: u8) -> bool {
 /// `url.unescape`: `%XX` decoded; a malformed escape, an escaped ASCII byte in a host (but `%25`), an escaped byte
 /// that could not stand unescaped in a zone, and a raw byte that may not stand in a host or zone are errors.
 fn unescape(s: &[u8], part: Part) -> Reason {
-    let escape_error = |e: &[u8]| format!("invalid URL escape {}", quote_bytes(e));
+    let escape_error = |e: &[u8]| UrlError::Escape(quote_bytes(e));
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {
@@ -208,7 +229,7 @@ fn unescape(s: &[u8], part: Part) -> Reason {
             i += 3;
         } else {
             if part != Part::Other && b < 0x80 && escaped_in_host(b) {
-                return Err(format!("invalid character {} in host name", quote_bytes(&[b])));
+                return Err(UrlError::HostCharacter(quote_bytes(&[b])));
             }
             out.push(b);
             i += 1;

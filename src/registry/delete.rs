@@ -6,6 +6,7 @@ use super::strategy::Kind;
 use super::{now, parse_rv, DeleteOptions, ListOut, ListParams, ObjectRef, Resource};
 use crate::error::{ApiError, ApiResult, FieldError, StatusReason};
 use crate::storage::StorageError;
+use kube::api::PropagationPolicy;
 use serde_json::{json, Value};
 
 impl<K: Kind> Store<K> {
@@ -40,10 +41,10 @@ impl<K: Kind> Store<K> {
             let had = obj.meta().finalizers.clone().unwrap_or_default();
             let mut finalizers = had.clone();
             if at.config.gc_finalizers {
-                let add = match opts.propagation_policy.as_deref() {
-                    Some("Foreground") => Some("foregroundDeletion"),
-                    Some("Orphan") => Some("orphan"),
-                    _ => None,
+                let add = match opts.propagation_policy {
+                    Some(PropagationPolicy::Foreground) => Some("foregroundDeletion"),
+                    Some(PropagationPolicy::Orphan) => Some("orphan"),
+                    Some(PropagationPolicy::Background) | None => None,
                 };
                 if let Some(f) = add.filter(|f| !finalizers.iter().any(|x| x == f)) {
                     finalizers.push(f.to_string());

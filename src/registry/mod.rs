@@ -14,6 +14,7 @@ mod json_patch;
 pub mod managed;
 pub mod object_meta;
 mod read;
+pub use read::WatchEventType;
 pub mod selectors;
 mod splice;
 mod steps;
@@ -98,7 +99,7 @@ pub struct DeleteOptions {
     pub dry_run: bool,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
-    pub propagation_policy: Option<String>,
+    pub propagation_policy: Option<kube::api::PropagationPolicy>,
     /// `ignoreStoreReadErrorWithClusterBreakingPotential`: remove an object that cannot be read, without reading
     /// it (the caller has authorized `unsafe-delete-ignore-read-errors`).
     pub ignore_store_read_error: bool,
@@ -152,7 +153,7 @@ pub struct WatchParams {
 #[derive(Debug)]
 pub enum WatchOut {
     Event {
-        kind: &'static str,
+        kind: WatchEventType,
         object: Value,
     },
     /// A bookmark at this revision; `initial_events_end` marks the end of `sendInitialEvents`.

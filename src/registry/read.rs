@@ -7,9 +7,49 @@ use super::splice::splice_stored;
 use super::{expired_continue, parse_rv, ListOut, ListParams, RawObject, Resource, WatchOut, WatchParams};
 use crate::error::{ApiError, ApiResult, FieldError};
 use crate::storage::{EventKind, KeyValue, ListOptions, StorageError, WatchItem};
+use kube::api::VersionMatch;
 use serde_json::Value;
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// The `resourceVersionMatch` parameter and its values, as clients send them.
+const RV_MATCH: &str = "resourceVersionMatch";
+const EXACT: &str = "Exact";
+const NOT_OLDER_THAN: &str = "NotOlderThan";
+
+/// The type of a watch event, as the wire names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum WatchEventType {
+    Added,
+    Modified,
+    Deleted,
+    Bookmark,
+    Error,
+}
+
+impl WatchEventType {
+    /// The wire name (`ADDED`, ...), as protobuf's WatchEvent carries it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchEventType::Added => "ADDED",
+            WatchEventType::Modified => "MODIFIED",
+            WatchEventType::Deleted => "DELETED",
+            WatchEventType::Bookmark => "BOOKMARK",
+            WatchEventType::Error => "ERROR",
+        }
+    }
+}
+
+/// What the pages of a list gave: the items kept, the revision read at, whether more follow (and how many objects
+/// the store still holds after the last key read).
+struct Pages<T> {
+    items: Vec<T>,
+    read_at: Option<u64>,
+    more: bool,
+    remaining: u64,
+    last_key: Option<String>,
+}
 
 impl Resource {
     pub async fn get(&self, namespace: Option<&str>, name: &str, version: &str) -> ApiResult<Value> {
@@ -29,7 +69,7 @@ impl Resource {
                 ));
                 e.details = Some(Box::new(crate::error::Details {
                     causes: vec![FieldError {
-                        reason: "ResourceVersionTooLarge",
+                        reason: crate::error::CauseType::ResourceVersionTooLarge,
                         field: String::new(),
                         message: "Too large resource version".into(),
                     }],
@@ -94,34 +134,54 @@ impl Resource {
     ) -> ApiResult<ListOut<T>> {
         self.stored("list")?;
         let prefix = self.prefix(namespace);
-        let rv_match = p.resource_version_match.as_deref().unwrap_or("");
-        let rv = p.resource_version.as_deref().unwrap_or("");
-        if !rv_match.is_empty() {
-            if !matches!(rv_match, "Exact" | "NotOlderThan") {
-                return Err(self.invalid(
-                    "",
-                    vec![FieldError::not_supported("resourceVersionMatch", rv_match, &["Exact", "NotOlderThan"])],
-                ));
+        let version_match = self.version_match(p)?;
+        let (start_after, revision) = self.list_start(&prefix, p, version_match).await?;
+        let pages = self.read_pages(&prefix, p, start_after, revision, &mut item).await?;
+        let revision = pages.read_at.unwrap_or_else(|| self.storage.current_revision());
+        let continue_token = match (&pages.last_key, pages.more) {
+            (Some(k), true) => Some(
+                ContinueToken { revision: Some(revision), start: k.strip_prefix(&prefix).unwrap_or(k).to_string() }
+                    .encode(),
+            ),
+            _ => None,
+        };
+        let filtered = !p.label_selector.is_empty() || !p.field_selector.is_empty();
+        let remaining = (pages.more && !filtered).then_some(pages.remaining as i64);
+        Ok(ListOut { items: pages.items, revision, continue_token, remaining })
+    }
+
+    /// The list's resourceVersionMatch, checked against its resourceVersion as kube-apiserver checks it.
+    fn version_match(&self, p: &ListParams) -> ApiResult<Option<VersionMatch>> {
+        let version_match = match p.resource_version_match.as_deref().unwrap_or("") {
+            "" => return Ok(None),
+            EXACT => VersionMatch::Exact,
+            NOT_OLDER_THAN => VersionMatch::NotOlderThan,
+            other => {
+                let allowed = [EXACT, NOT_OLDER_THAN];
+                return Err(self.invalid("", vec![FieldError::not_supported(RV_MATCH, other, &allowed)]));
             }
-            if rv.is_empty() {
-                return Err(self.invalid(
-                    "",
-                    vec![FieldError::forbidden(
-                        "resourceVersionMatch",
-                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
-                    )],
-                ));
+        };
+        let forbidden = |why: &str| self.invalid("", vec![FieldError::forbidden(RV_MATCH, why)]);
+        match p.resource_version.as_deref().unwrap_or("") {
+            "" => Err(forbidden("resourceVersionMatch is forbidden unless resourceVersion is provided")),
+            "0" if version_match == VersionMatch::Exact => {
+                Err(forbidden("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""))
             }
-            if rv_match == "Exact" && rv == "0" {
-                return Err(self.invalid(
-                    "",
-                    vec![FieldError::forbidden(
-                        "resourceVersionMatch",
-                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-                    )],
-                ));
-            }
+            _ => Ok(Some(version_match)),
         }
+    }
+
+    /// Where a list starts (the key to start after) and the revision it reads at, from its continue token or its
+    /// resourceVersion. A revision the store has not reached (an exact resourceVersion, or one in a continue token)
+    /// is waited for briefly, then a 504 as kube-apiserver answers it: never a list "at" a revision that does not
+    /// exist.
+    async fn list_start(
+        &self,
+        prefix: &str,
+        p: &ListParams,
+        version_match: Option<VersionMatch>,
+    ) -> ApiResult<(Option<String>, Option<u64>)> {
+        let rv = p.resource_version.as_deref().unwrap_or("");
         let (mut start_after, mut revision) = (None, None);
         if let Some(token) = p.continue_token.as_deref().filter(|t| !t.is_empty()) {
             if !rv.is_empty() && rv != "0" {
@@ -132,44 +192,45 @@ impl Resource {
             revision = t.revision;
         } else if !rv.is_empty() && rv != "0" {
             let n = parse_rv(rv)?;
-            if rv_match == "Exact" {
+            if version_match == Some(VersionMatch::Exact) {
                 revision = Some(n);
             } else {
                 self.wait_for_revision(n).await?;
             }
         }
-        // A revision the store has not reached (an exact resourceVersion, or one in a continue token) is waited
-        // for briefly, then a 504 as kube-apiserver answers it: never a list "at" a revision that does not exist.
         if let Some(n) = revision {
             self.wait_for_revision(n).await?;
         }
-        let filtered = !p.label_selector.is_empty() || !p.field_selector.is_empty();
-        let mut items = Vec::new();
-        let mut read_at = revision;
-        let (mut more, mut remaining, mut last_key);
-        last_key = None::<String>;
+        Ok((start_after, revision))
+    }
+
+    /// Reads pages from `start_after` at `revision` until `p.limit` items are kept (all, without a limit).
+    async fn read_pages<T>(
+        &self,
+        prefix: &str,
+        p: &ListParams,
+        mut start_after: Option<String>,
+        revision: Option<u64>,
+        item: &mut impl FnMut(&KeyValue) -> ApiResult<Option<T>>,
+    ) -> ApiResult<Pages<T>> {
+        let mut pages = Pages { items: Vec::new(), read_at: revision, more: false, remaining: 0, last_key: None };
         let mut unreadable = Vec::new();
         loop {
-            let res = self
-                .storage
-                .list(&prefix, ListOptions { start_after: start_after.clone(), limit: p.limit, revision: read_at })
-                .await
-                .map_err(|e| match e {
-                    StorageError::Expired { .. } if p.continue_token.is_some() => {
-                        expired_continue(&prefix, &start_after)
-                    }
-                    StorageError::Expired { requested, oldest } => {
-                        ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
-                    }
-                    StorageError::Corrupt(values) => ApiError::store_read_error(self.info().plural, &prefix, &values),
-                    other => other.into(),
-                })?;
-            read_at = Some(res.revision);
-            more = res.more;
-            remaining = res.remaining;
+            let options = ListOptions { start_after: start_after.clone(), limit: p.limit, revision: pages.read_at };
+            let res = self.storage.list(prefix, options).await.map_err(|e| match e {
+                StorageError::Expired { .. } if p.continue_token.is_some() => expired_continue(prefix, &start_after),
+                StorageError::Expired { requested, oldest } => {
+                    ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
+                }
+                StorageError::Corrupt(values) => ApiError::store_read_error(self.info().plural, prefix, &values),
+                other => other.into(),
+            })?;
+            pages.read_at = Some(res.revision);
+            pages.more = res.more;
+            pages.remaining = res.remaining;
             let n = res.items.len();
             for (idx, kv) in res.items.iter().enumerate() {
-                last_key = Some(kv.key.clone());
+                pages.last_key = Some(kv.key.clone());
                 let read = match item(kv) {
                     // Every unreadable object of the list is named, not just the first.
                     Err(e) if !e.unreadable.is_empty() => {
@@ -179,34 +240,23 @@ impl Resource {
                     other => other?,
                 };
                 if let Some(obj) = read {
-                    items.push(obj);
-                    if p.limit > 0 && items.len() >= p.limit {
+                    pages.items.push(obj);
+                    if p.limit > 0 && pages.items.len() >= p.limit {
                         // Stopped inside this page: what is left of it is still to come.
-                        if idx + 1 < n {
-                            more = true;
-                        }
+                        pages.more |= idx + 1 < n;
                         break;
                     }
                 }
             }
-            if !more || p.limit == 0 || items.len() >= p.limit {
+            if !pages.more || p.limit == 0 || pages.items.len() >= p.limit {
                 break;
             }
-            start_after = last_key.clone();
+            start_after = pages.last_key.clone();
         }
         if !unreadable.is_empty() {
-            return Err(ApiError::store_read_error(self.info().plural, &prefix, &unreadable));
+            return Err(ApiError::store_read_error(self.info().plural, prefix, &unreadable));
         }
-        let revision = read_at.unwrap_or_else(|| self.storage.current_revision());
-        let continue_token = match (&last_key, more) {
-            (Some(k), true) => Some(
-                ContinueToken { revision: Some(revision), start: k.strip_prefix(&prefix).unwrap_or(k).to_string() }
-                    .encode(),
-            ),
-            _ => None,
-        };
-        let remaining = (more && !filtered).then_some(remaining as i64);
-        Ok(ListOut { items, revision, continue_token, remaining })
+        Ok(pages)
     }
 
     /// Opens a watch; events arrive on the returned channel until the client goes away.
@@ -219,20 +269,7 @@ impl Resource {
         self.stored("watch")?;
         let prefix = self.prefix(namespace);
         let rv = p.resource_version.clone().unwrap_or_default();
-        let initial = match p.send_initial_events {
-            Some(true) => {
-                if p.resource_version_match.as_deref() != Some("NotOlderThan") || !p.allow_bookmarks {
-                    return Err(self.invalid("", vec![FieldError::forbidden(
-                        "sendInitialEvents",
-                        "sendInitialEvents is forbidden unless allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
-                    )]));
-                }
-                true
-            }
-            Some(false) => false,
-            None => rv.is_empty() || rv == "0",
-        };
-        let (initial_items, after) = if initial {
+        let (initial_items, after) = if self.sends_initial_events(&p, &rv)? {
             let list = self
                 .list(
                     namespace,
@@ -249,7 +286,7 @@ impl Resource {
         } else {
             (Vec::new(), if rv.is_empty() || rv == "0" { self.storage.current_revision() } else { parse_rv(&rv)? })
         };
-        let mut events = self.storage.watch(&prefix, after).await.map_err(|e| match e {
+        let events = self.storage.watch(&prefix, after).await.map_err(|e| match e {
             StorageError::Expired { requested, oldest } => {
                 ApiError::gone(format!("too old resource version: {requested} ({oldest})"))
             }
@@ -259,56 +296,99 @@ impl Resource {
         let this =
             Resource { strategy: self.strategy.clone(), storage: self.storage.clone(), config: self.config.clone() };
         let version = version.to_string();
-        tokio::spawn(async move {
-            for obj in initial_items {
-                if tx.send(WatchOut::Event { kind: "ADDED", object: obj }).await.is_err() {
-                    return;
+        tokio::spawn(async move { this.forward(initial_items, after, events, tx, &version, &p).await });
+        Ok(rx)
+    }
+
+    /// Whether a watch starts with the current objects as ADDED events: asked for (only with bookmarks and
+    /// resourceVersionMatch=NotOlderThan), or by default from "now" (no resourceVersion, or "0").
+    fn sends_initial_events(&self, p: &WatchParams, rv: &str) -> ApiResult<bool> {
+        match p.send_initial_events {
+            Some(true) => {
+                if p.resource_version_match.as_deref() != Some(NOT_OLDER_THAN) || !p.allow_bookmarks {
+                    return Err(self.invalid("", vec![FieldError::forbidden(
+                        "sendInitialEvents",
+                        "sendInitialEvents is forbidden unless allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+                    )]));
                 }
+                Ok(true)
             }
-            if p.send_initial_events == Some(true)
-                && tx.send(WatchOut::Bookmark { revision: after, initial_events_end: true }).await.is_err()
-            {
+            Some(false) => Ok(false),
+            None => Ok(rv.is_empty() || rv == "0"),
+        }
+    }
+
+    /// A watch's life after it opened: the initial objects, then storage events after selectors and bookmarks,
+    /// until the client goes away or an event ends it with an ERROR.
+    async fn forward(
+        &self,
+        initial_items: Vec<Value>,
+        after: u64,
+        mut events: mpsc::Receiver<WatchItem>,
+        tx: mpsc::Sender<WatchOut>,
+        version: &str,
+        p: &WatchParams,
+    ) {
+        for object in initial_items {
+            if tx.send(WatchOut::Event { kind: WatchEventType::Added, object }).await.is_err() {
                 return;
             }
-            let mut last = after;
-            let mut tick = tokio::time::interval(p.bookmark_interval.max(Duration::from_millis(100)));
-            tick.tick().await;
-            loop {
-                let item = tokio::select! {
-                    item = events.recv() => item,
-                    _ = tick.tick(), if p.allow_bookmarks => {
-                        // Every event up to the progress revision is already queued: drain, then bookmark.
-                        let progress = this.storage.progress_revision();
-                        while let Ok(item) = events.try_recv() {
-                            match this.translate(item, &version, &p) {
-                                Ok(Some((out, rev))) => { last = last.max(rev); if tx.send(out).await.is_err() { return; } }
-                                Ok(None) => {}
-                                Err(e) => { let _ = tx.send(WatchOut::Error(e)).await; return; }
-                            }
-                        }
-                        last = last.max(progress);
-                        if tx.send(WatchOut::Bookmark { revision: last, initial_events_end: false }).await.is_err() { return; }
-                        continue;
-                    }
-                    _ = tx.closed() => return,
-                };
-                let Some(item) = item else { return };
-                match this.translate(item, &version, &p) {
-                    Ok(Some((out, rev))) => {
-                        last = last.max(rev);
-                        if tx.send(out).await.is_err() {
+        }
+        if p.send_initial_events == Some(true)
+            && tx.send(WatchOut::Bookmark { revision: after, initial_events_end: true }).await.is_err()
+        {
+            return;
+        }
+        let mut last = after;
+        let mut tick = tokio::time::interval(p.bookmark_interval.max(Duration::from_millis(100)));
+        tick.tick().await;
+        loop {
+            let item = tokio::select! {
+                item = events.recv() => item,
+                _ = tick.tick(), if p.allow_bookmarks => {
+                    // Every event up to the progress revision is already queued: drain, then bookmark.
+                    let progress = self.storage.progress_revision();
+                    while let Ok(item) = events.try_recv() {
+                        if !self.relay(item, version, p, &tx, &mut last).await {
                             return;
                         }
                     }
-                    Ok(None) => {}
-                    Err(e) => {
-                        let _ = tx.send(WatchOut::Error(e)).await;
+                    last = last.max(progress);
+                    if tx.send(WatchOut::Bookmark { revision: last, initial_events_end: false }).await.is_err() {
                         return;
                     }
+                    continue;
                 }
+                _ = tx.closed() => return,
+            };
+            let Some(item) = item else { return };
+            if !self.relay(item, version, p, &tx, &mut last).await {
+                return;
             }
-        });
-        Ok(rx)
+        }
+    }
+
+    /// Sends a storage event on to the watcher, after selectors, and moves `last` to its revision; false when the
+    /// watch is over (the client went away, or the event ended it with an ERROR).
+    async fn relay(
+        &self,
+        item: WatchItem,
+        version: &str,
+        p: &WatchParams,
+        tx: &mpsc::Sender<WatchOut>,
+        last: &mut u64,
+    ) -> bool {
+        match self.translate(item, version, p) {
+            Ok(Some((out, revision))) => {
+                *last = (*last).max(revision);
+                tx.send(out).await.is_ok()
+            }
+            Ok(None) => true,
+            Err(e) => {
+                let _ = tx.send(WatchOut::Error(e)).await;
+                false
+            }
+        }
     }
 
     /// A storage event as the watcher sees it, after selectors: a DELETED when an object leaves the selection.
@@ -332,8 +412,8 @@ impl Resource {
         let cur = self.decode_stored_at(&ev.key, &ev.value, ev.revision, version)?;
         let cur_m = self.matches(&cur, &p.label_selector, &p.field_selector);
         let out = match ev.kind {
-            EventKind::Created => cur_m.then_some(("ADDED", cur)),
-            EventKind::Deleted => cur_m.then_some(("DELETED", cur)),
+            EventKind::Created => cur_m.then_some((WatchEventType::Added, cur)),
+            EventKind::Deleted => cur_m.then_some((WatchEventType::Deleted, cur)),
             EventKind::Updated => {
                 let prev_m = match &ev.prev {
                     Some(prev) => {
@@ -343,9 +423,9 @@ impl Resource {
                     None => false,
                 };
                 match (prev_m, cur_m) {
-                    (true, true) => Some(("MODIFIED", cur)),
-                    (false, true) => Some(("ADDED", cur)),
-                    (true, false) => Some(("DELETED", cur)),
+                    (true, true) => Some((WatchEventType::Modified, cur)),
+                    (false, true) => Some((WatchEventType::Added, cur)),
+                    (true, false) => Some((WatchEventType::Deleted, cur)),
                     (false, false) => None,
                 }
             }

@@ -9,6 +9,7 @@
 //! `type: object` (kube-apiserver owns its schema). Printer columns are the kind's Table columns that a JSONPath can
 //! express, then AGE, as in our Tables.
 
+use super::openapi::{API_VERSION_DESCRIPTION, KIND_DESCRIPTION};
 use crate::registry::strategy::{Strategy, Subresource};
 use crate::server::manifests::GENERATED_HEADER;
 use serde_json::{json, Map, Value};
@@ -21,10 +22,6 @@ const REF_PREFIX: &str = "#/components/schemas/";
 /// reviewed API of Kubernetes itself, so it says so (kube-apiserver accepts "unapproved, ..." values).
 const API_APPROVED: &str = "api-approved.kubernetes.io";
 const API_APPROVED_VALUE: &str = "unapproved, implementation of the kube-storage-version-migrator API (https://github.com/kubernetes-sigs/kube-storage-version-migrator)";
-
-/// The descriptions of apiVersion and kind, as kube-apiserver's OpenAPI has them.
-const API_VERSION_DESCRIPTION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
-const KIND_DESCRIPTION: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
 
 /// Formats apiextensions knows; others (schemars' `uint`, `uint32`, ...) are dropped, their bounds kept.
 const FORMATS: &[&str] =
@@ -79,9 +76,45 @@ pub enum CrdError {
     Yaml(#[from] serde_yaml_ng::Error),
 }
 
-/// What a node's reference and single-schema wrappers (allOf [ref], anyOf [X, null]) resolve to, in structural
-/// form: the base the node's own keys are added to.
-fn referenced(m: &Map<String, Value>, defs: &Map<String, Value>, depth: usize) -> Result<Map<String, Value>, CrdError> {
+/// One schema node in structural form, references resolved against `defs`.
+fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<Value, CrdError> {
+    if depth > 64 {
+        return Err(CrdError::TooDeep);
+    }
+    let m = match node {
+        Value::Object(m) if !m.is_empty() => m,
+        // `true` or `{}`: any JSON value.
+        _ => return Ok(json!({"x-kubernetes-preserve-unknown-fields": true})),
+    };
+    let mut out = folded(m, defs, depth)?;
+    node_type(m, &mut out)?;
+    if let Some(f) = m.get("format").and_then(Value::as_str).filter(|f| FORMATS.contains(f)) {
+        out.insert("format".into(), json!(f));
+    }
+    if let Some(c) = m.get("const") {
+        out.insert("enum".into(), json!([c]));
+    }
+    for (k, v) in m {
+        // apiextensions knows its own x-kubernetes- keys only; the patch-strategy markers the served OpenAPI
+        // carries (as kube-apiserver's built-in types do) have list-type equivalents there.
+        if KEPT.contains(&k.as_str()) || (k.starts_with("x-kubernetes-") && !k.starts_with("x-kubernetes-patch-")) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    if let Some(Value::String(d)) = out.get("description") {
+        let d = paragraphs(d);
+        out.insert("description".into(), json!(d));
+    }
+    children(m, defs, depth, &mut out)?;
+    if !out.contains_key("type") && !out.contains_key("x-kubernetes-int-or-string") {
+        out.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
+    }
+    Ok(Value::Object(out))
+}
+
+/// A node's references and single-schema wrappers (allOf [ref], anyOf [X, null]) folded into one node, on which
+/// the node's own keys (description, extensions) then win over the referenced schema's.
+fn folded(m: &Map<String, Value>, defs: &Map<String, Value>, depth: usize) -> Result<Map<String, Value>, CrdError> {
     let mut base: Option<Value> = None;
     if let Some(r) = m.get("$ref").and_then(Value::as_str) {
         let name = r.strip_prefix(REF_PREFIX).unwrap_or(r);
@@ -107,18 +140,8 @@ fn referenced(m: &Map<String, Value>, defs: &Map<String, Value>, depth: usize) -
     })
 }
 
-/// One schema node in structural form, references resolved against `defs`.
-fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<Value, CrdError> {
-    if depth > 64 {
-        return Err(CrdError::TooDeep);
-    }
-    let m = match node {
-        Value::Object(m) if !m.is_empty() => m,
-        // `true` or `{}`: any JSON value.
-        _ => return Ok(json!({"x-kubernetes-preserve-unknown-fields": true})),
-    };
-    // The outer keys (description, extensions) win over the referenced schema's.
-    let mut out = referenced(m, defs, depth)?;
+/// The node's type, without `null` (nullability is not structural).
+fn node_type(m: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), CrdError> {
     match m.get("type") {
         Some(Value::String(t)) if t != "null" => {
             out.insert("type".into(), json!(t));
@@ -134,23 +157,16 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         }
         _ => {}
     }
-    if let Some(f) = m.get("format").and_then(Value::as_str).filter(|f| FORMATS.contains(f)) {
-        out.insert("format".into(), json!(f));
-    }
-    if let Some(c) = m.get("const") {
-        out.insert("enum".into(), json!([c]));
-    }
-    for (k, v) in m {
-        // apiextensions knows its own x-kubernetes- keys only; the patch-strategy markers the served OpenAPI
-        // carries (as kube-apiserver's built-in types do) have list-type equivalents there.
-        if KEPT.contains(&k.as_str()) || (k.starts_with("x-kubernetes-") && !k.starts_with("x-kubernetes-patch-")) {
-            out.insert(k.clone(), v.clone());
-        }
-    }
-    if let Some(Value::String(d)) = out.get("description") {
-        let d = paragraphs(d);
-        out.insert("description".into(), json!(d));
-    }
+    Ok(())
+}
+
+/// The node's properties, items and map values, each in structural form.
+fn children(
+    m: &Map<String, Value>,
+    defs: &Map<String, Value>,
+    depth: usize,
+    out: &mut Map<String, Value>,
+) -> Result<(), CrdError> {
     if let Some(Value::Object(props)) = m.get("properties") {
         let mut p = Map::new();
         for (k, v) in props {
@@ -177,10 +193,7 @@ fn structural(node: &Value, defs: &Map<String, Value>, depth: usize) -> Result<V
         out.insert("additionalProperties".into(), structural(ap, defs, depth + 1)?);
         out.entry("type").or_insert(json!("object"));
     }
-    if !out.contains_key("type") && !out.contains_key("x-kubernetes-int-or-string") {
-        out.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
-    }
-    Ok(Value::Object(out))
+    Ok(())
 }
 
 /// The kind's `openAPIV3Schema`.

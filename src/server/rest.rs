@@ -6,21 +6,23 @@ use super::protobuf::{self, ProtoKind, PROTOBUF};
 use super::query::QueryParams;
 use super::render::{object_response, raw_table_list, render_list, render_one, render_raw_list};
 use super::watch::watch;
-use super::write_options::{apply_config, dry_run, patch_options_valid, write_options, APPLY_PATCH};
+use super::write_options::{apply_config, patch_options_valid, write_options, APPLY_PATCH};
 use super::AppState;
 use crate::auth::authn::UserInfo;
 use crate::auth::authz::{Decision, RequestAttributes};
 use crate::error::{ApiError, ApiResult, StatusReason};
-use crate::registry::{decode::parse_json, DeleteOptions, PatchType, Subresource};
+use crate::registry::{decode::parse_json, PatchType, Resource, Subresource, WriteOptions};
 use crate::request_info::RequestInfo;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use body::{delete_options, object_body};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use serde_json::Value;
 use std::sync::Arc;
+
+mod body;
 
 /// kube-apiserver's limit on request bodies.
 pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
@@ -235,135 +237,215 @@ async fn dispatch(
     let ns = t.namespace.as_deref();
     // Standalone, the namespaces are this server's: a create brings its namespace into being.
     super::namespaces::before(st, &res, method, headers, ns, !q.dry_run.is_empty()).await?;
+    labels.describe(&t);
     let accept = headers.get("accept").and_then(|v| v.to_str().ok());
-    labels.group = t.group.clone();
-    labels.version = t.version.clone();
-    labels.resource = t.resource.clone();
-    labels.subresource = t.subresource.clone().unwrap_or_default();
-    labels.scope = if t.name.is_some() {
-        "resource"
-    } else if ns.is_some() {
-        "namespace"
-    } else {
-        "cluster"
-    };
-    let v = t.version.as_str();
     // Built-in kinds (the core Namespace) answer in YAML and protobuf too when asked; ours only in JSON.
-    let forms = forms_of(info);
-    let negotiate = |tables: bool| negotiate_for(accept, tables, forms);
-    let method_not_allowed = |verb: &str| ApiError::method_not_allowed(verb, info.group, info.plural);
+    let call = Call { st, res, ns, v: &t.version, q, headers, accept, forms: forms_of(info), subresource };
     if info.create_only && !(method == Method::POST && t.name.is_none()) {
         // A virtual resource: nothing to read, change or delete.
-        return Err(method_not_allowed(&kube_verb(method, t.name.is_some(), q.watch)));
+        return Err(call.method_not_allowed(&kube_verb(method, t.name.is_some(), call.q.watch)));
     }
     match (method.clone(), t.name.as_deref()) {
         (Method::GET, Some(name)) => {
-            labels.verb = if q.watch { "WATCH" } else { "GET" };
-            if q.watch {
-                // A watch on one object: the collection watch pinned by name.
-                let pinned = QueryParams { field_selector: format!("metadata.name={name}"), ..q };
-                return watch(st, &res, ns, v, &pinned, accept).await;
-            }
-            let out = negotiate(true)?;
-            let obj = res.get(ns, name, v).await?;
-            render_one(&res, obj, out, &q)
+            labels.verb = if call.q.watch { "WATCH" } else { "GET" };
+            call.get(name).await
+        }
+        (Method::GET, None) if call.q.watch => {
+            labels.verb = "WATCH";
+            watch(st, &call.res, ns, call.v, &call.q, accept).await
         }
         (Method::GET, None) => {
-            if q.watch {
-                labels.verb = "WATCH";
-                return watch(st, &res, ns, v, &q, accept).await;
-            }
             labels.verb = "LIST";
-            let out = negotiate(true)?;
-            let params = q.list_params(res.strategy.field_labels())?;
-            if out == Output::Json {
-                if let Some(list) = res.list_raw(ns, v, &params).await? {
-                    return Ok(render_raw_list(&res, v, list));
-                }
-            }
-            if let Output::Table(mv) = out {
-                if params.label_selector.is_empty() && params.field_selector.is_empty() && res.serves_stored_form() {
-                    return raw_table_list(&res, ns, v, &params, mv, &q).await;
-                }
-            }
-            let list = res.list(ns, v, &params).await?;
-            render_list(&res, v, list, out, &q)
+            call.list().await
         }
         (Method::POST, None) => {
             labels.verb = "POST";
-            let out = negotiate(false)?;
-            let (obj, dups) = object_body(body, headers, &res, v).await?;
-            let opts = write_options(&q, "CreateOptions", headers)?;
-            let w = res.create(ns, v, obj, &dups, &opts).await?;
-            object_response(&res, StatusCode::CREATED, &w.object, out, &w.warnings)
+            call.create(body).await
         }
         (Method::PUT, Some(name)) => {
             labels.verb = "PUT";
-            let out = negotiate(false)?;
-            let (obj, dups) = object_body(body, headers, &res, v).await?;
-            let w =
-                res.update(ns, name, v, obj, dups, subresource, &write_options(&q, "UpdateOptions", headers)?).await?;
-            let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
-            object_response(&res, code, &w.object, out, &w.warnings)
+            call.update(name, body).await
         }
         (Method::PATCH, Some(name)) => {
             labels.verb = "PATCH";
-            let out = negotiate(false)?;
-            let ct = content_type(headers);
-            let pt = match ct.as_str() {
-                "application/json-patch+json" => Some(PatchType::Json),
-                "application/merge-patch+json" => Some(PatchType::Merge),
-                APPLY_PATCH => None,
-                _ => {
-                    return Err(ApiError::new(
-                        StatusReason::UnsupportedMediaType,
-                        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, {APPLY_PATCH} (got {ct:?})"),
-                    ))
-                }
-            };
-            let mut opts = write_options(&q, "PatchOptions", headers)?;
-            patch_options_valid(&q, pt.is_none())?;
-            let raw = read_body(body, headers).await?;
-            let w = match pt {
-                Some(pt) => {
-                    let (patch, _) = parse_json(&raw)?;
-                    res.patch(ns, name, v, pt, patch, subresource, &opts).await?
-                }
-                None => {
-                    opts.manager = q.field_manager.clone();
-                    res.apply(ns, name, v, apply_config(&raw)?, q.force == Some(true), subresource, &opts).await?
-                }
-            };
-            let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
-            object_response(&res, code, &w.object, out, &w.warnings)
+            call.patch(name, body).await
         }
         (Method::DELETE, Some(name)) => {
             labels.verb = "DELETE";
-            if subresource == Subresource::Status {
-                return Err(method_not_allowed("delete"));
-            }
-            // Answers of kinds without a protobuf form stay JSON whatever is asked, as they always were.
-            let out = if forms == Forms::default() { Output::Json } else { negotiate(false)? };
-            let opts = delete_options(body, headers, &q).await?;
-            if opts.ignore_store_read_error {
-                authorize_unsafe_delete(st, request).await?;
-            }
-            let obj = res.delete(ns, name, v, &opts).await?;
-            super::namespaces::deleted(st, &res, std::slice::from_ref(&obj), &opts);
-            object_response(&res, StatusCode::OK, &obj, out, &[])
+            call.delete(request, name, body).await
         }
         (Method::DELETE, None) => {
             labels.verb = "DELETECOLLECTION";
-            let out = if forms == Forms::default() { Output::Json } else { negotiate(false)? };
-            let opts = delete_options(body, headers, &q).await?;
-            let list = res.delete_collection(ns, v, &q.list_params(res.strategy.field_labels())?, &opts).await?;
-            super::namespaces::deleted(st, &res, &list.items, &opts);
-            render_list(&res, v, list, out, &q)
+            call.delete_collection(body).await
         }
         (m, _) => {
             labels.verb = "UNKNOWN";
-            Err(method_not_allowed(&m.to_string().to_lowercase()))
+            Err(call.method_not_allowed(&m.to_string().to_lowercase()))
         }
+    }
+}
+
+impl RequestLabels {
+    /// The labels a request's target gives; the verb is set where the request is told apart.
+    fn describe(&mut self, t: &Target) {
+        self.group = t.group.clone();
+        self.version = t.version.clone();
+        self.resource = t.resource.clone();
+        self.subresource = t.subresource.clone().unwrap_or_default();
+        self.scope = if t.name.is_some() {
+            "resource"
+        } else if t.namespace.is_some() {
+            "namespace"
+        } else {
+            "cluster"
+        };
+    }
+}
+
+/// A request on a served resource, its target resolved and its query parsed: what each verb's handler needs.
+struct Call<'a> {
+    st: &'a Arc<AppState>,
+    res: Arc<Resource>,
+    ns: Option<&'a str>,
+    /// The version of the path.
+    v: &'a str,
+    q: QueryParams,
+    headers: &'a HeaderMap,
+    accept: Option<&'a str>,
+    /// The forms the kind is served in besides JSON.
+    forms: Forms,
+    /// The subresource the request is on.
+    subresource: Subresource,
+}
+
+impl Call<'_> {
+    fn negotiate(&self, tables: bool) -> ApiResult<Output> {
+        negotiate_for(self.accept, tables, self.forms)
+    }
+
+    /// A delete's answer form: kinds without a protobuf form stay JSON whatever is asked, as they always were.
+    fn negotiate_delete(&self) -> ApiResult<Output> {
+        if self.forms == Forms::default() {
+            Ok(Output::Json)
+        } else {
+            self.negotiate(false)
+        }
+    }
+
+    fn method_not_allowed(&self, verb: &str) -> ApiError {
+        let info = self.res.strategy.info();
+        ApiError::method_not_allowed(verb, info.group, info.plural)
+    }
+
+    fn write_options(&self, options_kind: &str) -> ApiResult<WriteOptions> {
+        write_options(&self.q, options_kind, self.headers)
+    }
+
+    async fn get(self, name: &str) -> ApiResult<Response> {
+        let (res, ns, v) = (&self.res, self.ns, self.v);
+        if self.q.watch {
+            // A watch on one object: the collection watch pinned by name.
+            let pinned = QueryParams { field_selector: format!("metadata.name={name}"), ..self.q };
+            return watch(self.st, res, ns, v, &pinned, self.accept).await;
+        }
+        let out = self.negotiate(true)?;
+        let obj = res.get(ns, name, v).await?;
+        render_one(res, obj, out, &self.q)
+    }
+
+    async fn list(self) -> ApiResult<Response> {
+        let (res, ns, v, q) = (&self.res, self.ns, self.v, &self.q);
+        let out = self.negotiate(true)?;
+        let params = q.list_params(res.strategy.field_labels())?;
+        if out == Output::Json {
+            if let Some(list) = res.list_raw(ns, v, &params).await? {
+                return Ok(render_raw_list(res, v, list));
+            }
+        }
+        if let Output::Table(mv) = out {
+            if params.label_selector.is_empty() && params.field_selector.is_empty() && res.serves_stored_form() {
+                return raw_table_list(res, ns, v, &params, mv, q).await;
+            }
+        }
+        let list = res.list(ns, v, &params).await?;
+        render_list(res, v, list, out, q)
+    }
+
+    async fn create(self, body: Body) -> ApiResult<Response> {
+        let (res, ns, v) = (&self.res, self.ns, self.v);
+        let out = self.negotiate(false)?;
+        let (obj, dups) = object_body(body, self.headers, res, v).await?;
+        let opts = self.write_options("CreateOptions")?;
+        let w = res.create(ns, v, obj, &dups, &opts).await?;
+        object_response(res, StatusCode::CREATED, &w.object, out, &w.warnings)
+    }
+
+    async fn update(self, name: &str, body: Body) -> ApiResult<Response> {
+        let (res, ns, v, subresource) = (&self.res, self.ns, self.v, self.subresource);
+        let out = self.negotiate(false)?;
+        let (obj, dups) = object_body(body, self.headers, res, v).await?;
+        let w = res.update(ns, name, v, obj, dups, subresource, &self.write_options("UpdateOptions")?).await?;
+        let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
+        object_response(res, code, &w.object, out, &w.warnings)
+    }
+
+    async fn patch(self, name: &str, body: Body) -> ApiResult<Response> {
+        let (res, ns, v, subresource, q) = (&self.res, self.ns, self.v, self.subresource, &self.q);
+        let out = self.negotiate(false)?;
+        let pt = patch_type(self.headers)?;
+        let mut opts = self.write_options("PatchOptions")?;
+        patch_options_valid(q, pt.is_none())?;
+        let raw = read_body(body, self.headers).await?;
+        let w = match pt {
+            Some(pt) => {
+                let (patch, _) = parse_json(&raw)?;
+                res.patch(ns, name, v, pt, patch, subresource, &opts).await?
+            }
+            None => {
+                opts.manager = q.field_manager.clone();
+                res.apply(ns, name, v, apply_config(&raw)?, q.force == Some(true), subresource, &opts).await?
+            }
+        };
+        let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
+        object_response(res, code, &w.object, out, &w.warnings)
+    }
+
+    async fn delete(self, request: &Incoming<'_>, name: &str, body: Body) -> ApiResult<Response> {
+        let (res, ns, v) = (&self.res, self.ns, self.v);
+        if self.subresource == Subresource::Status {
+            return Err(self.method_not_allowed("delete"));
+        }
+        let out = self.negotiate_delete()?;
+        let opts = delete_options(body, self.headers, &self.q).await?;
+        if opts.ignore_store_read_error {
+            authorize_unsafe_delete(self.st, request).await?;
+        }
+        let obj = res.delete(ns, name, v, &opts).await?;
+        super::namespaces::deleted(self.st, res, std::slice::from_ref(&obj), &opts);
+        object_response(res, StatusCode::OK, &obj, out, &[])
+    }
+
+    async fn delete_collection(self, body: Body) -> ApiResult<Response> {
+        let (res, ns, v, q) = (&self.res, self.ns, self.v, &self.q);
+        let out = self.negotiate_delete()?;
+        let opts = delete_options(body, self.headers, q).await?;
+        let list = res.delete_collection(ns, v, &q.list_params(res.strategy.field_labels())?, &opts).await?;
+        super::namespaces::deleted(self.st, res, &list.items, &opts);
+        render_list(res, v, list, out, q)
+    }
+}
+
+/// A PATCH's type from its content type: JSON patch, merge patch, or (`None`) server-side apply.
+fn patch_type(headers: &HeaderMap) -> ApiResult<Option<PatchType>> {
+    let ct = content_type(headers);
+    match ct.as_str() {
+        "application/json-patch+json" => Ok(Some(PatchType::Json)),
+        "application/merge-patch+json" => Ok(Some(PatchType::Merge)),
+        APPLY_PATCH => Ok(None),
+        _ => Err(ApiError::new(
+            StatusReason::UnsupportedMediaType,
+            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, {APPLY_PATCH} (got {ct:?})"),
+        )),
     }
 }
 
@@ -407,145 +489,6 @@ fn kube_verb(method: &Method, named: bool, watch: bool) -> String {
         (m, _) => m.to_lowercase(),
     }
 }
-
-/// The object of a create or update of `res`'s kind in `version`: JSON, or YAML or protobuf for a built-in kind (as
-/// the JSON it would have been, without duplicate fields: neither reports them).
-async fn object_body(
-    body: Body,
-    headers: &HeaderMap,
-    res: &crate::registry::Resource,
-    version: &str,
-) -> ApiResult<(Value, Vec<String>)> {
-    let info = res.strategy.info();
-    let Some(kind) = ProtoKind::of(info) else { return json_body(body, headers, info.kind).await };
-    let ct = content_type(headers);
-    match ct.as_str() {
-        PROTOBUF => {
-            let raw = read_body(body, headers).await?;
-            Ok((protobuf::decode_object(kind, info, version, &raw)?, Vec::new()))
-        }
-        YAML => {
-            let raw = read_body(body, headers).await?;
-            json_object(&yaml_to_json(&raw, info.kind)?, info.kind).map(|(value, _)| (value, Vec::new()))
-        }
-        "" | "application/json" | "*/*" => json_body(body, headers, info.kind).await,
-        // kube-apiserver's NegotiateInputSerializer: the media types the kind is read in, without the one given.
-        _ => Err(ApiError::new(
-            StatusReason::UnsupportedMediaType,
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, {YAML}, {PROTOBUF}"),
-        )),
-    }
-}
-
-/// A YAML body as JSON text, as kube-apiserver's YAML serializer reads one (sigs.k8s.io/yaml's YAMLToJSON), with
-/// alias expansion bounded as for apply configurations.
-fn yaml_to_json(raw: &[u8], kind: &str) -> ApiResult<Vec<u8>> {
-    if raw.is_empty() {
-        return Err(ApiError::bad_request("the request body is empty"));
-    }
-    let value: Value = serde_saphyr::from_slice(raw).map_err(|e| {
-        ApiError::bad_request(format!(
-            "the object provided is unrecognized (must be of type {kind}): error converting YAML to JSON: yaml: {e} ({})",
-            protobuf::summarize(raw)
-        ))
-    })?;
-    serde_json::to_vec(&value).map_err(|e| ApiError::internal(e.to_string()))
-}
-
-/// The JSON object of a create or update of `kind`. apiVersion and kind must be strings (or null), as kube-apiserver's
-/// decoder reads them before anything else; its 400 quotes the start of the body.
-async fn json_body(body: Body, headers: &HeaderMap, kind: &str) -> ApiResult<(Value, Vec<String>)> {
-    let ct = content_type(headers);
-    if !(ct.is_empty() || ct == "application/json" || ct == "*/*") {
-        return Err(ApiError::unsupported_media_type(&ct));
-    }
-    json_object(&read_body(body, headers).await?, kind)
-}
-
-/// A JSON body as the object of a create or update of `kind`.
-fn json_object(raw: &[u8], kind: &str) -> ApiResult<(Value, Vec<String>)> {
-    if raw.is_empty() {
-        return Err(ApiError::bad_request("the request body is empty"));
-    }
-    let (value, dups) = parse_json(raw)?;
-    for field in ["apiVersion", "kind"] {
-        let Some(v) = value.get(field).filter(|v| !(v.is_string() || v.is_null())) else { continue };
-        return Err(ApiError::bad_request(format!(
-            "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse \
-             error: json: cannot unmarshal {} into Go struct field .{field} of type string ({})",
-            go_json_type(v),
-            summarize(raw)
-        )));
-    }
-    Ok((value, dups))
-}
-
-/// How Go's encoding/json names a JSON value's type in its unmarshal errors.
-fn go_json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// The start of a body as kube-apiserver quotes it in decode errors: 30 bytes of an object's text, " ..." after.
-fn summarize(body: &[u8]) -> String {
-    const MAX: usize = 30;
-    let head = String::from_utf8_lossy(&body[..body.len().min(MAX)]).into_owned();
-    if body.len() > MAX {
-        format!("{head} ...")
-    } else {
-        head
-    }
-}
-
-async fn delete_options(body: Body, headers: &HeaderMap, q: &QueryParams) -> ApiResult<DeleteOptions> {
-    let raw = read_body(body, headers).await?;
-    let mut opts = DeleteOptions { dry_run: dry_run(&q.dry_run, "DeleteOptions")?, ..Default::default() };
-    opts.propagation_policy = q.propagation_policy.clone();
-    opts.ignore_store_read_error = q.ignore_store_read_error_with_cluster_breaking_potential;
-    if !raw.iter().all(u8::is_ascii_whitespace) {
-        // kube-apiserver reads DeleteOptions in each of its media types, for every resource.
-        let v = match content_type(headers).as_str() {
-            PROTOBUF => protobuf::decode_delete_options(&raw)?,
-            _ => parse_json(&raw)?.0,
-        };
-        if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
-            let values: Vec<String> = d.iter().map(|x| x.as_str().unwrap_or_default().to_string()).collect();
-            opts.dry_run |= dry_run(&values, "DeleteOptions")?;
-        }
-        if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
-            opts.propagation_policy = Some(p.to_string());
-        }
-        if let Some(unsafe_delete) = v.get(IGNORE_READ_ERROR).and_then(Value::as_bool) {
-            opts.ignore_store_read_error = unsafe_delete;
-        }
-        opts.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
-        opts.resource_version = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
-    }
-    if let Some(p) = opts.propagation_policy.as_deref() {
-        if !matches!(p, "Orphan" | "Background" | "Foreground") {
-            return Err(ApiError::invalid(
-                "DeleteOptions",
-                "meta.k8s.io",
-                "",
-                vec![crate::error::FieldError::not_supported(
-                    "propagationPolicy",
-                    p,
-                    &["Background", "Foreground", "Orphan"],
-                )],
-            ));
-        }
-    }
-    Ok(opts)
-}
-
-/// The DeleteOptions field (and query parameter) of the unsafe delete of an unreadable object.
-const IGNORE_READ_ERROR: &str = "ignoreStoreReadErrorWithClusterBreakingPotential";
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,7 @@ pub(super) fn dry_run(values: &[String], options_kind: &str) -> ApiResult<bool> 
     if values.iter().any(|v| v != "All") {
         let list = serde_json::to_string(values).unwrap_or_default();
         let cause = FieldError {
-            reason: "FieldValueNotSupported",
+            reason: crate::error::CauseType::FieldValueNotSupported,
             field: "dryRun".into(),
             message: format!("dryRun: Unsupported value: {list}: supported values: \"All\""),
         };

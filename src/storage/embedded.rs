@@ -15,7 +15,8 @@ use super::{Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revisio
 use async_trait::async_trait;
 use bytes::Bytes;
 use redb::{
-    AccessGuard, Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
+    AccessGuard, Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, Table,
+    TableDefinition,
 };
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -270,74 +271,7 @@ impl Writer {
                         continue;
                     }
                 };
-                let result = match (&op.kind, current) {
-                    (OpKind::Create { key, .. }, Some(_)) => Err(StorageError::AlreadyExists { key: key.clone() }),
-                    (OpKind::Create { key, value }, None) => {
-                        rev += 1;
-                        objects.insert(key.as_str(), encode(rev, rev, value).as_slice()).map_err(unavailable)?;
-                        counts::add(&mut key_counts, key, 1)?;
-                        events.push(Event {
-                            kind: EventKind::Created,
-                            revision: rev,
-                            key: key.clone(),
-                            value: value.clone(),
-                            prev: None,
-                        });
-                        Ok(KeyValue {
-                            key: key.clone(),
-                            value: value.clone(),
-                            create_revision: rev,
-                            mod_revision: rev,
-                            stale: false,
-                        })
-                    }
-                    (OpKind::Update { key, .. } | OpKind::Delete { key, .. }, None) => {
-                        Err(StorageError::NotFound { key: key.clone() })
-                    }
-                    (OpKind::Update { key, expected, .. }, Some(prev)) if prev.mod_revision != *expected => {
-                        Err(StorageError::Conflict { key: key.clone(), current: prev.mod_revision })
-                    }
-                    (OpKind::Update { key, value, .. }, Some(prev)) => {
-                        rev += 1;
-                        objects
-                            .insert(key.as_str(), encode(prev.create_revision, rev, value).as_slice())
-                            .map_err(unavailable)?;
-                        let kv = KeyValue {
-                            key: key.clone(),
-                            value: value.clone(),
-                            create_revision: prev.create_revision,
-                            mod_revision: rev,
-                            stale: false,
-                        };
-                        events.push(Event {
-                            kind: EventKind::Updated,
-                            revision: rev,
-                            key: key.clone(),
-                            value: value.clone(),
-                            prev: Some(prev),
-                        });
-                        Ok(kv)
-                    }
-                    (OpKind::Delete { key, expected: Some(expected) }, Some(prev))
-                        if prev.mod_revision != *expected =>
-                    {
-                        Err(StorageError::Conflict { key: key.clone(), current: prev.mod_revision })
-                    }
-                    (OpKind::Delete { key, .. }, Some(prev)) => {
-                        rev += 1;
-                        objects.remove(key.as_str()).map_err(unavailable)?;
-                        counts::add(&mut key_counts, key, -1)?;
-                        let deleted = KeyValue { mod_revision: rev, ..prev.clone() };
-                        events.push(Event {
-                            kind: EventKind::Deleted,
-                            revision: rev,
-                            key: key.clone(),
-                            value: prev.value.clone(),
-                            prev: Some(prev),
-                        });
-                        Ok(deleted)
-                    }
-                };
+                let result = apply_op(&mut objects, &mut key_counts, &op.kind, current, &mut rev, &mut events)?;
                 results.push(result);
             }
             if rev != self.revision {
@@ -352,6 +286,82 @@ impl Writer {
         }
         Ok(Applied { results, events, revision: rev })
     }
+}
+
+/// One operation of a write transaction on `current` (the key's object, if any): its result, the store's revision
+/// moved on and its event recorded when it changed something. An error of the store itself fails the whole batch.
+fn apply_op(
+    objects: &mut Table<&str, &[u8]>,
+    key_counts: &mut Table<&str, u64>,
+    kind: &OpKind,
+    current: Option<KeyValue>,
+    rev: &mut Revision,
+    events: &mut Vec<Event>,
+) -> Result<Result<KeyValue>> {
+    Ok(match (kind, current) {
+        (OpKind::Create { key, .. }, Some(_)) => Err(StorageError::AlreadyExists { key: key.clone() }),
+        (OpKind::Create { key, value }, None) => {
+            *rev += 1;
+            objects.insert(key.as_str(), encode(*rev, *rev, value).as_slice()).map_err(unavailable)?;
+            counts::add(key_counts, key, 1)?;
+            events.push(Event {
+                kind: EventKind::Created,
+                revision: *rev,
+                key: key.clone(),
+                value: value.clone(),
+                prev: None,
+            });
+            Ok(KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+                create_revision: *rev,
+                mod_revision: *rev,
+                stale: false,
+            })
+        }
+        (OpKind::Update { key, .. } | OpKind::Delete { key, .. }, None) => {
+            Err(StorageError::NotFound { key: key.clone() })
+        }
+        (OpKind::Update { key, expected, .. }, Some(prev)) if prev.mod_revision != *expected => {
+            Err(StorageError::Conflict { key: key.clone(), current: prev.mod_revision })
+        }
+        (OpKind::Update { key, value, .. }, Some(prev)) => {
+            *rev += 1;
+            objects.insert(key.as_str(), encode(prev.create_revision, *rev, value).as_slice()).map_err(unavailable)?;
+            let kv = KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+                create_revision: prev.create_revision,
+                mod_revision: *rev,
+                stale: false,
+            };
+            events.push(Event {
+                kind: EventKind::Updated,
+                revision: *rev,
+                key: key.clone(),
+                value: value.clone(),
+                prev: Some(prev),
+            });
+            Ok(kv)
+        }
+        (OpKind::Delete { key, expected: Some(expected) }, Some(prev)) if prev.mod_revision != *expected => {
+            Err(StorageError::Conflict { key: key.clone(), current: prev.mod_revision })
+        }
+        (OpKind::Delete { key, .. }, Some(prev)) => {
+            *rev += 1;
+            objects.remove(key.as_str()).map_err(unavailable)?;
+            counts::add(key_counts, key, -1)?;
+            let deleted = KeyValue { mod_revision: *rev, ..prev.clone() };
+            events.push(Event {
+                kind: EventKind::Deleted,
+                revision: *rev,
+                key: key.clone(),
+                value: prev.value.clone(),
+                prev: Some(prev),
+            });
+            Ok(deleted)
+        }
+    })
 }
 
 impl OpKind {

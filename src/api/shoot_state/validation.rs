@@ -154,7 +154,7 @@ mod tests {
     }
 
     fn causes(errs: &[FieldError]) -> Vec<(&str, &str)> {
-        errs.iter().map(|e| (e.reason, e.field.as_str())).collect()
+        errs.iter().map(|e| (e.reason.as_str(), e.field.as_str())).collect()
     }
 
     #[test]

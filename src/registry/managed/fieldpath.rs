@@ -49,20 +49,38 @@ impl PathElement {
         }
     }
 
-    fn decode(s: &str) -> Result<PathElement, String> {
-        let (kind, rest) = s.split_once(':').ok_or_else(|| format!("unknown path element {s:?}"))?;
-        let json = |t: &str| serde_json::from_str::<Value>(t).map_err(|e| format!("{s:?}: {e}"));
+    fn decode(s: &str) -> Result<PathElement, FieldsV1Error> {
+        let unknown = || FieldsV1Error::UnknownElement(s.to_string());
+        let (kind, rest) = s.split_once(':').ok_or_else(unknown)?;
+        let json = |t: &str| serde_json::from_str::<Value>(t).map_err(|e| FieldsV1Error::Json(s.to_string(), e));
         match kind {
             "f" => Ok(PathElement::Field(rest.to_string())),
             "k" => match json(rest)? {
                 Value::Object(m) => Ok(PathElement::key(m)),
-                _ => Err(format!("{s:?}: a key must be a JSON object")),
+                _ => Err(FieldsV1Error::KeyNotObject(s.to_string())),
             },
             "v" => Ok(PathElement::Value(json(rest)?.to_string())),
-            "i" => rest.parse().map(PathElement::Index).map_err(|_| format!("{s:?}: not an index")),
-            _ => Err(format!("unknown path element {s:?}")),
+            "i" => rest.parse().map(PathElement::Index).map_err(|_| FieldsV1Error::NotIndex(s.to_string())),
+            _ => Err(unknown()),
         }
     }
+}
+
+/// Why a `fieldsV1` value is not a field set; an element is quoted as it was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldsV1Error {
+    #[error("fieldsV1 must be a JSON object")]
+    NotObject,
+    #[error("{0:?}: must be a JSON object")]
+    EntryNotObject(String),
+    #[error("unknown path element {0:?}")]
+    UnknownElement(String),
+    #[error("{0:?}: {1}")]
+    Json(String, serde_json::Error),
+    #[error("{0:?}: a key must be a JSON object")]
+    KeyNotObject(String),
+    #[error("{0:?}: not an index")]
+    NotIndex(String),
 }
 
 /// A path as structured-merge-diff prints it in conflicts: `.spec.gardener[name="ca"].data`.
@@ -229,15 +247,15 @@ impl Set {
         Value::Object(m)
     }
 
-    pub fn from_fields_v1(v: &Value) -> Result<Set, String> {
-        let Value::Object(m) = v else { return Err("fieldsV1 must be a JSON object".into()) };
+    pub fn from_fields_v1(v: &Value) -> Result<Set, FieldsV1Error> {
+        let Value::Object(m) = v else { return Err(FieldsV1Error::NotObject) };
         let mut set = Set::default();
         for (k, inner) in m {
             if k == "." {
                 continue;
             }
             let pe = PathElement::decode(k)?;
-            let Value::Object(im) = inner else { return Err(format!("{k:?}: must be a JSON object")) };
+            let Value::Object(im) = inner else { return Err(FieldsV1Error::EntryNotObject(k.clone())) };
             if im.is_empty() || im.contains_key(".") {
                 set.members.insert(pe.clone());
             }

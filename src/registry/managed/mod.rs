@@ -124,21 +124,38 @@ impl Scope<'_> {
     }
 }
 
+/// Why stored or sent `metadata.managedFields` cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagedFieldsError {
+    #[error("operation must be `Apply` or `Update`")]
+    Operation,
+    #[error("apiVersion must not be empty")]
+    ApiVersion,
+    #[error("missing fieldsType in managed fields entry {0}")]
+    MissingFieldsType(usize),
+    #[error("invalid fieldsType {fields_type:?} in managed fields entry {entry}")]
+    FieldsType { fields_type: String, entry: usize },
+    #[error(transparent)]
+    FieldsV1(#[from] fieldpath::FieldsV1Error),
+}
+
 impl Managers {
     /// The entries of `metadata.managedFields`; an entry of another fieldsType or an unreadable set is an error.
-    pub fn decode(entries: &[ManagedFieldsEntry]) -> Result<Managers, String> {
+    pub fn decode(entries: &[ManagedFieldsEntry]) -> Result<Managers, ManagedFieldsError> {
         let mut out = BTreeMap::new();
         for (i, e) in entries.iter().enumerate() {
             if !matches!(e.operation.as_deref(), Some(APPLY | UPDATE)) {
-                return Err("operation must be `Apply` or `Update`".into());
+                return Err(ManagedFieldsError::Operation);
             }
             if e.api_version.as_deref().unwrap_or_default().is_empty() {
-                return Err("apiVersion must not be empty".into());
+                return Err(ManagedFieldsError::ApiVersion);
             }
             match e.fields_type.as_deref().unwrap_or_default() {
                 "FieldsV1" => {}
-                "" => return Err(format!("missing fieldsType in managed fields entry {i}")),
-                other => return Err(format!("invalid fieldsType {other:?} in managed fields entry {i}")),
+                "" => return Err(ManagedFieldsError::MissingFieldsType(i)),
+                other => {
+                    return Err(ManagedFieldsError::FieldsType { fields_type: other.to_string(), entry: i });
+                }
             }
             let set = match &e.fields_v1 {
                 Some(FieldsV1(v)) => Set::from_fields_v1(v)?,
@@ -331,7 +348,7 @@ enum Failure {
     /// (manager, path) pairs, the manager as a conflict names it.
     Conflicts(Vec<(String, Vec<PathElement>)>),
     /// The configuration cannot be merged (a map list item without its key, duplicate keys).
-    Malformed(String),
+    Malformed(walk::WalkError),
 }
 
 impl From<Failure> for ApiError {
@@ -346,7 +363,7 @@ impl From<Failure> for ApiError {
         let causes = conflicts
             .iter()
             .map(|(m, p)| FieldError {
-                reason: "FieldManagerConflict",
+                reason: crate::error::CauseType::FieldManagerConflict,
                 field: path_string(p),
                 message: format!("conflict with {m}"),
             })

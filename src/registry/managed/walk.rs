@@ -31,8 +31,28 @@ fn field_shape<'s>(fields: &'s BTreeMap<String, Shape>, values: Option<&'s Shape
     fields.get(key).or(values).unwrap_or(&UNTYPED)
 }
 
+/// Why a configuration or object cannot be walked, as structured-merge-diff words it.
+#[derive(Debug, thiserror::Error)]
+pub enum Malformed {
+    #[error(
+        "element {index}: associative list with keys has an element that omits key field {key:?} (and doesn't have default value)"
+    )]
+    MissingKey { index: usize, key: String },
+    /// The key as a path element prints it.
+    #[error("duplicate entries for key {0}")]
+    DuplicateKey(String),
+}
+
+/// A [`Malformed`] list and where it is (the path as [`path_string`] writes it; empty at the root).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}{}{problem}", if path.is_empty() { "" } else { ": " })]
+pub struct WalkError {
+    path: String,
+    problem: Malformed,
+}
+
 /// The element of a list item: its key fields, or its value.
-fn item_element(item: &Value, kind: &ListKind, index: usize) -> Result<PathElement, String> {
+fn item_element(item: &Value, kind: &ListKind, index: usize) -> Result<PathElement, Malformed> {
     match kind {
         ListKind::Set => Ok(PathElement::Value(item.to_string())),
         ListKind::Atomic => Ok(PathElement::Index(index)),
@@ -41,11 +61,7 @@ fn item_element(item: &Value, kind: &ListKind, index: usize) -> Result<PathEleme
             for key in keys {
                 match item.get(key) {
                     Some(v) => fields.push((key.clone(), v.clone())),
-                    None => {
-                        return Err(format!(
-                            "element {index}: associative list with keys has an element that omits key field {key:?} (and doesn't have default value)"
-                        ))
-                    }
+                    None => return Err(Malformed::MissingKey { index, key: key.clone() }),
                 }
             }
             Ok(PathElement::key(fields))
@@ -53,23 +69,24 @@ fn item_element(item: &Value, kind: &ListKind, index: usize) -> Result<PathEleme
     }
 }
 
-fn at(path: &[PathElement], e: String) -> String {
-    match path.is_empty() {
-        true => e,
-        false => format!("{}: {e}", path_string(path)),
-    }
+fn at(path: &[PathElement], problem: Malformed) -> WalkError {
+    WalkError { path: path_string(path), problem }
+}
+
+fn duplicate(pe: &PathElement) -> Malformed {
+    Malformed::DuplicateKey(path_string(std::slice::from_ref(pe)))
 }
 
 /// The fields `v` sets: its leaves, every list item, and map entries and empty objects themselves. A live object
 /// may hold an item twice under one key (it is owned as a whole).
-pub fn to_set(v: &Value, shape: &Shape) -> Result<Set, String> {
+pub fn to_set(v: &Value, shape: &Shape) -> Result<Set, WalkError> {
     let mut set = Set::default();
     set_of(v, shape, true, &mut Vec::new(), &mut set)?;
     Ok(set)
 }
 
 /// [`to_set`] of an applied configuration, which may not hold an item twice.
-pub fn config_set(v: &Value, shape: &Shape) -> Result<Set, String> {
+pub fn config_set(v: &Value, shape: &Shape) -> Result<Set, WalkError> {
     let mut set = Set::default();
     set_of(v, shape, false, &mut Vec::new(), &mut set)?;
     Ok(set)
@@ -81,7 +98,7 @@ fn set_of(
     duplicates: bool,
     path: &mut Vec<PathElement>,
     set: &mut Set,
-) -> Result<(), String> {
+) -> Result<(), WalkError> {
     match node(shape, v) {
         Node::Leaf => set.insert(path),
         Node::Object(fields, values) => {
@@ -104,7 +121,7 @@ fn set_of(
                 *n += 1;
                 if *n > 1 && !duplicates {
                     let pe = item_element(item, kind, i).map_err(|e| at(path, e))?;
-                    return Err(at(path, format!("duplicate entries for key {}", path_string(&[pe]))));
+                    return Err(at(path, duplicate(&pe)));
                 }
             }
             for (i, item) in list.iter().enumerate() {
@@ -124,11 +141,11 @@ fn set_of(
 }
 
 /// `config` merged into `live`: objects field by field, map lists and sets item by item, everything else replaced.
-pub fn merge(live: &Value, config: &Value, shape: &Shape) -> Result<Value, String> {
+pub fn merge(live: &Value, config: &Value, shape: &Shape) -> Result<Value, WalkError> {
     merge_at(live, config, shape, &mut Vec::new())
 }
 
-fn merge_at(live: &Value, config: &Value, shape: &Shape, path: &mut Vec<PathElement>) -> Result<Value, String> {
+fn merge_at(live: &Value, config: &Value, shape: &Shape, path: &mut Vec<PathElement>) -> Result<Value, WalkError> {
     if config.is_null() {
         // A granular object or list set to null merges as an empty one: the live entries stay (structured-merge-diff
         // reads null as empty there), and the applier owns the field as a whole.
@@ -173,15 +190,15 @@ fn merge_list(
     items: &Shape,
     kind: &ListKind,
     path: &mut Vec<PathElement>,
-) -> Result<Value, String> {
-    let index = |list: &[Value]| -> Result<Vec<PathElement>, String> {
+) -> Result<Value, WalkError> {
+    let index = |list: &[Value]| -> Result<Vec<PathElement>, WalkError> {
         list.iter().enumerate().map(|(i, item)| item_element(item, kind, i).map_err(|e| at(path, e))).collect()
     };
     let (lpes, cpes) = (index(live)?, index(config)?);
     let mut in_config: HashMap<&PathElement, &Value> = HashMap::new();
     for (pe, item) in cpes.iter().zip(config) {
         if in_config.insert(pe, item).is_some() {
-            return Err(at(path, format!("duplicate entries for key {}", path_string(std::slice::from_ref(pe)))));
+            return Err(at(path, duplicate(pe)));
         }
     }
     // A live item duplicated under one key is not merged with the configuration's (nothing to merge into).

@@ -2,7 +2,7 @@
 //! kinds. They carry `x-kubernetes-group-version-kind` so `kubectl explain` finds the schemas, and advertise exactly
 //! the patch types served (no strategic merge, no apply) so `kubectl apply` chooses JSON merge patch.
 
-use crate::registry::strategy::{Strategy, Subresource};
+use crate::registry::strategy::{KindInfo, Strategy, Subresource};
 use http::StaticDoc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha512};
@@ -76,6 +76,10 @@ fn list_name(kind_schema: &str) -> String {
     format!("{kind_schema}List")
 }
 
+/// The descriptions of every kind's apiVersion and kind, as kube-openapi gives them.
+pub(super) const API_VERSION_DESCRIPTION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
+pub(super) const KIND_DESCRIPTION: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
+
 /// Schemas for one group-version: each kind (apiVersion/kind properties, GVK extension) and its List.
 fn schemas_for(kinds: &[&Arc<dyn Strategy>], group: &str, version: &str) -> Map<String, Value> {
     let mut out = Map::new();
@@ -89,8 +93,8 @@ fn schemas_for(kinds: &[&Arc<dyn Strategy>], group: &str, version: &str) -> Map<
         let gvk = json!([{"group": group, "version": version, "kind": i.kind}]);
         if let Some(Value::Object(s)) = out.get_mut(&name) {
             let props = s.entry("properties").or_insert_with(|| json!({}));
-            props["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"});
-            props["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"});
+            props["apiVersion"] = json!({"type": "string", "description": API_VERSION_DESCRIPTION});
+            props["kind"] = json!({"type": "string", "description": KIND_DESCRIPTION});
             s.insert("x-kubernetes-group-version-kind".into(), gvk);
         }
         if i.create_only {
@@ -193,87 +197,14 @@ pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> V
     let mut paths = Map::new();
     // kube-openapi names the core group "Core" in operation IDs (readCoreV1Namespace).
     let group_id = if group.is_empty() { "Core".to_string() } else { group.split('.').map(camel).collect() };
-    let gv_id = format!("{group_id}{}", camel(version));
-    let gv_path = group_version_path(group, version);
+    let gv = GroupVersion {
+        group,
+        version,
+        id: format!("{group_id}{}", camel(version)),
+        path: group_version_path(group, version),
+    };
     for k in &selected {
-        let i = k.info();
-        let (name, _) = k.schemas();
-        let list = list_name(&name);
-        let gvk = json!({"group": group, "version": version, "kind": i.kind});
-        let ns_seg = if i.namespaced { "/namespaces/{namespace}" } else { "" };
-        let base = format!("/{gv_path}{ns_seg}/{}", i.plural);
-        let scope = if i.namespaced { "Namespaced" } else { "" };
-        let body = |ct: &[&str]| {
-            let mut content = Map::new();
-            for c in ct {
-                content.insert(c.to_string(), json!({"schema": {"$ref": format!("#/components/schemas/{name}")}}));
-            }
-            json!({"content": content, "required": true})
-        };
-        let patch_body = json!({"content": {
-            "application/json-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
-            "application/merge-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
-            "application/apply-patch+yaml": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
-        }, "required": true});
-        let mut ns_params = vec![
-            json!({"name": "name", "in": "path", "required": true, "description": format!("name of the {}", i.kind), "schema": {"type": "string", "uniqueItems": true}}),
-        ];
-        let mut coll_params = vec![];
-        if i.namespaced {
-            let nsp = json!({"name": "namespace", "in": "path", "required": true, "description": "object name and auth scope, such as for teams and projects", "schema": {"type": "string", "uniqueItems": true}});
-            ns_params.push(nsp.clone());
-            coll_params.push(nsp);
-        }
-        coll_params.push(param("pretty", "query", "If 'true', then the output is pretty printed.", "string"));
-        ns_params.push(param("pretty", "query", "If 'true', then the output is pretty printed.", "string"));
-        let k_ = i.kind;
-        if i.create_only {
-            // A virtual resource: only POST on the collection, as kube-apiserver documents TokenReview.
-            paths.insert(
-                base.clone(),
-                json!({
-                    "post": op("post", format!("create{gv_id}{scope}{k_}"), format!("create a {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
-                    "parameters": coll_params,
-                }),
-            );
-            continue;
-        }
-        paths.insert(
-            base.clone(),
-            json!({
-                "get": op("list", format!("list{gv_id}{scope}{k_}"), format!("list or watch objects of kind {k_}"), &gvk, &list, list_params(), None),
-                "post": op("post", format!("create{gv_id}{scope}{k_}"), format!("create a {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
-                "delete": op("deletecollection", format!("deleteCollection{gv_id}{scope}{k_}"), format!("delete collection of {k_}"), &gvk, &format!("{META}.Status"), list_params(), None),
-                "parameters": coll_params,
-            }),
-        );
-        paths.insert(
-            format!("{base}/{{name}}"),
-            json!({
-                "get": op("get", format!("read{gv_id}{scope}{k_}"), format!("read the specified {k_}"), &gvk, &name, vec![], None),
-                "put": op("put", format!("replace{gv_id}{scope}{k_}"), format!("replace the specified {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
-                "patch": op("patch", format!("patch{gv_id}{scope}{k_}"), format!("partially update the specified {k_}"), &gvk, &name, patch_params(), Some(patch_body.clone())),
-                "delete": op("delete", format!("delete{gv_id}{scope}{k_}"), format!("delete a {k_}"), &gvk, &format!("{META}.Status"), vec![param("dryRun", "query", "When present, indicates that modifications should not be persisted.", "string"), param("propagationPolicy", "query", "Whether and how garbage collection will be performed.", "string")], None),
-                "parameters": ns_params.clone(),
-            }),
-        );
-        if k.serves(Subresource::Status) {
-            paths.insert(
-                format!("{base}/{{name}}/status"),
-                json!({
-                    "get": op("get", format!("read{gv_id}{scope}{k_}Status"), format!("read status of the specified {k_}"), &gvk, &name, vec![], None),
-                    "put": op("put", format!("replace{gv_id}{scope}{k_}Status"), format!("replace status of the specified {k_}"), &gvk, &name, write_params(), Some(body(&["application/json"]))),
-                    "patch": op("patch", format!("patch{gv_id}{scope}{k_}Status"), format!("partially update status of the specified {k_}"), &gvk, &name, patch_params(), Some(patch_body)),
-                    "parameters": ns_params,
-                }),
-            );
-        }
-        if i.namespaced {
-            paths.insert(
-                format!("/{gv_path}/{}", i.plural),
-                json!({"get": op("list", format!("list{gv_id}{k_}ForAllNamespaces"), format!("list or watch objects of kind {k_}"), &gvk, &list, list_params(), None)}),
-            );
-        }
+        kind_paths(&mut paths, k, &gv);
     }
     let mut schemas = schemas_for(&selected, group, version);
     schemas.insert(
@@ -286,6 +217,106 @@ pub fn v3_document(kinds: &[Arc<dyn Strategy>], group: &str, version: &str) -> V
         "paths": paths,
         "components": {"schemas": schemas},
     })
+}
+
+/// What a group-version's paths and operation IDs are made of.
+struct GroupVersion<'a> {
+    group: &'a str,
+    version: &'a str,
+    /// `CoreV1`, `MigrationK8sIoV1alpha1`: the middle of operation IDs.
+    id: String,
+    /// `api/v1`, `apis/<group>/<version>`.
+    path: String,
+}
+
+/// The parameters of a kind's object paths and of its collection paths: the name (objects only), the namespace
+/// (a namespaced kind) and `pretty`.
+fn path_params(i: &KindInfo) -> (Vec<Value>, Vec<Value>) {
+    let mut object_params = vec![
+        json!({"name": "name", "in": "path", "required": true, "description": format!("name of the {}", i.kind), "schema": {"type": "string", "uniqueItems": true}}),
+    ];
+    let mut collection_params = vec![];
+    if i.namespaced {
+        let nsp = json!({"name": "namespace", "in": "path", "required": true, "description": "object name and auth scope, such as for teams and projects", "schema": {"type": "string", "uniqueItems": true}});
+        object_params.push(nsp.clone());
+        collection_params.push(nsp);
+    }
+    collection_params.push(param("pretty", "query", "If 'true', then the output is pretty printed.", "string"));
+    object_params.push(param("pretty", "query", "If 'true', then the output is pretty printed.", "string"));
+    (object_params, collection_params)
+}
+
+/// The request body of a PATCH, in each patch type.
+fn patch_body() -> Value {
+    json!({"content": {
+        "application/json-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
+        "application/merge-patch+json": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
+        "application/apply-patch+yaml": {"schema": {"$ref": format!("#/components/schemas/{META}.Patch")}},
+    }, "required": true})
+}
+
+/// The paths of one kind: its collection, its objects and their status, and for a namespaced kind the list across
+/// namespaces.
+fn kind_paths(paths: &mut Map<String, Value>, k: &Arc<dyn Strategy>, gv: &GroupVersion<'_>) {
+    let (group, version, gv_id, gv_path) = (gv.group, gv.version, &gv.id, &gv.path);
+    let i = k.info();
+    let (name, _) = k.schemas();
+    let list = list_name(&name);
+    let gvk = json!({"group": group, "version": version, "kind": i.kind});
+    let ns_seg = if i.namespaced { "/namespaces/{namespace}" } else { "" };
+    let base = format!("/{gv_path}{ns_seg}/{}", i.plural);
+    let scope = if i.namespaced { "Namespaced" } else { "" };
+    let body = || json!({"content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}}, "required": true});
+    let patch_body = patch_body();
+    let (ns_params, coll_params) = path_params(i);
+    let k_ = i.kind;
+    if i.create_only {
+        // A virtual resource: only POST on the collection, as kube-apiserver documents TokenReview.
+        paths.insert(
+            base.clone(),
+            json!({
+                "post": op("post", format!("create{gv_id}{scope}{k_}"), format!("create a {k_}"), &gvk, &name, write_params(), Some(body())),
+                "parameters": coll_params,
+            }),
+        );
+        return;
+    }
+    paths.insert(
+        base.clone(),
+        json!({
+            "get": op("list", format!("list{gv_id}{scope}{k_}"), format!("list or watch objects of kind {k_}"), &gvk, &list, list_params(), None),
+            "post": op("post", format!("create{gv_id}{scope}{k_}"), format!("create a {k_}"), &gvk, &name, write_params(), Some(body())),
+            "delete": op("deletecollection", format!("deleteCollection{gv_id}{scope}{k_}"), format!("delete collection of {k_}"), &gvk, &format!("{META}.Status"), list_params(), None),
+            "parameters": coll_params,
+        }),
+    );
+    paths.insert(
+        format!("{base}/{{name}}"),
+        json!({
+            "get": op("get", format!("read{gv_id}{scope}{k_}"), format!("read the specified {k_}"), &gvk, &name, vec![], None),
+            "put": op("put", format!("replace{gv_id}{scope}{k_}"), format!("replace the specified {k_}"), &gvk, &name, write_params(), Some(body())),
+            "patch": op("patch", format!("patch{gv_id}{scope}{k_}"), format!("partially update the specified {k_}"), &gvk, &name, patch_params(), Some(patch_body.clone())),
+            "delete": op("delete", format!("delete{gv_id}{scope}{k_}"), format!("delete a {k_}"), &gvk, &format!("{META}.Status"), vec![param("dryRun", "query", "When present, indicates that modifications should not be persisted.", "string"), param("propagationPolicy", "query", "Whether and how garbage collection will be performed.", "string")], None),
+            "parameters": ns_params.clone(),
+        }),
+    );
+    if k.serves(Subresource::Status) {
+        paths.insert(
+            format!("{base}/{{name}}/status"),
+            json!({
+                "get": op("get", format!("read{gv_id}{scope}{k_}Status"), format!("read status of the specified {k_}"), &gvk, &name, vec![], None),
+                "put": op("put", format!("replace{gv_id}{scope}{k_}Status"), format!("replace status of the specified {k_}"), &gvk, &name, write_params(), Some(body())),
+                "patch": op("patch", format!("patch{gv_id}{scope}{k_}Status"), format!("partially update status of the specified {k_}"), &gvk, &name, patch_params(), Some(patch_body)),
+                "parameters": ns_params,
+            }),
+        );
+    }
+    if i.namespaced {
+        paths.insert(
+            format!("/{gv_path}/{}", i.plural),
+            json!({"get": op("list", format!("list{gv_id}{k_}ForAllNamespaces"), format!("list or watch objects of kind {k_}"), &gvk, &list, list_params(), None)}),
+        );
+    }
 }
 
 /// The swagger 2.0 document of every group-version (served as JSON only).
@@ -306,39 +337,9 @@ pub fn v2_document(kinds: &[Arc<dyn Strategy>]) -> Value {
         rewrite_refs(&mut doc, "#/components/schemas/", "#/definitions/");
         if let Some(Value::Object(p)) = doc.get_mut("paths").map(Value::take) {
             for (path, mut item) in p {
-                // v2 has body parameters instead of requestBody, and responses with a schema.
-                if let Some(ops) = item.as_object_mut() {
-                    for (_, o) in ops.iter_mut() {
-                        if let Some(o) = o.as_object_mut() {
-                            if let Some(rb) = o.remove("requestBody") {
-                                let schema = rb["content"]
-                                    .as_object()
-                                    .and_then(|c| c.values().next())
-                                    .map(|c| c["schema"].clone());
-                                if let Some(Value::Array(params)) = o.get_mut("parameters") {
-                                    params.push(
-                                        json!({"name": "body", "in": "body", "required": true, "schema": schema}),
-                                    );
-                                }
-                            }
-                            if let Some(Value::Object(rs)) = o.get_mut("responses") {
-                                for (_, r) in rs.iter_mut() {
-                                    if let Some(s) = r.pointer("/content/application~1json/schema").cloned() {
-                                        *r = json!({"description": "OK", "schema": s});
-                                    }
-                                }
-                            }
-                            if let Some(Value::Array(params)) = o.get_mut("parameters") {
-                                for p in params.iter_mut() {
-                                    if let Some(t) = p.get("schema").and_then(|s| s.get("type")).cloned() {
-                                        if let Some(po) = p.as_object_mut() {
-                                            po.remove("schema");
-                                            po.insert("type".into(), t);
-                                        }
-                                    }
-                                }
-                            }
-                        }
+                for o in item.as_object_mut().into_iter().flat_map(|ops| ops.values_mut()) {
+                    if let Some(o) = o.as_object_mut() {
+                        v2_operation(o);
                     }
                 }
                 paths.insert(path, item);
@@ -346,21 +347,7 @@ pub fn v2_document(kinds: &[Arc<dyn Strategy>]) -> Value {
         }
         if let Some(Value::Object(s)) = doc.pointer_mut("/components/schemas").map(Value::take) {
             for (n, schema) in s {
-                // Two versions share a schema name; merge their GVK lists.
-                if let Some(existing) = definitions.get_mut(&n) {
-                    if let (Some(Value::Array(gvk)), Some(Value::Array(new_gvk))) = (
-                        existing.get_mut("x-kubernetes-group-version-kind"),
-                        schema.get("x-kubernetes-group-version-kind"),
-                    ) {
-                        for g in new_gvk {
-                            if !gvk.contains(g) {
-                                gvk.push(g.clone());
-                            }
-                        }
-                    }
-                    continue;
-                }
-                definitions.insert(n, schema);
+                add_definition(&mut definitions, n, schema);
             }
         }
     }
@@ -370,6 +357,50 @@ pub fn v2_document(kinds: &[Arc<dyn Strategy>]) -> Value {
         "paths": paths,
         "definitions": definitions,
     })
+}
+
+/// A v3 operation as v2 writes it: body parameters instead of requestBody, and responses with a schema.
+fn v2_operation(o: &mut Map<String, Value>) {
+    if let Some(rb) = o.remove("requestBody") {
+        let schema = rb["content"].as_object().and_then(|c| c.values().next()).map(|c| c["schema"].clone());
+        if let Some(Value::Array(params)) = o.get_mut("parameters") {
+            params.push(json!({"name": "body", "in": "body", "required": true, "schema": schema}));
+        }
+    }
+    if let Some(Value::Object(rs)) = o.get_mut("responses") {
+        for (_, r) in rs.iter_mut() {
+            if let Some(s) = r.pointer("/content/application~1json/schema").cloned() {
+                *r = json!({"description": "OK", "schema": s});
+            }
+        }
+    }
+    if let Some(Value::Array(params)) = o.get_mut("parameters") {
+        for p in params.iter_mut() {
+            if let Some(t) = p.get("schema").and_then(|s| s.get("type")).cloned() {
+                if let Some(po) = p.as_object_mut() {
+                    po.remove("schema");
+                    po.insert("type".into(), t);
+                }
+            }
+        }
+    }
+}
+
+/// Adds a schema to the v2 definitions; when two versions share a schema name, their GVK lists are merged.
+fn add_definition(definitions: &mut Map<String, Value>, name: String, schema: Value) {
+    let Some(existing) = definitions.get_mut(&name) else {
+        definitions.insert(name, schema);
+        return;
+    };
+    if let (Some(Value::Array(gvk)), Some(Value::Array(new_gvk))) =
+        (existing.get_mut("x-kubernetes-group-version-kind"), schema.get("x-kubernetes-group-version-kind"))
+    {
+        for g in new_gvk {
+            if !gvk.contains(g) {
+                gvk.push(g.clone());
+            }
+        }
+    }
 }
 
 /// All documents, prepared once, each with its ETag and gzip form (see [`http`]).

@@ -78,6 +78,26 @@ fn named_any(name: &str, v: &Value) -> Message {
 fn schema(s: &Value) -> Message {
     let mut m = Message::default();
     let Some(o) = s.as_object() else { return m };
+    scalar_keywords(&mut m, o);
+    for r in o.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        m.string(19, r);
+    }
+    for e in o.get("enum").and_then(Value::as_array).into_iter().flatten() {
+        m.message(20, any(e));
+    }
+    nested_schemas(&mut m, o);
+    m.boolean(27, o.get("readOnly").and_then(Value::as_bool).unwrap_or_default());
+    if let Some(e) = o.get("example") {
+        m.message(30, any(e));
+    }
+    for (k, v) in o.iter().filter(|(k, _)| k.starts_with("x-")) {
+        m.message(31, named_any(k, v));
+    }
+    m
+}
+
+/// A `Schema`'s fields 1 to 18: the keywords of one value each.
+fn scalar_keywords(m: &mut Message, o: &serde_json::Map<String, Value>) {
     let str_of = |k: &str| o.get(k).and_then(Value::as_str).unwrap_or_default();
     let num = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or_default();
     let int = |k: &str| o.get(k).and_then(Value::as_i64).unwrap_or_default();
@@ -102,12 +122,10 @@ fn schema(s: &Value) -> Message {
     m.boolean(16, flag("uniqueItems"));
     m.int64(17, int("maxProperties"));
     m.int64(18, int("minProperties"));
-    for r in o.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
-        m.string(19, r);
-    }
-    for e in o.get("enum").and_then(Value::as_array).into_iter().flatten() {
-        m.message(20, any(e));
-    }
+}
+
+/// A `Schema`'s fields 21 to 25: additionalProperties, type, items, allOf and properties.
+fn nested_schemas(m: &mut Message, o: &serde_json::Map<String, Value>) {
     match o.get("additionalProperties") {
         Some(Value::Bool(b)) => {
             let mut item = Message::default();
@@ -159,14 +177,6 @@ fn schema(s: &Value) -> Message {
         }
         m.message(25, p);
     }
-    m.boolean(27, flag("readOnly"));
-    if let Some(e) = o.get("example") {
-        m.message(30, any(e));
-    }
-    for (k, v) in o.iter().filter(|(k, _)| k.starts_with("x-")) {
-        m.message(31, named_any(k, v));
-    }
-    m
 }
 
 /// The protobuf `Document` of a swagger 2.0 JSON document.

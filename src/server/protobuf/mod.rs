@@ -14,6 +14,7 @@ mod namespace;
 
 use crate::error::{ApiError, ApiResult};
 use crate::registry::strategy::KindInfo;
+use crate::registry::WatchEventType;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
 use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
 use prost::Message;
@@ -116,13 +117,12 @@ pub fn encode_status(status: &Value) -> Vec<u8> {
     envelope("v1", "Status", meta::status_to_proto(status).encode_to_vec())
 }
 
-/// One frame of a protobuf watch from an event in its JSON form (`{"type", "object"}`): the object is a Status on
-/// ERROR, else an object of `kind` (a bookmark's carries only metadata).
-pub fn watch_frame(kind: ProtoKind, info: &KindInfo, event: &Value) -> ApiResult<Vec<u8>> {
-    let object = event.get("object").cloned().unwrap_or(Value::Null);
+/// One frame of a protobuf watch: the object is a Status (in its JSON form) on ERROR, else an object of `kind` (a
+/// bookmark's carries only metadata).
+pub fn watch_frame(kind: ProtoKind, info: &KindInfo, event: WatchEventType, object: &Value) -> ApiResult<Vec<u8>> {
     let event = pb_meta::WatchEvent {
-        r#type: Some(event.get("type").and_then(Value::as_str).unwrap_or_default().to_string()),
-        object: Some(RawExtension { raw: Some(encode_object(kind, info, &object)?) }),
+        r#type: Some(event.as_str().to_string()),
+        object: Some(RawExtension { raw: Some(encode_object(kind, info, object)?) }),
     };
     let message = event.encode_to_vec();
     let length = u32::try_from(message.len()).map_err(|_| ApiError::internal("a watch event too large to frame"))?;
@@ -136,11 +136,14 @@ pub fn watch_frame(kind: ProtoKind, info: &KindInfo, event: &Value) -> ApiResult
 /// for what looks like a JSON object and in hex for anything else, " ..." after when there is more.
 pub(super) fn summarize(body: &[u8]) -> String {
     const MAX: usize = 30;
+    if body.is_empty() {
+        return "<empty>".into();
+    }
     let head = &body[..body.len().min(MAX)];
-    let text = match body.first() {
-        None => return "<empty>".into(),
-        Some(b'{') => String::from_utf8_lossy(head).into_owned(),
-        Some(_) => head.iter().map(|b| format!("{b:02x}")).collect(),
+    let text = if body.starts_with(b"{") {
+        String::from_utf8_lossy(head).into_owned()
+    } else {
+        head.iter().map(|b| format!("{b:02x}")).collect()
     };
     if body.len() > MAX {
         format!("{text} ...")
@@ -149,23 +152,34 @@ pub(super) fn summarize(body: &[u8]) -> String {
     }
 }
 
-/// The Unknown of an enveloped body, or kube-apiserver's reasons (protobuf.go's Decode) for there being none.
-fn unwrap_envelope(body: &[u8]) -> Result<Unknown, String> {
+/// kube-apiserver's reasons (protobuf.go's Decode) for a body holding no enveloped object.
+#[derive(Debug, thiserror::Error)]
+enum EnvelopeError {
+    #[error("empty data")]
+    EmptyData,
+    #[error("provided data does not appear to be a protobuf message, expected prefix [{}]", go_bytes(MAGIC))]
+    NoMagic,
+    #[error("empty body")]
+    EmptyBody,
+    #[error(transparent)]
+    Decode(#[from] prost::DecodeError),
+}
+
+/// A byte slice as Go prints it: `[107 56 115 0]` without the brackets.
+fn go_bytes(bytes: &[u8]) -> String {
+    bytes.iter().map(u8::to_string).collect::<Vec<_>>().join(" ")
+}
+
+/// The Unknown of an enveloped body, or why there is none.
+fn unwrap_envelope(body: &[u8]) -> Result<Unknown, EnvelopeError> {
     if body.is_empty() {
-        return Err("empty data".into());
+        return Err(EnvelopeError::EmptyData);
     }
-    let Some(rest) = body.strip_prefix(MAGIC.as_slice()) else {
-        // Go prints the byte slice as `[107 56 115 0]`.
-        let magic: Vec<String> = MAGIC.iter().map(u8::to_string).collect();
-        return Err(format!(
-            "provided data does not appear to be a protobuf message, expected prefix [{}]",
-            magic.join(" ")
-        ));
-    };
+    let rest = body.strip_prefix(MAGIC.as_slice()).ok_or(EnvelopeError::NoMagic)?;
     if rest.is_empty() {
-        return Err("empty body".into());
+        return Err(EnvelopeError::EmptyBody);
     }
-    Unknown::decode(rest).map_err(|e| e.to_string())
+    Ok(Unknown::decode(rest)?)
 }
 
 /// An object of `kind` from a protobuf request body, as the JSON a JSON body would have been: apiVersion and kind
@@ -203,7 +217,7 @@ pub fn decode_object(kind: ProtoKind, info: &KindInfo, version: &str, body: &[u8
 /// DeleteOptions from a protobuf body, as the JSON a JSON body would have been (kube-apiserver reads DeleteOptions
 /// in any of its media types, for every resource).
 pub fn decode_delete_options(body: &[u8]) -> ApiResult<Value> {
-    let bad = |why: String| {
+    let bad = |why: EnvelopeError| {
         ApiError::bad_request(format!(
             "the object provided is unrecognized (must be of type DeleteOptions): {why} ({})",
             summarize(body)
@@ -211,7 +225,7 @@ pub fn decode_delete_options(body: &[u8]) -> ApiResult<Value> {
     };
     let unknown = unwrap_envelope(body).map_err(bad)?;
     let options =
-        pb_meta::DeleteOptions::decode(unknown.raw.as_deref().unwrap_or_default()).map_err(|e| bad(e.to_string()))?;
+        pb_meta::DeleteOptions::decode(unknown.raw.as_deref().unwrap_or_default()).map_err(|e| bad(e.into()))?;
     Ok(meta::delete_options_to_json(options))
 }
 

@@ -391,88 +391,8 @@ impl EncryptionConfig {
         if file.resources.is_empty() {
             return Err(invalid("resources", "must list at least one resources entry"));
         }
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let mut rules = Vec::new();
-        for (i, entry) in file.resources.iter().enumerate() {
-            let field = format!("resources[{i}]");
-            if entry.resources.is_empty() {
-                return Err(invalid(format!("{field}.resources"), "must list at least one resource"));
-            }
-            let mut patterns = Vec::new();
-            for (j, r) in entry.resources.iter().enumerate() {
-                let p = Pattern::parse(r).map_err(|m| invalid(format!("{field}.resources[{j}]"), m.to_string()))?;
-                if patterns.contains(&p) {
-                    return Err(invalid(format!("{field}.resources[{j}]"), format!("{r:?} is listed twice")));
-                }
-                patterns.push(p);
-            }
-            if entry.providers.is_empty() {
-                return Err(invalid(format!("{field}.providers"), "must list at least one provider"));
-            }
-            let mut t = Transformer::identity();
-            for (j, p) in entry.providers.iter().enumerate() {
-                let field = format!("{field}.providers[{j}]");
-                let set = [p.aesgcm.is_some(), p.aescbc.is_some(), p.secretbox.is_some(), p.identity.is_some()];
-                if p.kms.is_some() {
-                    return Err(invalid(
-                        format!("{field}.kms"),
-                        "the kms provider is not supported (use aesgcm, aescbc, secretbox or identity)",
-                    ));
-                }
-                if set.iter().filter(|s| **s).count() != 1 {
-                    return Err(invalid(
-                        field,
-                        "exactly one of aesgcm, aescbc, secretbox or identity ({}) must be set",
-                    ));
-                }
-                let (provider, keys) = match (&p.aesgcm, &p.aescbc, &p.secretbox) {
-                    (Some(k), _, _) => (Provider::AesGcm, k),
-                    (_, Some(k), _) => (Provider::AesCbc, k),
-                    (_, _, Some(k)) => (Provider::Secretbox, k),
-                    // identity: reads plaintext (always readable) and, when first, writes it.
-                    _ => continue,
-                };
-                let field = format!("{field}.{}.keys", provider.name());
-                if keys.keys.is_empty() {
-                    return Err(invalid(field, "must list at least one key"));
-                }
-                for (k, key) in keys.keys.iter().enumerate() {
-                    let field = format!("{field}[{k}]");
-                    if key.name.is_empty() {
-                        return Err(invalid(format!("{field}.name"), "is required"));
-                    }
-                    if key.name.contains(':') || key.name.chars().any(char::is_whitespace) {
-                        return Err(invalid(
-                            format!("{field}.name"),
-                            format!("{:?} must not contain ':' or whitespace", key.name),
-                        ));
-                    }
-                    if key.secret.is_empty() {
-                        return Err(invalid(format!("{field}.secret"), "is required"));
-                    }
-                    let secret = b64.decode(key.secret.trim()).map_err(|e| {
-                        invalid(format!("{field}.secret"), format!("is not valid base64 (key {:?}): {e}", key.name))
-                    })?;
-                    let dk = DataKey::new(provider, &key.name, &secret)
-                        .map_err(|m| invalid(format!("{field}.secret"), format!("{m} (key {:?})", key.name)))?;
-                    let label = dk.label();
-                    if t.readers.contains_key(&label) {
-                        return Err(invalid(
-                            format!("{field}.name"),
-                            format!("{:?} is used twice for {} in this resources entry", key.name, provider.name()),
-                        ));
-                    }
-                    let dk = Arc::new(dk);
-                    let first = j == 0 && k == 0;
-                    if first {
-                        t.writer = Some(dk.clone());
-                    }
-                    t.readers.insert(label, dk);
-                }
-            }
-            rules.push((patterns, t));
-        }
-        Ok(Self { rules, identity: Transformer::identity() })
+        let rules = file.resources.iter().enumerate().map(|(i, entry)| rule(&format!("resources[{i}]"), entry));
+        Ok(Self { rules: rules.collect::<std::result::Result<_, _>>()?, identity: Transformer::identity() })
     }
 
     fn transformer(&self, key: &str) -> &Transformer {
@@ -551,6 +471,97 @@ impl EncryptionConfig {
         kv.stale = kv.stale || d.stale;
         Ok(kv)
     }
+}
+
+/// One resources entry: the resources it covers and how they are transformed.
+fn rule(field: &str, entry: &FileResources) -> std::result::Result<(Vec<Pattern>, Transformer), ConfigError> {
+    if entry.resources.is_empty() {
+        return Err(invalid(format!("{field}.resources"), "must list at least one resource"));
+    }
+    let mut patterns = Vec::new();
+    for (j, r) in entry.resources.iter().enumerate() {
+        let p = Pattern::parse(r).map_err(|m| invalid(format!("{field}.resources[{j}]"), m.to_string()))?;
+        if patterns.contains(&p) {
+            return Err(invalid(format!("{field}.resources[{j}]"), format!("{r:?} is listed twice")));
+        }
+        patterns.push(p);
+    }
+    if entry.providers.is_empty() {
+        return Err(invalid(format!("{field}.providers"), "must list at least one provider"));
+    }
+    let mut t = Transformer::identity();
+    for (j, p) in entry.providers.iter().enumerate() {
+        add_provider(&mut t, &format!("{field}.providers[{j}]"), j == 0, p)?;
+    }
+    Ok((patterns, t))
+}
+
+/// A provider's keys as readers of `t`; the first key of the first provider also writes. Identity adds nothing: it
+/// reads plaintext (always readable) and, when first, writes it.
+fn add_provider(
+    t: &mut Transformer,
+    field: &str,
+    first: bool,
+    p: &FileProvider,
+) -> std::result::Result<(), ConfigError> {
+    let set = [p.aesgcm.is_some(), p.aescbc.is_some(), p.secretbox.is_some(), p.identity.is_some()];
+    if p.kms.is_some() {
+        return Err(invalid(
+            format!("{field}.kms"),
+            "the kms provider is not supported (use aesgcm, aescbc, secretbox or identity)",
+        ));
+    }
+    if set.iter().filter(|s| **s).count() != 1 {
+        return Err(invalid(field, "exactly one of aesgcm, aescbc, secretbox or identity ({}) must be set"));
+    }
+    let (provider, keys) = match (&p.aesgcm, &p.aescbc, &p.secretbox) {
+        (Some(k), _, _) => (Provider::AesGcm, k),
+        (_, Some(k), _) => (Provider::AesCbc, k),
+        (_, _, Some(k)) => (Provider::Secretbox, k),
+        _ => return Ok(()),
+    };
+    let field = format!("{field}.{}.keys", provider.name());
+    if keys.keys.is_empty() {
+        return Err(invalid(field, "must list at least one key"));
+    }
+    for (k, key) in keys.keys.iter().enumerate() {
+        let dk = Arc::new(data_key(&format!("{field}[{k}]"), provider, key, t)?);
+        if first && k == 0 {
+            t.writer = Some(dk.clone());
+        }
+        t.readers.insert(dk.label(), dk);
+    }
+    Ok(())
+}
+
+/// A key of `provider`, checked, and not yet among `t`'s readers.
+fn data_key(
+    field: &str,
+    provider: Provider,
+    key: &FileKey,
+    t: &Transformer,
+) -> std::result::Result<DataKey, ConfigError> {
+    if key.name.is_empty() {
+        return Err(invalid(format!("{field}.name"), "is required"));
+    }
+    if key.name.contains(':') || key.name.chars().any(char::is_whitespace) {
+        return Err(invalid(format!("{field}.name"), format!("{:?} must not contain ':' or whitespace", key.name)));
+    }
+    if key.secret.is_empty() {
+        return Err(invalid(format!("{field}.secret"), "is required"));
+    }
+    let secret = base64::engine::general_purpose::STANDARD
+        .decode(key.secret.trim())
+        .map_err(|e| invalid(format!("{field}.secret"), format!("is not valid base64 (key {:?}): {e}", key.name)))?;
+    let dk = DataKey::new(provider, &key.name, &secret)
+        .map_err(|m| invalid(format!("{field}.secret"), format!("{m} (key {:?})", key.name)))?;
+    if t.readers.contains_key(&dk.label()) {
+        return Err(invalid(
+            format!("{field}.name"),
+            format!("{:?} is used twice for {} in this resources entry", key.name, provider.name()),
+        ));
+    }
+    Ok(dk)
 }
 
 #[cfg(test)]
