@@ -8,10 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The walk-through's blocks in order: ("client" | "server", text).
 fn blocks() -> Vec<(String, String)> {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
