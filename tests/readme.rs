@@ -60,8 +60,7 @@ impl MakeRun {
             while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let _ = c.kill();
-            let _ = c.wait();
+            kill9_child(Some(c));
         }
     }
 
@@ -72,10 +71,7 @@ impl MakeRun {
 
 impl Drop for MakeRun {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill9_child(self.child.take());
     }
 }
 

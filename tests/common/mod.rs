@@ -160,10 +160,7 @@ impl Server {
 
     /// Stops the server with SIGKILL (no chance to flush anything).
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill9_child(self.child.take());
     }
 
     /// Stops the server gracefully (SIGTERM) and waits for it.
@@ -177,8 +174,7 @@ impl Server {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let _ = c.kill();
-            let _ = c.wait();
+            kill9_child(Some(c));
         }
     }
 
@@ -293,6 +289,14 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// Stops a child process with SIGKILL, if there is one, and reaps it.
+pub fn kill9_child(child: Option<Child>) {
+    if let Some(mut c) = child {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }
 
