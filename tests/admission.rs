@@ -4,73 +4,32 @@
 //! output, and both manifest directories render with kustomize.
 
 mod common;
+use common::admission::*;
+use common::manifests::{files_in, generated};
+use common::requests::{call, post, Resp};
+use common::status::cause_fields;
 use common::*;
 
 use axum::http::{Method, Request};
 use base64::Engine;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::time::Duration;
 
 const SVM_API_VERSION: &str = "migration.k8s.io/v1alpha1";
 
 // ---------------------------------------------------------------------------------------------------------------
 // helpers
 
-struct Resp {
-    status: u16,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}), {}: {}", self.status, self.text()))
-    }
-    /// A 200 AdmissionReview answer to the request `uid`: checks what kube-apiserver checks, returns `response`.
-    fn review(&self, uid: &str) -> Value {
-        assert_eq!(self.status, 200, "{}", self.text());
-        let v = self.json();
-        assert_eq!(v["apiVersion"], "admission.k8s.io/v1", "{v}");
-        assert_eq!(v["kind"], "AdmissionReview", "{v}");
-        let r = v["response"].clone();
-        assert_eq!(r["uid"], uid, "uid not echoed: {v}");
-        assert!(r["allowed"].is_boolean(), "{v}");
-        assert_eq!(r.get("patch").is_some(), r.get("patchType").is_some(), "patch and patchType go together: {v}");
-        r
-    }
-    /// A failure `Status` with this code.
-    fn status_err(&self, code: u16) -> Value {
-        assert_eq!(self.status, code, "expected {code}, got {}: {}", self.status, self.text());
-        let s = self.json();
-        assert_eq!(s["kind"], "Status", "{s}");
-        assert_eq!(s["code"], code, "{s}");
-        s
-    }
+/// A failure `Status` with this code.
+fn failure(resp: &Resp, code: u16) -> Value {
+    assert_eq!(resp.status, code, "expected {code}, got {}: {}", resp.status, resp.text());
+    let s = resp.json();
+    assert_eq!(s["kind"], "Status", "{s}");
+    assert_eq!(s["code"], code, "{s}");
+    s
 }
 
 async fn post_raw(c: &kube::Client, path: &str, body: Vec<u8>) -> Resp {
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(kube::client::Body::from(body))
-        .expect("request");
-    let resp = tokio::time::timeout(Duration::from_secs(20), c.send(req))
-        .await
-        .expect("no answer in 20s")
-        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.expect("body").to_bytes().to_vec();
-    Resp { status, body }
-}
-
-async fn post(c: &kube::Client, path: &str, review: &Value) -> Resp {
-    post_raw(c, path, serde_json::to_vec(review).expect("json")).await
+    call(c, Method::POST, path, &[("content-type", "application/json")], body).await
 }
 
 /// The AdmissionReview kube-apiserver sends for a write of `object` (kind from its apiVersion/kind).
@@ -80,28 +39,27 @@ fn review(uid: &str, operation: &str, object: Option<&Value>, old: Option<&Value
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let kind = o["kind"].as_str().expect("kind");
     let resource = format!("{}s", kind.to_lowercase());
-    let namespace = o.pointer("/metadata/namespace").cloned().unwrap_or(Value::Null);
-    let mut req = json!({
-        "uid": uid,
-        "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": resource},
-        "requestKind": {"group": group, "version": version, "kind": kind},
-        "requestResource": {"group": group, "version": version, "resource": resource},
-        "name": o["metadata"]["name"],
-        "operation": operation,
-        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
-        "object": object.cloned().unwrap_or(Value::Null),
-        "oldObject": old.cloned().unwrap_or(Value::Null),
-        "dryRun": false,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": format!("{}Options", operation[..1].to_string() + &operation[1..].to_lowercase())},
-    });
-    if !namespace.is_null() {
-        req["namespace"] = namespace;
+    let of = ReviewOf {
+        group,
+        version,
+        kind,
+        resource: &resource,
+        operation,
+        username: ADMIN_USERNAME,
+        groups: ADMIN_GROUPS,
+    };
+    let mut r = admission_review(uid, &of, object, old);
+    let req = &mut r["request"];
+    req["name"] = o["metadata"]["name"].clone();
+    let options = operation[..1].to_string() + &operation[1..].to_lowercase();
+    req["options"] = json!({"apiVersion": "meta.k8s.io/v1", "kind": format!("{options}Options")});
+    if let Some(namespace) = o.pointer("/metadata/namespace").filter(|ns| !ns.is_null()) {
+        req["namespace"] = namespace.clone();
     }
     if !sub_resource.is_empty() {
         req["subResource"] = json!(sub_resource);
     }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+    r
 }
 
 fn with_dry_run(mut r: Value) -> Value {
@@ -139,13 +97,6 @@ fn patch_of(resp: &Value) -> json_patch::Patch {
     assert_eq!(resp["patchType"], "JSONPatch", "{resp}");
     let raw = base64::engine::general_purpose::STANDARD.decode(resp["patch"].as_str().expect("patch is a string"));
     serde_json::from_slice(&raw.expect("patch is base64")).expect("patch is a JSON Patch")
-}
-
-fn causes(status: &Value) -> Vec<String> {
-    status["details"]["causes"]
-        .as_array()
-        .map(|a| a.iter().map(|c| c["field"].as_str().unwrap_or_default().to_string()).collect())
-        .unwrap_or_default()
 }
 
 /// A denial: allowed false, the 422 Invalid Status the aggregated API would send, no patch.
@@ -256,7 +207,7 @@ async fn validate_create_update_status_delete() {
     let bad = storage_state("pods", "deployments", "apps");
     let r = post(&c, "/validate", &review("v-2", "CREATE", Some(&bad), None, "")).await.review("v-2");
     let st = denied(&r);
-    assert_eq!(causes(&st), ["metadata.name"], "{st}");
+    assert_eq!(cause_fields(&st), ["metadata.name"], "{st}");
     let msg = st["message"].as_str().unwrap_or_default();
     assert!(
         msg.starts_with("StorageState.migration.k8s.io \"pods\" is invalid: metadata.name: Invalid value: \"pods\""),
@@ -267,7 +218,7 @@ async fn validate_create_update_status_delete() {
     let mut worse = storage_state("Not_A_Name", "", "apps");
     worse["metadata"]["labels"] = json!({"bad key!": "x"});
     let st = denied(&post(&c, "/validate", &review("v-3", "CREATE", Some(&worse), None, "")).await.review("v-3"));
-    let fields = causes(&st);
+    let fields = cause_fields(&st);
     for f in ["metadata.name", "metadata.labels", "spec.resource.resource"] {
         assert!(fields.iter().any(|x| x == f), "{f} missing from {fields:?}");
         assert!(st["message"].as_str().unwrap_or_default().contains(f), "{st}");
@@ -290,7 +241,7 @@ async fn validate_create_update_status_delete() {
     let old = svm("svm-1", "deployments");
     let new = svm("svm-1", "statefulsets");
     let st = denied(&post(&c, "/validate", &review("v-5", "UPDATE", Some(&new), Some(&old), "")).await.review("v-5"));
-    assert_eq!(causes(&st), ["spec.resource"], "{st}");
+    assert_eq!(cause_fields(&st), ["spec.resource"], "{st}");
     assert!(st["message"].as_str().unwrap_or_default().contains("field is immutable"), "{st}");
     let dry = post(&c, "/validate", &with_dry_run(review("v-5d", "UPDATE", Some(&new), Some(&old), ""))).await;
     assert_eq!(dry.review("v-5d")["status"], st);
@@ -310,7 +261,7 @@ async fn validate_create_update_status_delete() {
     reverted["status"] = json!({"conditions": [{"type": "Running", "status": "True"}]});
     let r = post(&c, "/validate", &review("v-7", "UPDATE", Some(&reverted), Some(&succeeded), "status")).await;
     let st = denied(&r.review("v-7"));
-    assert_eq!(causes(&st), ["status.conditions"], "{st}");
+    assert_eq!(cause_fields(&st), ["status.conditions"], "{st}");
     assert!(
         st["message"]
             .as_str()
@@ -331,7 +282,10 @@ async fn validate_create_update_status_delete() {
     let st = denied(
         &post(&c, "/validate", &review("v-9", "UPDATE", Some(&broken), Some(&old), "status")).await.review("v-9"),
     );
-    assert_eq!(causes(&st), ["status.conditions[0].type", "status.conditions[0].status", "status.migratedObjects"]);
+    assert_eq!(
+        cause_fields(&st),
+        ["status.conditions[0].type", "status.conditions[0].status", "status.migratedObjects"]
+    );
 
     // DELETE: allowed (also with dryRun), no patch.
     let r = post(&c, "/validate", &review("v-10", "DELETE", None, Some(&old), "")).await.review("v-10");
@@ -366,7 +320,7 @@ async fn validate_shoot_state_in_both_versions() {
                    {"name": "", "type": "secret", "data": {}}]),
         );
         let st = denied(&post(&c, "/validate", &review("s-2", "CREATE", Some(&unnamed), None, "")).await.review("s-2"));
-        assert_eq!(causes(&st), ["spec.gardener[2].name"], "{st}");
+        assert_eq!(cause_fields(&st), ["spec.gardener[2].name"], "{st}");
         assert_eq!(st["details"]["causes"][0]["reason"], "FieldValueInvalid", "{st}");
         assert!(
             st["message"].as_str().unwrap_or_default().contains(
@@ -378,11 +332,11 @@ async fn validate_shoot_state_in_both_versions() {
         // The same rules on UPDATE; and a ShootState name must be a DNS label.
         let st =
             denied(&post(&c, "/validate", &review("s-3", "UPDATE", Some(&unnamed), Some(&ok), "")).await.review("s-3"));
-        assert_eq!(causes(&st), ["spec.gardener[2].name"], "{st}");
+        assert_eq!(cause_fields(&st), ["spec.gardener[2].name"], "{st}");
         let mut dotted = ok.clone();
         dotted["metadata"]["name"] = json!("a.b");
         let st = denied(&post(&c, "/validate", &review("s-4", "CREATE", Some(&dotted), None, "")).await.review("s-4"));
-        assert_eq!(causes(&st), ["metadata.name"], "{st}");
+        assert_eq!(cause_fields(&st), ["metadata.name"], "{st}");
     }
     // An object whose apiVersion disagrees with request.kind: denied with the decoder's 400.
     let mut mismatched = review("s-5", "CREATE", Some(&shoot_state("v1beta1", json!([]))), None, "");
@@ -477,7 +431,7 @@ async fn malformed_reviews_are_400() {
         cases.push(("invalid JSON", b"{\"apiVersion\": \"admission.k8s.io/v1\",".to_vec()));
         cases.push(("invalid JSON", Vec::new()));
         for (what, body) in cases {
-            let st = post_raw(&c, path, body).await.status_err(400);
+            let st = failure(&post_raw(&c, path, body).await, 400);
             assert_eq!(st["reason"], "BadRequest", "{st}");
             let msg = st["message"].as_str().unwrap_or_default();
             assert!(msg.starts_with("malformed AdmissionReview") && msg.contains(what), "{path} {what}: {msg}");
@@ -485,7 +439,7 @@ async fn malformed_reviews_are_400() {
         // Over the 3 MiB request limit: 413 before parsing.
         let mut big = good.clone();
         big["request"]["object"]["metadata"]["annotations"] = json!({"big": "x".repeat(3 * 1024 * 1024)});
-        let st = post(&c, path, &big).await.status_err(413);
+        let st = failure(&post(&c, path, &big).await, 413);
         assert_eq!(st["reason"], "RequestEntityTooLarge", "{st}");
     }
     // Only POST.
@@ -498,39 +452,16 @@ async fn malformed_reviews_are_400() {
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
     cfg.auth_info = Default::default();
     let anonymous = kube::Client::try_from(cfg).expect("client");
-    post(&anonymous, "/validate", &good).await.status_err(401);
+    failure(&post(&anonymous, "/validate", &good).await, 401);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // manifests
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn sorted_dir(dir: &Path) -> Vec<(String, String)> {
-    let mut files = Vec::new();
-    files_under(dir, dir, &mut files);
-    files.sort();
-    files
-}
-
-/// The files `migration-apiserver <subcommand> --output-dir <a temporary directory>` writes, sorted.
-fn generated_by(subcommand: &str) -> Vec<(String, String)> {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let out = std::process::Command::new(BIN)
-        .args([subcommand, "--output-dir"])
-        .arg(tmp.path())
-        .output()
-        .unwrap_or_else(|e| panic!("run migration-apiserver {subcommand}: {e}"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    sorted_dir(tmp.path())
-}
-
 #[test]
 fn committed_crds_equal_the_generated_ones() {
-    let generated = generated_by("crds");
-    let committed = sorted_dir(&repo().join("manifests/crds"));
+    let generated = generated("crds");
+    let committed = files_in(&repo().join("manifests/crds"));
     let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     assert_eq!(
         names(&committed),
@@ -566,34 +497,21 @@ fn committed_crds_equal_the_generated_ones() {
     }
 }
 
-/// Every file under `dir`, by its path relative to `root`.
-fn files_under(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.expect("entry").path();
-        if p.is_dir() {
-            files_under(root, &p, out);
-        } else {
-            let name = p.strip_prefix(root).expect("under root").to_string_lossy().into_owned();
-            out.push((name, std::fs::read_to_string(&p).expect("read")));
-        }
-    }
-}
-
 /// `migration-apiserver manifests` regenerates every generated manifest (CRDs, roles, APIServices, webhook
 /// configurations, the migrator's RBAC for our kinds): each equals the committed file, and no committed file
 /// carrying the generated header is missing from them (a removed kind's file).
 #[test]
 fn committed_manifests_equal_the_generated_ones() {
-    let generated = generated_by("manifests");
+    let generated = generated("manifests");
     assert!(generated.len() >= 10, "{generated:?}");
     for (name, content) in &generated {
         let committed = std::fs::read_to_string(repo().join(name)).unwrap_or_default();
         assert!(&committed == content, "{name} differs from the generated one: run make manifests");
     }
-    let mut committed = Vec::new();
-    for dir in ["manifests", "apiservice"] {
-        files_under(repo(), &repo().join(dir), &mut committed);
-    }
+    let committed: Vec<(String, String)> = ["manifests", "apiservice"]
+        .into_iter()
+        .flat_map(|dir| files_in(&repo().join(dir)).into_iter().map(move |(name, c)| (format!("{dir}/{name}"), c)))
+        .collect();
     let header = migration_apiserver::server::manifests::GENERATED_HEADER;
     for (name, _) in committed.iter().filter(|(_, c)| c.starts_with(header)) {
         assert!(generated.iter().any(|(g, _)| g == name), "{name} is no longer generated: remove it");

@@ -4,7 +4,9 @@
 //! `http::Request`s where status codes, headers and `Status` bodies are the subject).
 
 mod common;
+use common::objects::{rv, svm_api, svm_json as svm};
 use common::requests::*;
+use common::status::cause_pairs;
 use common::*;
 
 use axum::http::{HeaderName, HeaderValue, Method};
@@ -36,20 +38,8 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1alpha1", kind), plural)
 }
 
-fn svm_api(c: &kube::Client) -> Api<DynamicObject> {
-    Api::all_with(c.clone(), &resource("StorageVersionMigration", "storageversionmigrations"))
-}
-
 fn ss_api(c: &kube::Client) -> Api<DynamicObject> {
     Api::all_with(c.clone(), &resource("StorageState", "storagestates"))
-}
-
-fn svm(name: &str) -> Value {
-    json!({
-        "apiVersion": API_VERSION, "kind": "StorageVersionMigration",
-        "metadata": {"name": name},
-        "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
-    })
 }
 
 fn svm_labeled(name: &str, labels: Value) -> Value {
@@ -77,30 +67,12 @@ async fn create_ok(c: &kube::Client, path: &str, body: &Value) -> Value {
     post(c, path, body).await.ok(201)
 }
 
-fn rv(obj: &Value) -> u64 {
-    obj["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no resourceVersion in {obj}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("resourceVersion is not a number in {obj}"))
-}
-
 fn names(items: &Value) -> Vec<String> {
     items.as_array().expect("items").iter().map(|o| o["metadata"]["name"].as_str().expect("name").to_string()).collect()
 }
 
-/// Cause (reason, field) pairs of a 422 Status, in order.
-fn causes(status: &Value) -> Vec<(String, String)> {
-    status["details"]["causes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no causes in {status}"))
-        .iter()
-        .map(|c| (c["reason"].as_str().unwrap_or("").to_string(), c["field"].as_str().unwrap_or("").to_string()))
-        .collect()
-}
-
 fn cause_set(status: &Value) -> BTreeSet<(String, String)> {
-    causes(status).into_iter().collect()
+    cause_pairs(status).into_iter().collect()
 }
 
 fn pairs(p: &[(&str, &str)]) -> BTreeSet<(String, String)> {
@@ -723,7 +695,7 @@ async fn invalid_objects_list_every_cause() {
         ]),
         "{st}"
     );
-    assert_eq!(causes(&st).len(), 4, "{st}");
+    assert_eq!(cause_pairs(&st).len(), 4, "{st}");
     let msg = st["message"].as_str().expect("message");
     assert!(msg.starts_with("StorageVersionMigration.migration.k8s.io \"Bad_Name\" is invalid: ["), "{msg}");
     for c in st["details"]["causes"].as_array().expect("causes") {
@@ -738,13 +710,13 @@ async fn invalid_objects_list_every_cause() {
     let mut nameless = svm("x");
     nameless["metadata"] = json!({});
     let st = post(&c, SVM_PATH, &nameless).await.status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueRequired".to_string(), "metadata.name".to_string())]);
+    assert_eq!(cause_pairs(&st), vec![("FieldValueRequired".to_string(), "metadata.name".to_string())]);
 
     // StorageState: the name must be <resource>.<group> of spec.resource.
     let mut body = ss("deployments", "apps");
     body["metadata"]["name"] = json!("pods");
     let st = post(&c, SS_PATH, &body).await.status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueInvalid".to_string(), "metadata.name".to_string())], "{st}");
+    assert_eq!(cause_pairs(&st), vec![("FieldValueInvalid".to_string(), "metadata.name".to_string())], "{st}");
     assert!(st["message"].as_str().unwrap_or_default().contains("must be \"deployments.apps\""), "{st}");
     assert!(
         st["message"].as_str().unwrap_or_default().starts_with("StorageState.migration.k8s.io \"pods\" is invalid: "),
@@ -764,10 +736,10 @@ async fn invalid_objects_list_every_cause() {
     let mut changed = created.clone();
     changed["spec"]["resource"]["version"] = json!("v2");
     let st = put(&c, &p, &changed).await.status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueInvalid".to_string(), "spec.resource".to_string())], "{st}");
+    assert_eq!(cause_pairs(&st), vec![("FieldValueInvalid".to_string(), "spec.resource".to_string())], "{st}");
     assert!(st["message"].as_str().unwrap_or_default().contains("field is immutable"), "{st}");
     let st = merge_patch(&c, &p, &json!({"spec": {"resource": {"group": "batch"}}})).await.status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueInvalid".to_string(), "spec.resource".to_string())], "{st}");
+    assert_eq!(cause_pairs(&st), vec![("FieldValueInvalid".to_string(), "spec.resource".to_string())], "{st}");
     merge_patch(&c, &p, &json!({"spec": {"continueToken": "x"}})).await.ok(200);
     assert_eq!(get(&c, &p).await.ok(200)["spec"]["resource"], created["spec"]["resource"]);
 
@@ -781,7 +753,7 @@ async fn invalid_objects_list_every_cause() {
     )
     .await
     .status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueInvalid".to_string(), "status.conditions".to_string())], "{st}");
+    assert_eq!(cause_pairs(&st), vec![("FieldValueInvalid".to_string(), "status.conditions".to_string())], "{st}");
     assert!(
         st["message"].as_str().unwrap_or_default().contains("Both success and failed conditions cannot be true"),
         "{st}"
@@ -793,21 +765,25 @@ async fn invalid_objects_list_every_cause() {
     )
     .await
     .status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueInvalid".to_string(), "status.conditions".to_string())], "{st}");
+    assert_eq!(cause_pairs(&st), vec![("FieldValueInvalid".to_string(), "status.conditions".to_string())], "{st}");
     assert!(st["message"].as_str().unwrap_or_default().contains("Running condition cannot be true"), "{st}");
     let st = merge_patch(&c, &sp, &cond(json!([{"type": "Running", "status": "True", "reason": "not a reason!"}])))
         .await
         .status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueInvalid".to_string(), "status.conditions[0].reason".to_string())], "{st}");
+    assert_eq!(
+        cause_pairs(&st),
+        vec![("FieldValueInvalid".to_string(), "status.conditions[0].reason".to_string())],
+        "{st}"
+    );
     let st =
         merge_patch(&c, &sp, &cond(json!([{"type": "Running", "status": "Maybe"}]))).await.status_err(422, "Invalid");
     assert_eq!(
-        causes(&st),
+        cause_pairs(&st),
         vec![("FieldValueNotSupported".to_string(), "status.conditions[0].status".to_string())],
         "{st}"
     );
     let st = merge_patch(&c, &sp, &json!({"status": {"migratedObjects": -1}})).await.status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueInvalid".to_string(), "status.migratedObjects".to_string())], "{st}");
+    assert_eq!(cause_pairs(&st), vec![("FieldValueInvalid".to_string(), "status.migratedObjects".to_string())], "{st}");
     assert!(get(&c, &p).await.ok(200).get("status").is_none(), "rejected status writes change nothing");
     // Valid conditions pass; a reason with ',' and ':' is valid.
     let o = merge_patch(&c, &sp, &cond(json!([{"type": "Running", "status": "True", "reason": "Started:Chunk_1,A"}])))
@@ -1636,7 +1612,7 @@ async fn finalizers_hold_deletion() {
     let st = merge_patch(&c, &p, &json!({"metadata": {"finalizers": ["example.com/hold", "example.com/other"]}}))
         .await
         .status_err(422, "Invalid");
-    assert_eq!(causes(&st), vec![("FieldValueForbidden".to_string(), "metadata.finalizers".to_string())], "{st}");
+    assert_eq!(cause_pairs(&st), vec![("FieldValueForbidden".to_string(), "metadata.finalizers".to_string())], "{st}");
     let o = merge_patch(&c, &p, &json!({"metadata": {"labels": {"still": "here"}}})).await.ok(200);
     assert_eq!(o["metadata"]["deletionTimestamp"], ts.as_str());
     // The deletion timestamp cannot be cleared by an update.

@@ -10,6 +10,7 @@
 //!   `--authorization-kubeconfig`, exactly as it reaches kube-apiserver in a cluster.
 
 mod common;
+use common::status::strings;
 use common::*;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,10 +49,6 @@ const DELEGATION_GRANTS: [(&str, &str); 5] = [
     ("list", "configmaps/extension-apiserver-authentication"),
     ("watch", "configmaps/extension-apiserver-authentication"),
 ];
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -179,6 +176,12 @@ impl Cluster {
 
     fn kubeconfig_arg(&self) -> String {
         self.kubeconfig.to_str().expect("utf-8").to_string()
+    }
+
+    /// A server's flags to delegate both authentication and authorization to this cluster.
+    fn delegating_args(&self) -> Vec<String> {
+        let kubeconfig = self.kubeconfig_arg();
+        vec!["--authentication-kubeconfig".into(), kubeconfig.clone(), "--authorization-kubeconfig".into(), kubeconfig]
     }
 
     fn set_configmap(&self, data: BTreeMap<String, String>) {
@@ -508,13 +511,7 @@ where
 async fn delegated_authentication_and_authorization() {
     let pki = Pki::new("");
     let cluster = Cluster::start(&pki).await;
-    let s = start_server(vec![
-        "--authentication-kubeconfig".into(),
-        cluster.kubeconfig_arg(),
-        "--authorization-kubeconfig".into(),
-        cluster.kubeconfig_arg(),
-    ])
-    .await;
+    let s = start_server(cluster.delegating_args()).await;
     let anonymous = Caller::new(&s);
     let proxy = anonymous.with_cert(pki.front_proxy());
 
@@ -682,13 +679,7 @@ async fn delegated_authentication_and_authorization() {
 async fn rotated_cas_and_serving_certificate_apply_without_restart() {
     let pki = Pki::new("");
     let cluster = Cluster::start(&pki).await;
-    let s = start_server(vec![
-        "--authentication-kubeconfig".into(),
-        cluster.kubeconfig_arg(),
-        "--authorization-kubeconfig".into(),
-        cluster.kubeconfig_arg(),
-    ])
-    .await;
+    let s = start_server(cluster.delegating_args()).await;
     let anonymous = Caller::new(&s);
     let aggregator = as_user("system:kube-aggregator", &["system:masters"]);
     let old_proxy = anonymous.with_cert(pki.front_proxy());
@@ -841,10 +832,6 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
         .unwrap_or_else(|| panic!("no {kind} {name}"))
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
 }
 
 /// Every rule of our ClusterRole and Role, one row per (apiGroup, resource, verb), with the code that makes the
@@ -1176,13 +1163,7 @@ async fn unsafe_delete_of_an_unreadable_object_needs_its_own_permission() {
     }
     let pki = Pki::new("-unsafe");
     let cluster = Cluster::start(&pki).await;
-    let mut s = start_server(vec![
-        "--authentication-kubeconfig".into(),
-        cluster.kubeconfig_arg(),
-        "--authorization-kubeconfig".into(),
-        cluster.kubeconfig_arg(),
-    ])
-    .await;
+    let mut s = start_server(cluster.delegating_args()).await;
     const KEY: &str = "/registry/core.gardener.cloud/shootstates/garden-a/bad";
     let mut s = tokio::task::spawn_blocking(move || {
         s.stop();

@@ -3,6 +3,7 @@
 //! `translate` command, and the PV/PVC admission webhooks with real AdmissionReview JSON against the running binary.
 
 mod common;
+use common::admission::{admission_review, ReviewOf};
 use common::*;
 
 use axum::http::{Method, Request};
@@ -1243,24 +1244,24 @@ async fn post_review(c: &kube::Client, path: &str, review: &Value) -> Value {
 fn review(uid: &str, operation: &str, object: &Value, old: Option<&Value>) -> Value {
     let kind = object["kind"].as_str().expect("kind");
     let resource = if kind == "PersistentVolume" { "persistentvolumes" } else { "persistentvolumeclaims" };
-    let mut req = json!({
-        "uid": uid,
-        "kind": {"group": "", "version": "v1", "kind": kind},
-        "resource": {"group": "", "version": "v1", "resource": resource},
-        "requestKind": {"group": "", "version": "v1", "kind": kind},
-        "requestResource": {"group": "", "version": "v1", "resource": resource},
-        "name": object["metadata"]["name"],
-        "operation": operation,
-        "userInfo": {"username": "system:serviceaccount:kube-system:persistent-volume-binder", "groups": ["system:serviceaccounts", "system:authenticated"]},
-        "object": object,
-        "oldObject": old.cloned().unwrap_or(Value::Null),
-        "dryRun": false,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": if operation == "CREATE" { "CreateOptions" } else { "UpdateOptions" }},
-    });
+    let of = ReviewOf {
+        group: "",
+        version: "v1",
+        kind,
+        resource,
+        operation,
+        username: "system:serviceaccount:kube-system:persistent-volume-binder",
+        groups: &["system:serviceaccounts", "system:authenticated"],
+    };
+    let mut r = admission_review(uid, &of, Some(object), old);
+    let req = &mut r["request"];
+    req["name"] = object["metadata"]["name"].clone();
+    let options = if operation == "CREATE" { "CreateOptions" } else { "UpdateOptions" };
+    req["options"] = json!({"apiVersion": "meta.k8s.io/v1", "kind": options});
     if let Some(ns) = object["metadata"].get("namespace") {
         req["namespace"] = ns.clone();
     }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+    r
 }
 
 /// The object with the response's patch applied (the object itself without a patch).

@@ -2,6 +2,7 @@
 //! included), and a SIGKILL in the middle of a write burst loses no write that was acknowledged.
 
 mod common;
+use common::objects::{dynamic as obj, rv, svm_api, svm_json};
 use common::*;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -19,28 +20,14 @@ fn api(c: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
     Api::all_with(c.clone(), &ar)
 }
 
-fn svms(c: &kube::Client) -> Api<DynamicObject> {
-    api(c, "StorageVersionMigration", "storageversionmigrations")
-}
-
 fn states(c: &kube::Client) -> Api<DynamicObject> {
     api(c, "StorageState", "storagestates")
 }
 
-fn obj(v: Value) -> DynamicObject {
-    serde_json::from_value(v).expect("DynamicObject")
-}
-
 fn svm(name: &str, labels: Value) -> DynamicObject {
-    obj(json!({
-        "apiVersion": API_VERSION, "kind": "StorageVersionMigration",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
-    }))
-}
-
-fn rv(o: &DynamicObject) -> u64 {
-    o.metadata.resource_version.as_deref().expect("resourceVersion").parse().expect("numeric resourceVersion")
+    let mut v = svm_json(name);
+    v["metadata"]["labels"] = labels;
+    obj(v)
 }
 
 /// Every object of a list as JSON, by name, plus the list's resourceVersion.
@@ -64,13 +51,13 @@ async fn restart_keeps_all_data() {
 
     // A little of everything: labels, annotations, spec changes (generation 2), status, a terminating object.
     for i in 0..5 {
-        svms(&c).create(&pp, &svm(&format!("keep-{i}"), json!({"i": i.to_string()}))).await.expect("create");
+        svm_api(&c).create(&pp, &svm(&format!("keep-{i}"), json!({"i": i.to_string()}))).await.expect("create");
     }
-    svms(&c)
+    svm_api(&c)
         .patch("keep-1", &PatchParams::default(), &merge(json!({"spec": {"continueToken": "t"}})))
         .await
         .expect("spec");
-    svms(&c)
+    svm_api(&c)
         .patch_status(
             "keep-2",
             &PatchParams::default(),
@@ -78,7 +65,7 @@ async fn restart_keeps_all_data() {
         )
         .await
         .expect("status");
-    svms(&c)
+    svm_api(&c)
         .patch(
             "keep-3",
             &PatchParams::default(),
@@ -86,8 +73,8 @@ async fn restart_keeps_all_data() {
         )
         .await
         .expect("finalizer");
-    svms(&c).delete("keep-3", &Default::default()).await.expect("delete marks it");
-    svms(&c).delete("keep-4", &Default::default()).await.expect("delete");
+    svm_api(&c).delete("keep-3", &Default::default()).await.expect("delete marks it");
+    svm_api(&c).delete("keep-4", &Default::default()).await.expect("delete");
     for (res, group) in [("pods", ""), ("deployments", "apps")] {
         let name = if group.is_empty() { res.to_string() } else { format!("{res}.{group}") };
         states(&c)
@@ -109,7 +96,7 @@ async fn restart_keeps_all_data() {
             .await
             .expect("state status");
     }
-    let (svm_before, rev_before) = snapshot(&svms(&c)).await;
+    let (svm_before, rev_before) = snapshot(&svm_api(&c)).await;
     let (ss_before, _) = snapshot(&states(&c)).await;
     assert_eq!(svm_before.keys().collect::<Vec<_>>(), ["keep-0", "keep-1", "keep-2", "keep-3"]);
     assert_eq!(svm_before["keep-1"]["metadata"]["generation"], 2);
@@ -120,16 +107,16 @@ async fn restart_keeps_all_data() {
     let c = s.client().await;
 
     // Everything is as it was, to the byte of every field, resourceVersions included.
-    let (svm_after, rev_after) = snapshot(&svms(&c)).await;
+    let (svm_after, rev_after) = snapshot(&svm_api(&c)).await;
     let (ss_after, _) = snapshot(&states(&c)).await;
     assert_eq!(svm_after, svm_before);
     assert_eq!(ss_after, ss_before);
     assert!(rev_after >= rev_before, "the store's revision never goes back: {rev_after} < {rev_before}");
     for (name, before) in &svm_before {
-        let got = serde_json::to_value(svms(&c).get(name).await.expect("get")).expect("json");
+        let got = serde_json::to_value(svm_api(&c).get(name).await.expect("get")).expect("json");
         assert_eq!(&got, before, "{name}");
     }
-    svms(&c).get("keep-4").await.expect_err("a deleted object stays deleted");
+    svm_api(&c).get("keep-4").await.expect_err("a deleted object stays deleted");
 
     // New writes get newer resourceVersions than anything from before the restart.
     let max_before = svm_before
@@ -138,21 +125,21 @@ async fn restart_keeps_all_data() {
         .map(|v| v["metadata"]["resourceVersion"].as_str().expect("rv").parse::<u64>().expect("n"))
         .max()
         .expect("objects");
-    let created = svms(&c).create(&pp, &svm("after", json!({}))).await.expect("create after restart");
+    let created = svm_api(&c).create(&pp, &svm("after", json!({}))).await.expect("create after restart");
     assert!(rv(&created) > max_before && rv(&created) > rev_before, "{} vs {max_before}/{rev_before}", rv(&created));
-    let patched = svms(&c)
+    let patched = svm_api(&c)
         .patch("keep-0", &PatchParams::default(), &merge(json!({"metadata": {"labels": {"x": "y"}}})))
         .await
         .expect("patch");
     assert!(rv(&patched) > rv(&created));
     // The terminating object still finishes its deletion when its finalizer goes.
-    svms(&c)
+    svm_api(&c)
         .patch("keep-3", &PatchParams::default(), &merge(json!({"metadata": {"finalizers": null}})))
         .await
         .expect("remove finalizer");
-    svms(&c).get("keep-3").await.expect_err("finalized object is gone");
+    svm_api(&c).get("keep-3").await.expect_err("finalized object is gone");
     // uids are unique across the restart.
-    let uids: BTreeSet<String> = svms(&c)
+    let uids: BTreeSet<String> = svm_api(&c)
         .list(&ListParams::default())
         .await
         .expect("list")
@@ -174,7 +161,7 @@ async fn kill9_during_write_burst_loses_no_acknowledged_write() {
 
     let mut writers = Vec::new();
     for w in 0..WRITERS {
-        let (a, acked, attempted, stop) = (svms(&c), acked.clone(), attempted.clone(), stop.clone());
+        let (a, acked, attempted, stop) = (svm_api(&c), acked.clone(), attempted.clone(), stop.clone());
         writers.push(tokio::spawn(async move {
             // Returns whether the writer was stopped by a failure (the server going away) rather than the flag.
             for i in 0.. {
@@ -225,7 +212,7 @@ async fn kill9_during_write_burst_loses_no_acknowledged_write() {
 
     s.restart();
     let c = s.client().await;
-    let list = svms(&c).list(&ListParams::default()).await.expect("list after kill -9");
+    let list = svm_api(&c).list(&ListParams::default()).await.expect("list after kill -9");
     let mut present = BTreeSet::new();
     let mut uids = BTreeSet::new();
     let mut revs = BTreeSet::new();
@@ -256,9 +243,11 @@ async fn kill9_during_write_burst_loses_no_acknowledged_write() {
 
     // The recovered server is fully usable: writes get newer resourceVersions, watches see them.
     let max = revs.iter().max().copied().unwrap_or(0);
-    let o =
-        svms(&c).create(&PostParams::default(), &svm("after-crash", json!({}))).await.expect("create after recovery");
+    let o = svm_api(&c)
+        .create(&PostParams::default(), &svm("after-crash", json!({})))
+        .await
+        .expect("create after recovery");
     assert!(rv(&o) > max, "{} <= {max}", rv(&o));
-    let o = svms(&c).get(&acked[0]).await.expect("an acknowledged object");
+    let o = svm_api(&c).get(&acked[0]).await.expect("an acknowledged object");
     assert_eq!(o.metadata.name.as_deref(), Some(acked[0].as_str()));
 }

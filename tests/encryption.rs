@@ -52,8 +52,7 @@ fn shootstate(name: &str, canary: &str) -> String {
 /// `kubectl create` (not apply: `kubectl replace` rewrites apply's last-applied annotation, so it would not be a
 /// no-op rewrite).
 fn create(s: &Server, manifest: &str) {
-    let out = s.kubectl_stdin(&["create", "-f", "-"], manifest);
-    assert!(out.status.success(), "create: {}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok_stdin(&["create", "-f", "-"], manifest);
 }
 
 fn rv(s: &Server, name: &str) -> u64 {
@@ -65,8 +64,7 @@ fn rv(s: &Server, name: &str) -> u64 {
 /// `kubectl get -o json | kubectl replace -f -`: a no-op rewrite. Returns the resourceVersion after it.
 fn noop_replace(s: &Server, name: &str) -> u64 {
     let current = s.kubectl_ok(&["get", "shootstate", "-n", NS, name, "-o", "json"]);
-    let out = s.kubectl_stdin(&["replace", "-f", "-"], &current);
-    assert!(out.status.success(), "replace: {}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok_stdin(&["replace", "-f", "-"], &current);
     rv(s, name)
 }
 

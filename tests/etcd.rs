@@ -5,6 +5,7 @@
 
 mod common;
 use common::etcd::Etcd;
+use common::objects::{item_names, rv, svm_api, svm_object as svm};
 use common::*;
 
 use futures::{StreamExt, TryStreamExt};
@@ -15,23 +16,9 @@ use std::time::{Duration, Instant};
 
 const SVM_PATH: &str = "/apis/migration.k8s.io/v1alpha1/storageversionmigrations";
 
-fn svm_api(c: &kube::Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("migration.k8s.io", "v1alpha1", "StorageVersionMigration");
-    Api::all_with(c.clone(), &ApiResource::from_gvk_with_plural(&gvk, "storageversionmigrations"))
-}
-
 fn shoot_api(c: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("core.gardener.cloud", "v1beta1", "ShootState");
     Api::namespaced_with(c.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "shootstates"))
-}
-
-fn svm(name: &str) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
-        "metadata": {"name": name},
-        "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
-    }))
-    .expect("object")
 }
 
 fn shoot(name: &str, payload: &str) -> DynamicObject {
@@ -43,13 +30,8 @@ fn shoot(name: &str, payload: &str) -> DynamicObject {
     .expect("object")
 }
 
-fn rv(o: &DynamicObject) -> u64 {
-    o.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()).expect("resourceVersion")
-}
-
 async fn names(api: &Api<DynamicObject>) -> Vec<String> {
-    let list = api.list(&ListParams::default()).await.expect("list");
-    list.items.into_iter().filter_map(|o| o.metadata.name).collect()
+    item_names(&api.list(&ListParams::default()).await.expect("list"))
 }
 
 /// The next ADDED/MODIFIED/DELETED event of a kube watch stream (bookmarks skipped), within a deadline.

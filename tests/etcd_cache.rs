@@ -5,41 +5,14 @@
 
 mod common;
 use common::etcd::Etcd;
+use common::objects::{item_names, rv, svm_api, svm_object as svm};
 use common::*;
 
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, ResourceExt};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{DeleteParams, ListParams, PostParams, ResourceExt};
 use migration_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
 use migration_apiserver::storage::{HistoryLimit, KeyValue, ListOptions, Storage, StorageError, WatchItem};
-use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn svm_api(c: &kube::Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("migration.k8s.io", "v1alpha1", "StorageVersionMigration");
-    Api::all_with(c.clone(), &ApiResource::from_gvk_with_plural(&gvk, "storageversionmigrations"))
-}
-
-fn svm(name: &str) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
-        "metadata": {"name": name},
-        "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}},
-    }))
-    .expect("object")
-}
-
-fn rv(o: &DynamicObject) -> u64 {
-    o.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()).expect("resourceVersion")
-}
-
-fn list_rv(l: &kube::core::ObjectList<DynamicObject>) -> u64 {
-    l.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()).expect("list resourceVersion")
-}
-
-fn names(l: &kube::core::ObjectList<DynamicObject>) -> Vec<String> {
-    l.items.iter().filter_map(|o| o.metadata.name.clone()).collect()
-}
 
 /// Storage reads a server answered from its watch cache and from etcd (`storage_cache_reads_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,8 +67,8 @@ async fn a_read_on_one_replica_sees_writes_acknowledged_by_another() {
             svm_api(reader).get(&name).await.unwrap_or_else(|e| panic!("round {i}: created object not read: {e}"));
         assert_eq!(rv(&got), rv(&made), "round {i}");
         let list = svm_api(reader).list(&ListParams::default()).await.expect("list");
-        assert!(names(&list).contains(&name), "round {i}: {:?}", names(&list));
-        assert!(list_rv(&list) >= rv(&made), "round {i}: list at {} before the write at {}", list_rv(&list), rv(&made));
+        assert!(item_names(&list).contains(&name), "round {i}: {:?}", item_names(&list));
+        assert!(rv(&list) >= rv(&made), "round {i}: list at {} before the write at {}", rv(&list), rv(&made));
         // An update: the reader gets its resourceVersion and content at once.
         let mut changed = made.clone();
         changed.labels_mut().insert("round".into(), i.to_string());
@@ -108,7 +81,7 @@ async fn a_read_on_one_replica_sees_writes_acknowledged_by_another() {
             svm_api(writer).delete(&gone, &DeleteParams::default()).await.expect("delete");
             assert!(svm_api(reader).get_opt(&gone).await.expect("get").is_none(), "round {i}: {gone} still read");
             let list = svm_api(reader).list(&ListParams::default()).await.expect("list");
-            assert!(!names(&list).contains(&gone), "round {i}: {gone} still listed");
+            assert!(!item_names(&list).contains(&gone), "round {i}: {gone} still listed");
         }
     }
     // Those reads were the watch caches' (each replica made at least 20 rounds of reads).
@@ -150,7 +123,7 @@ async fn writes_elsewhere_in_etcd_do_not_hold_reads_back() {
         let list = svm_api(&cb).list(&ListParams::default()).await.expect("list");
         let took = t.elapsed();
         let after = reads(&cb).await;
-        assert!(list_rv(&list) >= moved, "round {i}: list at {}, etcd at {moved}", list_rv(&list));
+        assert!(rv(&list) >= moved, "round {i}: list at {}, etcd at {moved}", rv(&list));
         assert!(took < Duration::from_millis(1500), "round {i}: the read waited {took:?}");
         // Where etcd orders requested progress notifications after queued events, the cache answers; an older
         // etcd's cannot be trusted (etcd-io/etcd#15220), and the read goes to etcd at once.
@@ -187,12 +160,12 @@ async fn the_watch_cache_answers_gets_lists_and_continue_pages() {
     // revision), with the remaining count.
     let first = api.list(&ListParams::default().limit(2)).await.expect("page");
     assert_eq!(first.metadata.remaining_item_count, Some(3));
-    let mut seen = names(&first);
+    let mut seen = item_names(&first);
     let mut token = first.metadata.continue_.clone();
     while let Some(t) = token {
         let page = api.list(&ListParams::default().limit(2).continue_token(&t)).await.expect("page");
-        assert_eq!(list_rv(&page), list_rv(&first), "pages at the first page's revision");
-        seen.extend(names(&page));
+        assert_eq!(rv(&page), rv(&first), "pages at the first page's revision");
+        seen.extend(item_names(&page));
         token = page.metadata.continue_.clone();
     }
     assert_eq!(seen, (0..5).map(|i| format!("m-{i}")).collect::<Vec<_>>());
@@ -206,10 +179,10 @@ async fn the_watch_cache_answers_gets_lists_and_continue_pages() {
     let before = reads(&c).await;
     let t = first.metadata.continue_.clone().expect("continue");
     let rest = api.list(&ListParams::default().limit(10).continue_token(&t)).await.expect("rest");
-    assert_eq!(names(&rest), ["m-3", "m-4"]);
-    assert_eq!(list_rv(&rest), list_rv(&first));
+    assert_eq!(item_names(&rest), ["m-3", "m-4"]);
+    assert_eq!(rv(&rest), rv(&first));
     assert_eq!(reads(&c).await.etcd - before.etcd, 1, "an older revision is etcd's to serve");
-    assert!(names(&api.list(&ListParams::default()).await.expect("list")).contains(&"m-late".to_string()));
+    assert!(item_names(&api.list(&ListParams::default()).await.expect("list")).contains(&"m-late".to_string()));
 }
 
 const TEST_PREFIX: &str = "/registry/cache-test/";

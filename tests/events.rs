@@ -5,6 +5,7 @@
 
 mod common;
 use common::requests::*;
+use common::status::table_columns;
 use common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -29,18 +30,6 @@ fn new_event(name: &str, svm: &str, uid: &str, note: &str) -> Value {
         "action": "Migrate", "reason": "Succeeded", "note": note, "type": "Normal",
         "regarding": {"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration", "name": svm, "uid": uid},
     })
-}
-
-trait KubectlStdin {
-    fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String;
-}
-
-impl KubectlStdin for Server {
-    fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String {
-        let out = self.kubectl_stdin(args, stdin);
-        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
 }
 
 /// Must-show: the Python client creates through events.k8s.io/v1 (`EventsV1Api`) and reads back through core/v1
@@ -235,12 +224,7 @@ async fn discovery_and_table() {
         .ok(201);
     for path in ["/api/v1/namespaces/default/events", "/apis/events.k8s.io/v1/namespaces/default/events"] {
         let table = get_accept(&c, path, "application/json;as=Table;v=v1;g=meta.k8s.io").await.ok(200);
-        let columns: Vec<(String, i64)> = table["columnDefinitions"]
-            .as_array()
-            .expect("columns")
-            .iter()
-            .map(|c| (c["name"].as_str().unwrap_or_default().to_string(), c["priority"].as_i64().unwrap_or(-1)))
-            .collect();
+        let columns = table_columns(&table);
         let want = [
             ("Last Seen", 0),
             ("Type", 0),

@@ -11,14 +11,10 @@ use std::time::Duration;
 const TIMEOUT: Duration = Duration::from_secs(60);
 const SS: &str = "shootstates.core.gardener.cloud";
 
-fn json_out(s: &Server, args: &[&str]) -> Value {
-    serde_json::from_str(&s.kubectl_ok(args)).expect("json")
-}
-
 /// Every Event of `s` in `resource` (`events` for core/v1, `events.v1.events.k8s.io`) with this reason, regarding
 /// the object `name`.
 fn events_of(s: &Server, resource: &str, reason: &str, name: &str) -> Vec<Value> {
-    let list = json_out(s, &["get", resource, "-A", "-o", "json"]);
+    let list = s.kubectl_json(&["get", resource, "-A", "-o", "json"]);
     let regarding = |e: &Value| if resource == "events" { e["involvedObject"].clone() } else { e["regarding"].clone() };
     let items = list["items"].as_array().cloned().unwrap_or_default();
     items.into_iter().filter(|e| e["reason"] == reason && regarding(e)["name"] == name).collect()
@@ -53,7 +49,7 @@ fn wait_condition(s: &Server, name: &str, type_: &str) {
 #[test]
 fn standalone_trigger_and_migration_events() {
     let mut s = Server::start(&["--disable-scheduler"]);
-    let discovery = json_out(&s, &["get", "--raw", "/apis/core.gardener.cloud/v1beta1"]);
+    let discovery = s.kubectl_json(&["get", "--raw", "/apis/core.gardener.cloud/v1beta1"]);
     let hash = discovery["resources"]
         .as_array()
         .and_then(|rs| rs.iter().find(|r| r["name"] == "shootstates"))
@@ -62,8 +58,7 @@ fn standalone_trigger_and_migration_events() {
         .to_string();
     let state = json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageState", "metadata": {"name": SS},
                        "spec": {"resource": {"group": "core.gardener.cloud", "resource": "shootstates"}}});
-    let out = s.kubectl_stdin(&["create", "-f", "-"], &state.to_string());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok_stdin(&["create", "-f", "-"], &state.to_string());
     let status = json!({"status": {"persistedStorageVersionHashes": [hash], "currentStorageVersionHash": hash,
                                    "lastHeartbeatTime": "2020-01-01T00:00:00Z"}});
     s.kubectl_ok(&["patch", "storagestate", SS, "--subresource=status", "--type=merge", "-p", &status.to_string()]);
@@ -71,7 +66,7 @@ fn standalone_trigger_and_migration_events() {
     s.restart_with(&["--discovery-interval", "30s"]);
     let selector = format!("migration.k8s.io/resource={SS}");
     let name = eventually("the migration after the reset", TIMEOUT, || {
-        let list = json_out(&s, &["get", "storageversionmigrations", "-l", &selector, "-o", "json"]);
+        let list = s.kubectl_json(&["get", "storageversionmigrations", "-l", &selector, "-o", "json"]);
         list["items"][0]["metadata"]["name"].as_str().map(str::to_string)
     });
     wait_condition(&s, &name, "Succeeded");
@@ -128,8 +123,7 @@ fn cluster_mode_retry_series_and_failure_go_to_the_target() {
                 + "\n"
         })
         .collect();
-    let out = t.kubectl_stdin(&["create", "-f", "-"], &stream);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    t.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
     let proxy = Proxy::start(&t);
     // The no-op write of s-1 gets 503 twice, then passes.
     let mut refused = 0;
@@ -181,6 +175,6 @@ fn cluster_mode_retry_series_and_failure_go_to_the_target() {
     assert!(message.contains("403 Forbidden") && message.contains("garden/s-2"), "{e}");
 
     // Nothing on the migrating server: its events went to the target.
-    let own = json_out(&m, &["get", "events", "-A", "-o", "json"]);
+    let own = m.kubectl_json(&["get", "events", "-A", "-o", "json"]);
     assert_eq!(own["items"], json!([]), "{own}");
 }

@@ -5,6 +5,7 @@
 
 mod common;
 use common::requests::*;
+use common::status::cause_pairs;
 use common::*;
 
 use axum::http::Method;
@@ -94,12 +95,13 @@ async fn deep_objects_are_refused_by_every_write_path_and_nothing_is_stored() {
     assert!(watch.text().contains("\"ADDED\""), "{}", watch.text());
 }
 
+/// The fields of the causes, every one of them UnexpectedServerResponse.
 fn causes(status: &Value) -> Vec<String> {
-    let causes = status["details"]["causes"].as_array().cloned().unwrap_or_default();
-    for c in &causes {
-        assert_eq!(c["reason"], "UnexpectedServerResponse", "{status}");
+    let causes = cause_pairs(status);
+    for (reason, _) in &causes {
+        assert_eq!(reason, "UnexpectedServerResponse", "{status}");
     }
-    causes.iter().map(|c| c["field"].as_str().unwrap_or_default().to_string()).collect()
+    causes.into_iter().map(|(_, field)| field).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

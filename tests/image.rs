@@ -4,13 +4,12 @@
 //! offline; that protoc is installed before the build; that the build's toolchain is new enough for every locked
 //! package; and that the final stage copies the binary the build stage produces and runs it as non-root.
 
+mod common;
+use common::repo;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// One instruction: its keyword (upper case) and arguments, continuation lines joined.
 #[derive(Debug)]

@@ -251,15 +251,3 @@ fn chunked_get_and_watch() {
     let log = String::from_utf8_lossy(&verbose.stderr);
     assert!(log.matches("limit=2").count() >= 3, "expected several chunked requests:\n{log}");
 }
-
-trait StdinOk {
-    fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String;
-}
-
-impl StdinOk for Server {
-    fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String {
-        let out = self.kubectl_stdin(args, stdin);
-        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}

@@ -5,6 +5,7 @@
 
 mod common;
 use common::requests::*;
+use common::status::table_columns;
 use common::*;
 
 use serde_json::{json, Value};
@@ -323,12 +324,7 @@ async fn wide_output_adds_the_priority_one_columns() {
     )
     .await
     .ok(200);
-    let priorities: Vec<(String, i64)> = table["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .map(|c| (c["name"].as_str().unwrap_or_default().to_string(), c["priority"].as_i64().unwrap_or(-1)))
-        .collect();
+    let priorities = table_columns(&table);
     let want = [
         ("Name", 0),
         ("Resource", 0),

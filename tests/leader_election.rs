@@ -7,6 +7,7 @@
 
 mod common;
 use common::etcd::Etcd;
+use common::status::is_true;
 use common::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -16,20 +17,29 @@ const RENEW: Duration = Duration::from_secs(3);
 const RETRY: Duration = Duration::from_millis(500);
 const SS: &str = "shootstates.core.gardener.cloud";
 
+const REPLICA_FLAGS: &[&str] = &[
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "500ms",
+    "--discovery-interval",
+    "1s",
+];
+
 fn replica(etcd: &Etcd) -> Server {
-    Server::start_on_etcd(
-        etcd,
-        &[
-            "--leader-elect-lease-duration",
-            "4s",
-            "--leader-elect-renew-deadline",
-            "3s",
-            "--leader-elect-retry-period",
-            "500ms",
-            "--discovery-interval",
-            "1s",
-        ],
-    )
+    Server::start_on_etcd(etcd, REPLICA_FLAGS)
+}
+
+/// Two replicas on `etcd` started with `flags`: the first leads, the second follows.
+fn leader_then_follower(etcd: &Etcd, flags: &[&str]) -> [Server; 2] {
+    let a = Server::start_on_etcd(etcd, flags);
+    eventually("a leads", Duration::from_secs(20), || leading(&a).filter(|l| *l));
+    let b = Server::start_on_etcd(etcd, flags);
+    let servers = [a, b];
+    assert_eq!(one_leader([&servers[0], &servers[1]], Duration::from_secs(20)), 0);
+    servers
 }
 
 /// `leader_election_master_status{name="migration-apiserver"}`, when exposed.
@@ -101,11 +111,7 @@ fn one_leader(servers: [&Server; 2], within: Duration) -> usize {
 #[test]
 fn one_leader_runs_the_scheduler_and_kill_9_hands_over_within_the_lease_duration() {
     let etcd = Etcd::start();
-    let a = replica(&etcd);
-    eventually("a leads", Duration::from_secs(20), || leading(&a).filter(|l| *l));
-    let b = replica(&etcd);
-    let mut servers = [a, b];
-    assert_eq!(one_leader([&servers[0], &servers[1]], Duration::from_secs(20)), 0);
+    let mut servers = leader_then_follower(&etcd, REPLICA_FLAGS);
     assert!(servers[1].log().contains("leader election: started"), "{}", servers[1].log());
 
     // Both replicas report; only the leader decides and migrates.
@@ -144,11 +150,7 @@ fn one_leader_runs_the_scheduler_and_kill_9_hands_over_within_the_lease_duration
 #[test]
 fn a_graceful_stop_releases_the_lease_at_once() {
     let etcd = Etcd::start();
-    let a = replica(&etcd);
-    eventually("a leads", Duration::from_secs(20), || leading(&a).filter(|l| *l));
-    let b = replica(&etcd);
-    let mut servers = [a, b];
-    assert_eq!(one_leader([&servers[0], &servers[1]], Duration::from_secs(20)), 0);
+    let mut servers = leader_then_follower(&etcd, REPLICA_FLAGS);
     let stopped = Instant::now();
     servers[0].stop();
     eventually("b leads", LEASE + Duration::from_secs(10), || leading(&servers[1]).filter(|l| *l));
@@ -186,17 +188,12 @@ fn create_shootstates(s: &Server, namespace: &str, n: usize) {
                 + "\n"
         })
         .collect();
-    let out = s.kubectl_stdin(&["create", "-f", "-"], &stream);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
 }
 
 fn svm(s: &Server, name: &str) -> Value {
     let out = s.kubectl_ok(&["get", "storageversionmigration", name, "-o", "json"]);
     serde_json::from_str(&out).expect("JSON")
-}
-
-fn is_true(m: &Value, type_: &str) -> bool {
-    m["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == type_ && c["status"] == "True")
 }
 
 /// Two replicas on one etcd share their StorageStates: each reports its element (reporterID = its identity), the
@@ -301,24 +298,13 @@ async fn kill_9_of_the_leader_mid_migration_the_other_replica_finishes_it() {
         "--migration-chunk-size",
         "20",
     ];
-    let a = Server::start_on_etcd(&etcd, &flags);
-    eventually("a leads", Duration::from_secs(20), || leading(&a).filter(|l| *l));
-    let b = Server::start_on_etcd(&etcd, &flags);
-    let mut servers = [a, b];
-    assert_eq!(one_leader([&servers[0], &servers[1]], Duration::from_secs(20)), 0);
+    let mut servers = leader_then_follower(&etcd, &flags);
     let out = std::process::Command::new(BIN)
         .args(["migrate", "--resource", SS, "--kubeconfig"])
         .arg(servers[0].kubeconfig())
         .output()
         .expect("migrate");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let name = stdout
-        .trim()
-        .strip_prefix("storageversionmigration.migration.k8s.io/")
-        .and_then(|l| l.strip_suffix(" created"))
-        .unwrap_or_else(|| panic!("{stdout}"))
-        .to_string();
+    let name = created_migration(&out);
     // Read through the follower: mid-way, with a saved token.
     let at_kill = eventually("a third migrated", Duration::from_secs(30), || {
         let m = svm(&servers[1], &name);

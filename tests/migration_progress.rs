@@ -4,6 +4,7 @@
 
 mod common;
 use common::proxy::{Fault, Proxy};
+use common::status::{condition, is_true};
 use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -41,14 +42,6 @@ async fn target_with(n: usize) -> Server {
 
 fn get(m: &Server, name: &str) -> Value {
     serde_json::from_slice(&m.kubectl(&["get", "svm", name, "-o", "json"]).stdout).unwrap_or(Value::Null)
-}
-
-fn condition<'a>(svm: &'a Value, type_: &str) -> &'a Value {
-    svm["status"]["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
-}
-
-fn is_true(svm: &Value, type_: &str) -> bool {
-    condition(svm, type_)["status"] == "True"
 }
 
 #[test]

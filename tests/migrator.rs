@@ -6,6 +6,7 @@
 
 mod common;
 use common::proxy::{Fault, Proxy, RequestInfo};
+use common::status::{condition, is_true};
 use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -84,14 +85,7 @@ async fn resource_versions(c: &kube::Client) -> BTreeMap<String, String> {
 /// Stops the target and returns `namespace/name` -> stored apiVersion of every ShootState (`storage inspect`).
 fn stored_versions(t: &mut Server) -> BTreeMap<String, String> {
     t.stop();
-    let out = std::process::Command::new(BIN)
-        .args(["storage", "inspect", "--data-dir"])
-        .arg(t.data_dir())
-        .args(["--prefix", "/registry/core.gardener.cloud/shootstates/", "-o", "json"])
-        .output()
-        .expect("storage inspect");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("inspect json");
+    let v = t.storage_inspect(&["--prefix", "/registry/core.gardener.cloud/shootstates/"]);
     v["items"]
         .as_array()
         .expect("items")
@@ -108,14 +102,6 @@ async fn get_svm(c: &kube::Client, name: &str) -> Value {
     let (code, svm) = send(c, "GET", &format!("{SVMS}/{name}"), None).await;
     assert_eq!(code, 200, "{svm}");
     svm
-}
-
-fn condition<'a>(svm: &'a Value, type_: &str) -> &'a Value {
-    svm["status"]["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
-}
-
-fn is_true(svm: &Value, type_: &str) -> bool {
-    condition(svm, type_)["status"] == "True"
 }
 
 /// Polls the migration until Succeeded or Failed is True.

@@ -8,10 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The walk-through's blocks in order: ("client" | "server", text).
 fn blocks() -> Vec<(String, String)> {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
@@ -64,8 +60,7 @@ impl MakeRun {
             while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let _ = c.kill();
-            let _ = c.wait();
+            kill9_child(Some(c));
         }
     }
 
@@ -76,10 +71,7 @@ impl MakeRun {
 
 impl Drop for MakeRun {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill9_child(self.child.take());
     }
 }
 

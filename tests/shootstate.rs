@@ -2,6 +2,7 @@
 //! Gardener's validation rules with exact field paths, size limits, and a storage-version switch across a restart.
 
 mod common;
+use common::status::cause_fields as causes;
 use common::*;
 use serde_json::{json, Value};
 
@@ -20,19 +21,11 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Vec<u8>, ct
     (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
-fn causes(status: &Value) -> Vec<String> {
-    status["details"]["causes"]
-        .as_array()
-        .map(|a| a.iter().map(|c| c["field"].as_str().unwrap_or("").to_string()).collect())
-        .unwrap_or_default()
-}
-
 #[test]
 fn kubectl_crud_in_both_versions_and_across_namespaces() {
     let s = Server::start(&[]);
     let v1alpha1 = "apiVersion: core.gardener.cloud/v1alpha1\nkind: ShootState\nmetadata:\n  name: shoot-a\n  namespace: garden-one\nspec:\n  gardener:\n  - name: ca\n    type: secret\n    data: {data: {ca.crt: YWJj}}\n  extensions:\n  - kind: Infrastructure\n    purpose: provider\n    state: {vpc: vpc-1}\n";
-    let out = s.kubectl_stdin(&["apply", "-f", "-"], v1alpha1);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok_stdin(&["apply", "-f", "-"], v1alpha1);
     let v1beta1 =
         v1alpha1.replace("v1alpha1", "v1beta1").replace("shoot-a", "shoot-b").replace("garden-one", "garden-two");
     assert!(s.kubectl_stdin(&["apply", "-f", "-"], &v1beta1).status.success());

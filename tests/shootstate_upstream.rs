@@ -14,7 +14,9 @@
 //! on an update the name and namespace come from the URL and the old object.
 
 mod common;
+use common::admission::{admission_review, ReviewOf, ADMIN_GROUPS, ADMIN_USERNAME};
 use common::requests::{post, put};
+use common::status::cause_pairs;
 use common::*;
 use serde_json::{json, Value};
 
@@ -206,17 +208,7 @@ fn sorted(causes: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 fn causes_of(status: &Value) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = status["details"]["causes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|c| {
-                    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-                    (s("reason"), s("field"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut v = cause_pairs(status);
     v.sort();
     v
 }
@@ -243,14 +235,17 @@ fn object(version: &str, metadata: &Value, spec: &Value) -> Value {
 
 fn review(uid: &str, operation: &str, object: &Value, old: Option<&Value>) -> Value {
     let version = object["apiVersion"].as_str().and_then(|a| a.split_once('/')).map(|(_, v)| v).unwrap_or_default();
-    let gvk = json!({"group": "core.gardener.cloud", "version": version, "kind": "ShootState"});
-    let gvr = json!({"group": "core.gardener.cloud", "version": version, "resource": "shootstates"});
-    let mut req = json!({
-        "uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-        "operation": operation,
-        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
-        "object": object, "oldObject": old.cloned().unwrap_or(Value::Null), "dryRun": false,
-    });
+    let of = ReviewOf {
+        group: "core.gardener.cloud",
+        version,
+        kind: "ShootState",
+        resource: "shootstates",
+        operation,
+        username: ADMIN_USERNAME,
+        groups: ADMIN_GROUPS,
+    };
+    let mut r = admission_review(uid, &of, Some(object), old);
+    let req = &mut r["request"];
     // As kube-apiserver, which leaves the name out when the object has none.
     if let Some(name) = object["metadata"]["name"].as_str() {
         req["name"] = json!(name);
@@ -260,7 +255,7 @@ fn review(uid: &str, operation: &str, object: &Value, old: Option<&Value>) -> Va
     if let Some(ns) = object["metadata"]["namespace"].as_str().filter(|ns| !ns.is_empty()) {
         req["namespace"] = json!(ns);
     }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+    r
 }
 
 /// The webhook's answer: `None` when allowed, the denial's Status otherwise.

@@ -3,6 +3,7 @@
 //! superseding, the history bound, the start-up staleness check, and `migrate --resource` / `--all`.
 
 mod common;
+use common::status::strings;
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -15,18 +16,9 @@ const UNKNOWN: &str = "Unknown";
 /// How long a migration may take: the migrator works at `--migration-qps`.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn json_out(s: &Server, args: &[&str]) -> Value {
-    let out = s.kubectl_ok(args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}\n{out}"))
-}
-
 fn state(s: &Server, name: &str) -> Option<Value> {
     let out = s.kubectl(&["get", "storagestate", name, "-o", "json"]);
     out.status.success().then(|| serde_json::from_slice(&out.stdout).expect("storagestate JSON"))
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
 }
 
 fn persisted(st: &Value) -> Vec<String> {
@@ -44,7 +36,7 @@ fn heartbeat(st: &Value) -> String {
 /// The migrations of `qualified` (`<resource>.<group>`), oldest first by our sub-second annotation.
 fn migrations(s: &Server, qualified: &str) -> Vec<Value> {
     let (resource, group) = qualified.split_once('.').unwrap_or((qualified, ""));
-    let all = json_out(s, &["get", "storageversionmigrations", "-o", "json"]);
+    let all = s.kubectl_json(&["get", "storageversionmigrations", "-o", "json"]);
     let mut ms: Vec<Value> = all["items"]
         .as_array()
         .cloned()
@@ -79,7 +71,7 @@ fn finished(m: &Value) -> bool {
 
 /// storageVersionHash of a resource in the server's legacy discovery.
 fn discovery_hash(s: &Server, group_version: &str, resource: &str) -> String {
-    let list = json_out(s, &["get", "--raw", &format!("/apis/{group_version}")]);
+    let list = s.kubectl_json(&["get", "--raw", &format!("/apis/{group_version}")]);
     list["resources"]
         .as_array()
         .and_then(|rs| rs.iter().find(|r| r["name"] == resource))
@@ -110,8 +102,7 @@ fn create_shootstates(s: &Server, namespace: &str, n: usize, version: &str) {
         .collect();
     // A stream of objects (a v1 List would need the core group's schema, which this server does not serve).
     let stream: String = items.iter().map(|i| format!("{i}\n")).collect();
-    let out = s.kubectl_stdin(&["create", "-f", "-"], &stream);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
 }
 
 /// Every `persistedStorageVersionHashes` the StorageState `name` had after resourceVersion `from`, in order (equal
@@ -154,14 +145,7 @@ fn hashes(v: &[&str]) -> Vec<String> {
 
 /// `storage inspect -o json` of the stopped server: (key, apiVersion).
 fn inspect(s: &Server, prefix: &str) -> Vec<(String, String)> {
-    let out = Command::new(BIN)
-        .args(["storage", "inspect", "--data-dir"])
-        .arg(s.data_dir())
-        .args(["--prefix", prefix, "-o", "json"])
-        .output()
-        .expect("run inspect");
-    assert!(out.status.success(), "inspect: {}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("inspect JSON");
+    let v = s.storage_inspect(&["--prefix", prefix]);
     v["items"]
         .as_array()
         .cloned()
@@ -367,8 +351,7 @@ fn stale_heartbeat_at_start_up_resets_persisted() {
     let hash = shootstates_hash(&s);
     let st = json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageState",
                     "metadata": {"name": SS}, "spec": {"resource": {"group": "core.gardener.cloud", "resource": "shootstates"}}});
-    let out = s.kubectl_stdin(&["create", "-f", "-"], &st.to_string());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok_stdin(&["create", "-f", "-"], &st.to_string());
     let status = json!({"status": {"persistedStorageVersionHashes": [hash], "currentStorageVersionHash": hash,
                                    "lastHeartbeatTime": "2020-01-01T00:00:00Z"}});
     s.kubectl_ok(&["patch", "storagestate", SS, "--subresource=status", "--type=merge", "-p", &status.to_string()]);
@@ -398,15 +381,8 @@ fn migrate_command_requests_migrations() {
     let hash = shootstates_hash(&s);
 
     let out = migrate_cli(&s, &["--resource", SS]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let first = stdout
-        .trim()
-        .strip_prefix("storageversionmigration.migration.k8s.io/")
-        .and_then(|l| l.strip_suffix(" created"))
-        .unwrap_or_else(|| panic!("{stdout:?}"))
-        .to_string();
-    let m = json_out(&s, &["get", "storageversionmigration", &first, "-o", "json"]);
+    let first = created_migration(&out);
+    let m = s.kubectl_json(&["get", "storageversionmigration", &first, "-o", "json"]);
     assert!(first.starts_with("shootstates.core.gardener.cloud-"), "{first}");
     assert_eq!(
         m["spec"]["resource"],
@@ -431,7 +407,7 @@ fn migrate_command_requests_migrations() {
     );
     let second = name(migrations(&s, SS).last().expect("second"));
     assert_ne!(second, first);
-    let old = json_out(&s, &["get", "storageversionmigration", &first, "-o", "json"]);
+    let old = s.kubectl_json(&["get", "storageversionmigration", &first, "-o", "json"]);
     let (reason, message) = condition(&old, "Failed").unwrap_or_else(|| panic!("not superseded: {old}"));
     assert_eq!(reason, "Superseded");
     assert!(message.contains(&second), "{message}");

@@ -27,7 +27,8 @@ pub(super) async fn add_etcd_rows(
     run: &str,
     quick: bool,
 ) {
-    let etcd_rows = etcd_rows(bin, etcd_bin, conns, duration, run, page_reps(quick)).await;
+    let etcd_run = EtcdRun { bin, etcd_bin, conns, duration, run, page_reps: page_reps(quick) };
+    let etcd_rows = etcd_rows(&etcd_run).await;
     let page = page_scenario(10_000);
     if etcd_rows.iter().any(|r| r.pair.as_ref() == Some(&page)) && !rows.iter().any(|r| r.scenario == page) {
         eprintln!("bench: {page}, on the embedded store for etcd's");
@@ -36,31 +37,29 @@ pub(super) async fn add_etcd_rows(
     merge_pairs(rows, etcd_rows, "the embedded store's");
 }
 
+/// One run of the etcd rows: the server and etcd binaries, the load, the run's name (its etcd prefix) and how many
+/// LIST pages to time.
+pub(super) struct EtcdRun<'a> {
+    pub(super) bin: &'a Path,
+    pub(super) etcd_bin: &'a Path,
+    pub(super) conns: usize,
+    pub(super) duration: Duration,
+    pub(super) run: &'a str,
+    pub(super) page_reps: usize,
+}
+
 /// GET, LIST (JSON), CREATE, watch fan-out and the LIST page after writes at 10^4 objects (`page_reps` pages)
 /// against a server on a fresh etcd, as rows paired with the embedded store's. A write must show up in etcd first,
 /// so that a server that ignores --etcd-servers cannot pass for one on etcd.
-pub(super) async fn etcd_rows(
-    bin: &Path,
-    etcd_bin: &Path,
-    conns: usize,
-    duration: Duration,
-    run: &str,
-    page_reps: usize,
-) -> Vec<Row> {
-    match etcd_rows_inner(bin, etcd_bin, conns, duration, run, page_reps).await {
+pub(super) async fn etcd_rows(etcd_run: &EtcdRun<'_>) -> Vec<Row> {
+    match etcd_rows_inner(etcd_run).await {
         Ok(rows) => rows,
         Err(e) => vec![Row::failed("etcd backend (GET, CREATE, LIST, watch)".into(), e)],
     }
 }
 
-pub(super) async fn etcd_rows_inner(
-    bin: &Path,
-    etcd_bin: &Path,
-    conns: usize,
-    duration: Duration,
-    run: &str,
-    page_reps: usize,
-) -> anyhow::Result<Vec<Row>> {
+pub(super) async fn etcd_rows_inner(etcd_run: &EtcdRun<'_>) -> anyhow::Result<Vec<Row>> {
+    let EtcdRun { bin, etcd_bin, conns, duration, run, page_reps } = *etcd_run;
     let etcd = EtcdProcess::start(etcd_bin).await?;
     let prefix = format!("/bench-{run}");
     let url = format!("http://{}", etcd.client);

@@ -110,10 +110,7 @@ impl Etcd {
 
     /// SIGKILL, as a crash would.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        super::kill9_child(self.child.take());
     }
 
     /// Starts etcd again on the same data directory and ports.

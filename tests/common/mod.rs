@@ -2,9 +2,13 @@
 //! and certificate directories, and talks to it with the `kube` crate or real kubectl.
 #![allow(dead_code)]
 
+pub mod admission;
 pub mod etcd;
+pub mod manifests;
+pub mod objects;
 pub mod proxy;
 pub mod requests;
+pub mod status;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -29,6 +33,11 @@ pub struct Server {
 /// of its own (CI runs the conformance suite both ways); otherwise the embedded store.
 pub fn etcd_backend_selected() -> bool {
     std::env::var("MIGRATION_APISERVER_TEST_BACKEND").is_ok_and(|b| b == "etcd")
+}
+
+/// The repository's root (the crate's manifest directory).
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 pub fn free_port() -> u16 {
@@ -151,10 +160,7 @@ impl Server {
 
     /// Stops the server with SIGKILL (no chance to flush anything).
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill9_child(self.child.take());
     }
 
     /// Stops the server gracefully (SIGTERM) and waits for it.
@@ -168,8 +174,7 @@ impl Server {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let _ = c.kill();
-            let _ = c.wait();
+            kill9_child(Some(c));
         }
     }
 
@@ -206,6 +211,19 @@ impl Server {
         });
     }
 
+    /// `storage inspect <args> -o json` of this (stopped) server's embedded store; it must succeed; its answer.
+    pub fn storage_inspect(&self, args: &[&str]) -> serde_json::Value {
+        let out = Command::new(BIN)
+            .args(["storage", "inspect", "--data-dir"])
+            .arg(self.data_dir())
+            .args(args)
+            .args(["-o", "json"])
+            .output()
+            .expect("run storage inspect");
+        assert!(out.status.success(), "storage inspect: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("storage inspect JSON")
+    }
+
     /// Starts the server again on the same directories and port.
     pub fn restart(&mut self) {
         self.stop();
@@ -238,6 +256,19 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// kubectl with `stdin` as its input, that must succeed; returns stdout.
+    pub fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String {
+        let out = self.kubectl_stdin(args, stdin);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kubectl that must succeed and print JSON (`-o json`); returns it.
+    pub fn kubectl_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.kubectl_ok(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}\n{out}"))
+    }
+
     pub async fn client(&self) -> kube::Client {
         kube::Client::try_from(self.client_config().await).expect("client")
     }
@@ -258,6 +289,14 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// Stops a child process with SIGKILL, if there is one, and reaps it.
+pub fn kill9_child(child: Option<Child>) {
+    if let Some(mut c) = child {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }
 
@@ -297,6 +336,19 @@ pub fn request_shootstate_migration(m: &Server) -> String {
     let out = m.kubectl_stdin(&["create", "-f", "-", "-o", "jsonpath={.metadata.name}"], &manifest);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The name of the migration that `migration-apiserver migrate` reports it created (it must succeed):
+/// `storageversionmigration.migration.k8s.io/<name> created`, as kubectl prints it.
+pub fn created_migration(out: &Output) -> String {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .trim()
+        .strip_prefix("storageversionmigration.migration.k8s.io/")
+        .and_then(|l| l.strip_suffix(" created"))
+        .unwrap_or_else(|| panic!("{stdout:?}"))
+        .to_string()
 }
 
 /// Polls `f` until it returns Some or the deadline passes.

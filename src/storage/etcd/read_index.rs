@@ -19,6 +19,9 @@ struct State {
     running: bool,
     /// A reader arrived after the running fetch started: another one follows it.
     wanted: bool,
+    /// Readers that have asked for a revision so far: a test waits on it to know which fetch each one may use.
+    #[cfg(test)]
+    arrived: u64,
 }
 
 pub(super) struct ReadIndex {
@@ -45,6 +48,10 @@ impl ReadIndex {
         let mut rx = self.done.subscribe();
         let target = {
             let mut st = self.lock();
+            #[cfg(test)]
+            {
+                st.arrived += 1;
+            }
             if st.running {
                 st.wanted = true;
                 st.started + 1
@@ -60,6 +67,11 @@ impl ReadIndex {
             Err(_) => Err(StorageError::Unavailable("etcd: the revision reader stopped".into())),
         };
         done
+    }
+
+    #[cfg(test)]
+    fn arrived(&self) -> u64 {
+        self.lock().arrived
     }
 
     /// Runs the fetches, one at a time, while readers want them (the backend's task; aborted with it).
@@ -91,7 +103,7 @@ impl ReadIndex {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
     use tokio::sync::Semaphore;
 
     #[tokio::test]
@@ -133,7 +145,12 @@ mod tests {
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Every reader has chosen the fetch it waits for before the first one answers.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ri.arrived() < 32 {
+            assert!(Instant::now() < deadline, "{} of 32 readers arrived in 10 s", ri.arrived());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         gate.add_permits(2);
         for r in later {
             assert_eq!(r.await.expect("join"), Ok(101), "a later reader must not use the fetch in flight");
