@@ -839,39 +839,57 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 /// and a string that file must contain, so a rule whose user disappears fails too.
 const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // The migrator (src/scheduler/migrator.rs): chunked LIST, then one JSON merge patch per object.
-    ("core.gardener.cloud", "shootstates", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("core.gardener.cloud", "shootstates", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("apps", "deployments", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("apps", "deployments", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("apps", "statefulsets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("apps", "statefulsets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("apps", "daemonsets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("apps", "daemonsets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("apps", "replicasets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("apps", "replicasets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("batch", "cronjobs", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("batch", "cronjobs", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("batch", "jobs", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("batch", "jobs", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("autoscaling", "horizontalpodautoscalers", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("autoscaling", "horizontalpodautoscalers", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("policy", "poddisruptionbudgets", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("policy", "poddisruptionbudgets", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
-    ("flowcontrol.apiserver.k8s.io", "flowschemas", "list", "src/scheduler/migrator/target.rs", "Method::GET"),
-    ("flowcontrol.apiserver.k8s.io", "flowschemas", "patch", "src/scheduler/migrator/target.rs", "Method::PATCH"),
+    ("core.gardener.cloud", "shootstates", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("core.gardener.cloud", "shootstates", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    ("apps", "deployments", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "deployments", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    ("apps", "statefulsets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "statefulsets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    ("apps", "daemonsets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "daemonsets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    ("apps", "replicasets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "replicasets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    ("batch", "cronjobs", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("batch", "cronjobs", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    ("batch", "jobs", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("batch", "jobs", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    ("autoscaling", "horizontalpodautoscalers", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    (
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "patch",
+        "src/scheduler/migrator/target.rs",
+        "Request::new(&url).patch(",
+    ),
+    ("policy", "poddisruptionbudgets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("policy", "poddisruptionbudgets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "flowschemas",
+        "list",
+        "src/scheduler/migrator/target.rs",
+        "Request::new(&url).list(",
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "flowschemas",
+        "patch",
+        "src/scheduler/migrator/target.rs",
+        "Request::new(&url).patch(",
+    ),
     (
         "flowcontrol.apiserver.k8s.io",
         "prioritylevelconfigurations",
         "list",
         "src/scheduler/migrator/target.rs",
-        "Method::GET",
+        "Request::new(&url).list(",
     ),
     (
         "flowcontrol.apiserver.k8s.io",
         "prioritylevelconfigurations",
         "patch",
         "src/scheduler/migrator/target.rs",
-        "Method::PATCH",
+        "Request::new(&url).patch(",
     ),
     // A custom resource's CRD after its migration (src/scheduler/migrator/crd.rs): read, then its status updated.
     ("apiextensions.k8s.io", "customresourcedefinitions", "get", "src/scheduler/migrator/crd.rs", "self.api.get_opt("),
@@ -892,8 +910,9 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     ("events.k8s.io", "events", "patch", "src/scheduler/events/mod.rs", "api.patch("),
 ];
 
-/// The merge patch the migrator sends (the patch verb, not update).
-const MIGRATOR_PATCH_TYPE: &str = "application/merge-patch+json";
+/// The merge patch the migrator sends (the patch verb, not update): kube-core's `Patch::Merge`, sent as
+/// `application/merge-patch+json`.
+const MIGRATOR_PATCH_TYPE: &str = "Patch::Merge(";
 
 #[test]
 fn manifests_render_least_privilege_and_every_rule_is_used() {
