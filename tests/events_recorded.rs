@@ -141,7 +141,9 @@ fn cluster_mode_retry_series_and_failure_go_to_the_target() {
     let (core, series) = eventually("the retry Warning with a series of 2 on the target", TIMEOUT, || {
         let core = events_of(&t, "events", "MigrationRetrying", &retried).pop()?;
         let series = events_of(&t, "events.v1.events.k8s.io", "MigrationRetrying", &retried).pop()?;
-        (series["series"]["count"].as_i64() >= Some(2)).then_some((core, series))
+        // Both reads after the series patch: the core/v1 read may come before it lands and the other after.
+        let both = series["series"]["count"].as_i64() >= Some(2) && core["series"]["count"].as_i64() >= Some(2);
+        both.then_some((core, series))
     });
     assert_eq!(series["type"], "Warning");
     let note = series["note"].as_str().unwrap_or_default();
