@@ -14,6 +14,8 @@ use std::time::Duration;
 
 const A: &str = "hashA=";
 const B: &str = "hashB=";
+/// No migrations (`decide` takes them owned, borrowed or shared).
+const NO_MIGRATIONS: &[StorageVersionMigration] = &[];
 
 fn ts(s: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + s).expect("timestamp")
@@ -88,7 +90,7 @@ fn new_resource_is_migrated_at_the_first_poll() {
     let status = reported_status(None, "r", A, ts(100), I, false);
     let mut st = reported(&[], &[]);
     st.status = Some(status);
-    let d = decide(&st, &[], ts(100), I, false, Replicas::One, None);
+    let d = decide(&st, NO_MIGRATIONS, ts(100), I, false, Replicas::One, None);
     assert_eq!(d.start.as_deref(), Some(A));
     assert!(d.status.is_none() && d.cancel.is_none());
 }
@@ -185,7 +187,9 @@ fn reset_requests_a_migration_even_after_a_success() {
 fn several_replicas_start_only_on_fresh_agreement_of_a_known_set_of_reporters() {
     let st = reported(&[A, B], &[("r1", B, 100), ("r2", B, 95)]);
     let set: BTreeSet<String> = ["r1".to_string(), "r2".to_string()].into();
-    let at = |now: i64, prev: Option<&BTreeSet<String>>| decide(&st, &[], ts(now), I, false, Replicas::Several, prev);
+    let at = |now: i64, prev: Option<&BTreeSet<String>>| {
+        decide(&st, NO_MIGRATIONS, ts(now), I, false, Replicas::Several, prev)
+    };
     assert_eq!(at(100, Some(&set)).start.as_deref(), Some(B));
     // First round of this leader, or a new reporter: one more poll.
     assert_eq!(at(100, None).waiting, Some("the set of reporters changed since the previous poll"));
@@ -199,7 +203,7 @@ fn several_replicas_start_only_on_fresh_agreement_of_a_known_set_of_reporters() 
     let d = decide(&split, &running, ts(100), I, false, Replicas::Several, Some(&set));
     assert!(d.start.is_none());
     assert!(d.cancel.expect("cancel").contains(&format!("({A}, {B})")));
-    assert!(decide(&split, &[], ts(100), I, false, Replicas::Several, Some(&set)).cancel.is_none());
+    assert!(decide(&split, NO_MIGRATIONS, ts(100), I, false, Replicas::Several, Some(&set)).cancel.is_none());
 }
 
 #[test]
