@@ -136,7 +136,7 @@ pub fn spawn(
 }
 
 /// What the decider's reconciles share.
-struct DeciderContext {
+pub(super) struct DeciderContext {
     decider: Decider,
     /// Every StorageVersionMigration, as its reflector sees them.
     migrations: Store<StorageVersionMigration>,
@@ -146,9 +146,13 @@ struct DeciderContext {
 }
 
 impl DeciderContext {
+    pub(super) fn new(decider: Decider, migrations: Store<StorageVersionMigration>, interval: Duration) -> Self {
+        DeciderContext { decider, migrations, interval, next_round: Mutex::default() }
+    }
+
     /// Whether a decision about `name` at `now` is its periodic round (the first one is); if so, the next one is
     /// due an interval later.
-    fn round_due(&self, name: &str, now: Instant) -> bool {
+    pub(super) fn round_due(&self, name: &str, now: Instant) -> bool {
         let mut rounds = self.next_round.lock().unwrap_or_else(|e| e.into_inner());
         let due = rounds.get(name).is_none_or(|next| *next <= now);
         if due {
@@ -159,10 +163,10 @@ impl DeciderContext {
 
     /// The requeue that brings `name`'s next periodic round: reports age and replicas fall silent without any
     /// watch event.
-    fn until_next_round(&self, name: &str) -> Action {
+    pub(super) fn until_next_round(&self, name: &str, now: Instant) -> Action {
         let rounds = self.next_round.lock().unwrap_or_else(|e| e.into_inner());
-        let next = rounds.get(name).copied().unwrap_or_else(Instant::now);
-        Action::requeue(next.saturating_duration_since(Instant::now()))
+        let next = rounds.get(name).copied().unwrap_or(now);
+        Action::requeue(next.saturating_duration_since(now))
     }
 }
 
@@ -194,13 +198,13 @@ pub(super) async fn run_decider(decider: Decider, own: OwnObjects, interval: Dur
         trigger_self(state_changes, ()).boxed(),
         trigger_with(migration_changes, |m: StorageVersionMigration| Some(state_of(&m))).boxed(),
     );
-    let context = Arc::new(DeciderContext { decider, migrations, interval, next_round: Mutex::default() });
+    let context = Arc::new(DeciderContext::new(decider, migrations, interval));
     let reconciles = applier(
         |state, context| Box::pin(reconcile(state, context)),
         |state, error, context| {
             let name = state.metadata.name.as_deref().unwrap_or_default();
             tracing::warn!(storagestate = %name, error = %error, "trigger: deciding about a resource failed; retrying next period");
-            context.until_next_round(name)
+            context.until_next_round(name, Instant::now())
         },
         context,
         states,
@@ -227,7 +231,7 @@ async fn reconcile(state: Arc<StorageState>, context: Arc<DeciderContext>) -> Re
     let all = context.migrations.state();
     let mine = of_resource(&all, &state.spec.resource.group, &state.spec.resource.resource);
     context.decider.reconcile(&state, &mine, Timestamp::now(), round).await?;
-    Ok(context.until_next_round(name))
+    Ok(context.until_next_round(name, Instant::now()))
 }
 
 /// The StorageState a migration's change is about: the one of its `spec.resource`. The

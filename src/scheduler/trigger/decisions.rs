@@ -153,7 +153,7 @@ pub struct Outcome {
 }
 
 /// The leader's side of the trigger: carries out [`decide`] for one StorageState at a time, given the migrations
-/// of its resource (from the decider controller's reflector store, [`run_decider`]), writing through the
+/// of its resource (from the decider controller's reflector store), writing through the
 /// scheduler's client. Decisions about different StorageStates may run at once: what it remembers per
 /// StorageState sits behind locks held only between requests, never across one.
 pub struct Decider {

@@ -407,6 +407,45 @@ fn initializer_rule() {
     );
 }
 
+#[test]
+fn a_migration_queues_the_storagestate_of_its_resource() {
+    use kube::runtime::reflector::ObjectRef;
+    assert_eq!(state_of(&svm("m1", A, 1, None)), ObjectRef::new("shootstates.core.gardener.cloud"));
+    // Created by hand: no label, yet it counts for its resource.
+    let mut by_hand = svm("m2", A, 1, None);
+    by_hand.metadata.labels = None;
+    by_hand.spec.resource =
+        GroupVersionResource { group: String::new(), version: "v1".into(), resource: "pods".into() };
+    assert_eq!(state_of(&by_hand), ObjectRef::new("pods"));
+    // A name too long for a label value: the label is shortened, the StorageState is the full name.
+    let group = format!("{}.example.com", "g".repeat(60));
+    let long = desired_migration(
+        &GroupVersionResource { group: group.clone(), version: "v1".into(), resource: "widgets".into() },
+        Some(A),
+        ts(1),
+    );
+    assert_eq!(state_of(&long), ObjectRef::new(&format!("widgets.{group}")));
+}
+
+#[tokio::test]
+async fn periodic_rounds_are_due_an_interval_apart_per_storagestate() {
+    use kube::runtime::controller::Action;
+    use tokio::time::Instant;
+    let config = crate::scheduler::SchedulerConfig { discovery_interval: I, ..Default::default() };
+    let decider = Decider::new(OwnObjects::new(canned_target()), &config, Served::default());
+    let (migrations, _writer) = kube::runtime::reflector::store();
+    let context = DeciderContext::new(decider, migrations, I);
+    let t0 = Instant::now();
+    let second = Duration::from_secs(1);
+    assert!(context.round_due("a", t0), "the first decision is a round");
+    assert!(!context.round_due("a", t0 + second), "a change within the interval is no round");
+    assert_eq!(context.until_next_round("a", t0 + second), Action::requeue(I - second));
+    assert!(context.round_due("b", t0 + second), "rounds are per StorageState");
+    assert!(context.round_due("a", t0 + I), "an interval later");
+    assert!(!context.round_due("a", t0 + I + second));
+    assert_eq!(context.until_next_round("a", t0 + 3 * I), Action::requeue(Duration::ZERO), "overdue: at once");
+}
+
 /// A target with canned discovery documents: one group answers 503.
 fn canned_target() -> kube::Client {
     use axum::routing::get;
