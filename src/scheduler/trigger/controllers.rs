@@ -176,6 +176,7 @@ impl DeciderContext {
 /// come from reflector stores fed by one watch each; a store that lists again brings a decision about every
 /// StorageState, as a periodic round over all of them did.
 ///
+/// Followed: kube-rs kube-runtime 5.0.0, `controller/mod.rs` (`applier`, `Controller::run`) and `controller/trigger.rs`.
 /// kube-runtime's `Controller::watches` would open a second watch of the migrations (its store is not shared
 /// without the unstable `watches_stream`), so the queue is built from the same pieces: `trigger_self` for the
 /// StorageStates, `trigger_with` and [`state_of`] for the migrations.
