@@ -8,12 +8,16 @@ use crate::error::qualified;
 use crate::scheduler::events::EventRecorder;
 use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
 use crate::scheduler::SchedulerConfig;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::watcher::{self, watcher, Event};
-use kube::runtime::WatchStreamExt;
-use std::collections::BTreeSet;
+use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::reflector::{self, reflector, ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{applier, WatchStreamExt};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// The storage-version trigger's flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -117,7 +121,8 @@ pub fn spawn_reporter(
     })
 }
 
-/// Starts the decider (leader only), recording its decisions as Events.
+/// Starts the decider (leader only), recording its decisions as Events. Aborting the task stops its watches and
+/// its decisions under way at once (the reconciles run inside it).
 pub fn spawn(
     config: SchedulerConfig,
     own: OwnObjects,
@@ -130,37 +135,52 @@ pub fn spawn(
     })
 }
 
-/// What a watch event asks of the decider.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Wake {
-    /// A decision about this StorageState.
-    Decide(String),
-    /// A decision about every StorageState: the watch listed again, so events may have been missed.
-    All,
-    Nothing,
+/// What the decider's reconciles share.
+pub(super) struct DeciderContext {
+    decider: Decider,
+    /// Every StorageVersionMigration, as its reflector sees them.
+    migrations: Store<StorageVersionMigration>,
+    interval: Duration,
+    /// When each StorageState's next periodic round is due.
+    next_round: Mutex<HashMap<String, Instant>>,
 }
 
-/// The watcher of `api`'s objects as [`Wake`]s: an added or modified object by `interest`, every completed list as
-/// a full round; deletions need nothing. The first list counts too: the decider's first round runs before the
-/// watch starts, and a replica's report written between the two is only in that list (it is not an event).
-fn wakes<K>(api: kube::Api<K>, interest: fn(&K) -> Option<String>) -> impl Stream<Item = Wake> + Send
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    watcher(api, watcher::Config::default()).default_backoff().map(move |event| match event {
-        Ok(Event::Apply(object)) => interest(&object).map_or(Wake::Nothing, Wake::Decide),
-        Ok(Event::InitDone) => Wake::All,
-        Ok(_) => Wake::Nothing,
-        Err(e) => {
-            tracing::debug!(error = %e, "trigger: watch");
-            Wake::Nothing
+impl DeciderContext {
+    pub(super) fn new(decider: Decider, migrations: Store<StorageVersionMigration>, interval: Duration) -> Self {
+        DeciderContext { decider, migrations, interval, next_round: Mutex::default() }
+    }
+
+    /// Whether a decision about `name` at `now` is its periodic round (the first one is); if so, the next one is
+    /// due an interval later.
+    pub(super) fn round_due(&self, name: &str, now: Instant) -> bool {
+        let mut rounds = self.next_round.lock().unwrap_or_else(|e| e.into_inner());
+        let due = rounds.get(name).is_none_or(|next| *next <= now);
+        if due {
+            rounds.insert(name.to_string(), now + self.interval);
         }
-    })
+        due
+    }
+
+    /// The requeue that brings `name`'s next periodic round: reports age and replicas fall silent without any
+    /// watch event.
+    pub(super) fn until_next_round(&self, name: &str, now: Instant) -> Action {
+        let rounds = self.next_round.lock().unwrap_or_else(|e| e.into_inner());
+        let next = rounds.get(name).copied().unwrap_or(now);
+        Action::requeue(next.saturating_duration_since(now))
+    }
 }
 
-/// The decider's events: a periodic round every interval, and single decisions when a StorageState changes (a
-/// replica reported) or a migration finishes.
-pub(super) async fn run_decider(mut decider: Decider, own: OwnObjects, interval: Duration, local: Local) {
+/// The decider as kube-runtime runs a controller (its [`applier`], which `Controller` is built on): one reconcile
+/// per StorageState, queued when it changes (a replica reported, or the watch listed again), when a migration of
+/// its resource changes, and at its periodic round (the reconcile's requeue). The StorageStates and migrations
+/// come from reflector stores fed by one watch each; a store that lists again brings a decision about every
+/// StorageState, as a periodic round over all of them did.
+///
+/// Followed: kube-rs kube-runtime 5.0.0, `controller/mod.rs` (`applier`, `Controller::run`) and `controller/trigger.rs`.
+/// kube-runtime's `Controller::watches` would open a second watch of the migrations (its store is not shared
+/// without the unstable `watches_stream`), so the queue is built from the same pieces: `trigger_self` for the
+/// StorageStates, `trigger_with` and [`state_of`] for the migrations.
+pub(super) async fn run_decider(decider: Decider, own: OwnObjects, interval: Duration, local: Local) {
     // With several replicas every reporter checks at its own start ([`recreate_stale`]).
     if decider.replicas == Replicas::One {
         if let Err(e) = decider.reset_stale(Timestamp::now()).await {
@@ -168,45 +188,57 @@ pub(super) async fn run_decider(mut decider: Decider, own: OwnObjects, interval:
         }
     }
     local.startup_checked.send_replace(true);
-    let mut events = futures::stream::select(
-        wakes(own.states.clone(), state_changed).boxed(),
-        wakes(own.migrations.clone(), migration_finished).boxed(),
+    let (states, states_writer) = reflector::store::<StorageState>();
+    let (migrations, migrations_writer) = reflector::store::<StorageVersionMigration>();
+    let state_changes =
+        reflector(states_writer, watcher(own.states, watcher::Config::default())).default_backoff().applied_objects();
+    let migration_changes = reflector(migrations_writer, watcher(own.migrations, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
+    let queue = futures::stream::select(
+        trigger_self(state_changes, ()).boxed(),
+        trigger_with(migration_changes, |m: StorageVersionMigration| Some(state_of(&m))).boxed(),
     );
-    let mut next_round = tokio::time::Instant::now();
-    loop {
-        let mut wakes = Vec::new();
-        tokio::select! {
-            _ = tokio::time::sleep_until(next_round) => {
-                if let Err(e) = decider.round(Timestamp::now()).await {
-                    tracing::warn!(error = %e, "trigger: reading storagestates and storageversionmigrations");
-                }
-                next_round = tokio::time::Instant::now() + interval;
-                continue;
+    let context = Arc::new(DeciderContext::new(decider, migrations, interval));
+    let reconciles = applier(
+        |state, context| Box::pin(reconcile(state, context)),
+        |state, error, context| {
+            let name = state.metadata.name.as_deref().unwrap_or_default();
+            tracing::warn!(storagestate = %name, error = %error, "trigger: deciding about a resource failed; retrying next period");
+            context.until_next_round(name, Instant::now())
+        },
+        context,
+        states,
+        queue,
+        Config::default(),
+    );
+    reconciles
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "trigger: decider");
             }
-            Some(wake) = events.next() => wakes.push(wake),
-        }
-        // Everything already waiting is decided together.
-        while let Some(Some(wake)) = events.next().now_or_never() {
-            wakes.push(wake);
-        }
-        if wakes.contains(&Wake::All) {
-            next_round = tokio::time::Instant::now();
-            continue;
-        }
-        let changed: BTreeSet<String> =
-            wakes.into_iter().filter_map(|w| if let Wake::Decide(name) = w { Some(name) } else { None }).collect();
-        if let Err(e) = decider.resources(&changed, Timestamp::now()).await {
-            tracing::warn!(error = %e, "trigger: reading storageversionmigrations failed; retrying next period");
-        }
+        })
+        .await;
+}
+
+/// One decision about `state`, from the stores.
+async fn reconcile(state: Arc<StorageState>, context: Arc<DeciderContext>) -> Result<Action, StoreError> {
+    // The first decisions wait for the first list of the migrations: they must see every one.
+    if context.migrations.wait_until_ready().await.is_err() {
+        return Ok(Action::await_change());
     }
+    let name = state.metadata.name.as_deref().unwrap_or_default();
+    let round = context.round_due(name, Instant::now());
+    let all = context.migrations.state();
+    let mine = of_resource(&all, &state.spec.resource.group, &state.spec.resource.resource);
+    context.decider.reconcile(&state, &mine, Timestamp::now(), round).await?;
+    Ok(context.until_next_round(name, Instant::now()))
 }
 
-/// A StorageState changed: its name.
-pub(super) fn state_changed(state: &StorageState) -> Option<String> {
-    state.metadata.name.clone()
-}
-
-/// A migration finished: the StorageState of its resource.
-pub(super) fn migration_finished(m: &StorageVersionMigration) -> Option<String> {
-    is_finished(m).then(|| qualified(&m.spec.resource.resource, &m.spec.resource.group))
+/// The StorageState a migration's change is about: the one of its `spec.resource`. The
+/// `migration.k8s.io/resource` label (or annotation, when the label had to be shortened) says the same for the
+/// migrations we request, but migrations created by hand carry none, and [`of_resource`] counts them by
+/// `spec.resource` too: a migration queues exactly the StorageState whose decision reads it.
+pub(super) fn state_of(m: &StorageVersionMigration) -> ObjectRef<StorageState> {
+    ObjectRef::new(&qualified(&m.spec.resource.resource, &m.spec.resource.group))
 }

@@ -7,7 +7,9 @@ use crate::scheduler::events::{reference_to, EventRecorder, EventType};
 use crate::scheduler::report::{reports, Reports};
 use crate::scheduler::SchedulerConfig;
 use k8s_openapi::jiff::Timestamp;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Who reports into the StorageStates.
@@ -34,8 +36,8 @@ pub struct Decision {
     pub waiting: Option<&'static str>,
 }
 
-pub(super) fn latest_for_hash<'a>(
-    migrations: &'a [StorageVersionMigration],
+pub(super) fn latest_for_hash<'a, M: Borrow<StorageVersionMigration>>(
+    migrations: &'a [M],
     hash: &str,
 ) -> Option<&'a StorageVersionMigration> {
     latest(migrations).filter(|m| migration_hash(m) == Some(hash))
@@ -61,20 +63,21 @@ pub(super) fn latest_for_hash<'a>(
 /// a restart resumes it), a Failed one (not superseded) is not relaunched automatically (it waits for `migrate` by
 /// hand), and only migrations requested since the StorageState was created count (deleting a StorageState resets
 /// it, as the KEP says).
-pub fn decide(
+pub fn decide<M: Borrow<StorageVersionMigration>>(
     state: &StorageState,
-    migrations: &[StorageVersionMigration],
+    migrations: &[M],
     now: Timestamp,
     interval: Duration,
     reset: bool,
     replicas: Replicas,
     previous_round: Option<&BTreeSet<String>>,
 ) -> Decision {
-    let status = state.status.clone().unwrap_or_default();
-    let (hash, fresh, reporters) = match reports(&status, now, interval) {
+    let no_status = StorageStateStatus::default();
+    let status = state.status.as_ref().unwrap_or(&no_status);
+    let (hash, fresh, reporters) = match reports(status, now, interval) {
         Reports::None => return Decision { waiting: Some("no reports"), ..Default::default() },
         Reports::Diverge { hashes } => {
-            let cancel = migrations.iter().any(|m| !is_finished(m)).then(|| superseded_by_divergence(&hashes));
+            let cancel = migrations.iter().any(|m| !is_finished(m.borrow())).then(|| superseded_by_divergence(&hashes));
             return Decision {
                 cancel,
                 waiting: Some("the replicas report different storage versions"),
@@ -85,10 +88,10 @@ pub fn decide(
     };
     // Only migrations requested since the StorageState was created (creationTimestamp has whole seconds).
     let created = state.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second());
-    let counted: Vec<StorageVersionMigration> = migrations
+    let counted: Vec<&StorageVersionMigration> = migrations
         .iter()
+        .map(Borrow::borrow)
         .filter(|m| !is_finished(m) || created.is_none_or(|c| requested_at(m).is_none_or(|r| r.as_second() >= c)))
-        .cloned()
         .collect();
     let current = latest_for_hash(&counted, &hash);
     let unfinished = current.is_some_and(|m| !is_finished(m));
@@ -149,8 +152,10 @@ pub struct Outcome {
     pub waiting: Option<&'static str>,
 }
 
-/// The leader's side of the trigger: applies [`decide`] to StorageStates through the scheduler's client, at the
-/// times it is given.
+/// The leader's side of the trigger: carries out [`decide`] for one StorageState at a time, given the migrations
+/// of its resource (from the decider controller's reflector store), writing through the
+/// scheduler's client. Decisions about different StorageStates may run at once: what it remembers per
+/// StorageState sits behind locks held only between requests, never across one.
 pub struct Decider {
     store: OwnObjects,
     interval: Duration,
@@ -158,9 +163,9 @@ pub struct Decider {
     pub(super) replicas: Replicas,
     served: Served,
     /// StorageStates reset at start-up that still need their migration.
-    reset_pending: HashSet<String>,
-    /// Who reported, per StorageState, at the previous periodic round.
-    previous_round: HashMap<String, BTreeSet<String>>,
+    reset_pending: Mutex<HashSet<String>>,
+    /// Who reported, per StorageState, at its previous periodic round.
+    previous_round: Mutex<HashMap<String, BTreeSet<String>>>,
     /// Where the decisions are recorded as Events regarding the StorageState (none: only logged).
     events: Option<EventRecorder>,
 }
@@ -168,6 +173,16 @@ pub struct Decider {
 /// Event reasons regarding a StorageState.
 pub const EVENT_MIGRATION_REQUESTED: &str = "MigrationRequested";
 pub const EVENT_STALE_STATE_RESET: &str = "StaleStorageStateReset";
+
+/// The data behind a lock, also after a panic elsewhere (it holds plain sets, consistent between statements).
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Who reports into a StorageState.
+fn reporters_of(state: &StorageState) -> BTreeSet<String> {
+    state.status.iter().flat_map(|st| st.current_storage_version_hashes.iter().map(|r| r.reporter_id.clone())).collect()
+}
 
 impl Decider {
     pub fn new(store: OwnObjects, config: &SchedulerConfig, served: Served) -> Self {
@@ -177,8 +192,8 @@ impl Decider {
             history: config.migration_history.max(1),
             replicas: config.replicas,
             served,
-            reset_pending: HashSet::new(),
-            previous_round: HashMap::new(),
+            reset_pending: Mutex::default(),
+            previous_round: Mutex::default(),
             events: None,
         }
     }
@@ -196,7 +211,7 @@ impl Decider {
     }
 
     /// Start-up of a leader: StorageStates whose heartbeat is older than two intervals get persisted = ["Unknown"].
-    pub async fn reset_stale(&mut self, now: Timestamp) -> Result<Vec<String>, StoreError> {
+    pub async fn reset_stale(&self, now: Timestamp) -> Result<Vec<String>, StoreError> {
         let mut reset = Vec::new();
         for mut s in self.store.list_states().await? {
             if !is_stale(&s, now, self.interval) {
@@ -204,19 +219,18 @@ impl Decider {
             }
             let name = s.metadata.name.clone().unwrap_or_default();
             for attempt in 0..5 {
-                let mut status = s.status.clone().unwrap_or_default();
-                status.persisted_storage_version_hashes = vec![UNKNOWN_HASH.to_string()];
-                let mut next = s.clone();
-                next.status = Some(status);
-                match self.store.update_state_status(&next).await {
+                let heartbeat = s.status.as_ref().and_then(|st| st.last_heartbeat_time.as_ref());
+                let heartbeat = heartbeat.map_or("never".to_string(), |t| t.0.to_string());
+                // A conflict replaces `s` with a fresh read, so the status is set on it in place.
+                s.status.get_or_insert_with(Default::default).persisted_storage_version_hashes =
+                    vec![UNKNOWN_HASH.to_string()];
+                match self.store.update_state_status(&s).await {
                     Ok(_) => {
-                        let heartbeat = s.status.as_ref().and_then(|st| st.last_heartbeat_time.as_ref());
-                        let heartbeat = heartbeat.map_or("never".to_string(), |t| t.0.to_string());
                         tracing::info!(storagestate = %name, heartbeat = %heartbeat,
                             "trigger: heartbeat older than two discovery intervals, persisted storage versions reset to Unknown");
                         let note = format!("Last heartbeat {heartbeat} is older than two discovery intervals: storage version changes may have been missed, persisted storage version hashes reset to [\"{UNKNOWN_HASH}\"]");
                         self.record(&s, EVENT_STALE_STATE_RESET, "Reset", &note);
-                        self.reset_pending.insert(name.clone());
+                        locked(&self.reset_pending).insert(name.clone());
                         reset.push(name);
                         break;
                     }
@@ -234,138 +248,150 @@ impl Decider {
         Ok(reset)
     }
 
-    /// A periodic round (every discovery interval): every StorageState is decided, then who reported is
-    /// remembered for the next round. Returns the outcome per StorageState.
-    pub async fn round(&mut self, now: Timestamp) -> Result<BTreeMap<String, Outcome>, StoreError> {
+    /// A periodic round over every StorageState at once, read through the API: what the decider controller's
+    /// requeues do one StorageState at a time. Returns the outcome per StorageState (a failed decision is logged).
+    pub async fn round(&self, now: Timestamp) -> Result<BTreeMap<String, Outcome>, StoreError> {
         let states = self.store.list_states().await?;
         let all = self.store.list_migrations().await?;
         let mut out = BTreeMap::new();
-        for s in states {
+        for s in &states {
             let name = s.metadata.name.clone().unwrap_or_default();
-            let reporters: BTreeSet<String> = s
-                .status
-                .iter()
-                .flat_map(|st| st.current_storage_version_hashes.iter().map(|r| r.reporter_id.clone()))
-                .collect();
-            let r = &s.spec.resource;
-            let mine = of_resource(&all, &r.group, &r.resource);
-            match self.apply(s, mine, now).await {
-                Ok(o) => drop(out.insert(name.clone(), o)),
+            let mine = of_resource(&all, &s.spec.resource.group, &s.spec.resource.resource);
+            match self.reconcile(s, &mine, now, true).await {
+                Ok(o) => drop(out.insert(name, o)),
                 Err(e) => {
                     tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying")
                 }
             }
-            self.previous_round.insert(name, reporters);
         }
         Ok(out)
     }
 
-    /// Decisions about the StorageStates named, outside the periodic rounds (they changed, or a migration of
-    /// their resource finished): the migrations are read once for all of them. A failed decision is logged and
-    /// retried at the next round.
-    pub async fn resources(&mut self, names: &BTreeSet<String>, now: Timestamp) -> Result<(), StoreError> {
-        let all = self.store.list_migrations().await?;
-        for name in names {
-            let decided = match self.store.get_state(name).await {
-                Ok(Some(s)) => {
-                    let mine = of_resource(&all, &s.spec.resource.group, &s.spec.resource.resource);
-                    self.apply(s, mine, now).await.map(drop)
-                }
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = decided {
-                tracing::warn!(storagestate = %name, error = %e, "trigger: deciding about a resource failed; retrying next period");
-            }
-        }
-        Ok(())
-    }
-
-    /// A decision about one StorageState outside the periodic rounds (it changed, or a migration finished).
-    pub async fn resource(&mut self, name: &str, now: Timestamp) -> Result<Outcome, StoreError> {
+    /// A decision about one StorageState outside the periodic rounds (it changed, or a migration of its resource
+    /// did), read through the API.
+    pub async fn resource(&self, name: &str, now: Timestamp) -> Result<Outcome, StoreError> {
         let Some(s) = self.store.get_state(name).await? else { return Ok(Outcome::default()) };
-        let r = s.spec.resource.clone();
-        let mine = of_resource(&self.store.list_migrations().await?, &r.group, &r.resource);
-        self.apply(s, mine, now).await
+        let all = self.store.list_migrations().await?;
+        let mine = of_resource(&all, &s.spec.resource.group, &s.spec.resource.resource);
+        self.reconcile(&s, &mine, now, false).await
     }
 
-    async fn apply(
-        &mut self,
-        mut state: StorageState,
-        mut migrations: Vec<StorageVersionMigration>,
+    /// The decision about `state`, given the migrations of its resource, carried out. `round`: a periodic round,
+    /// after whose decision who reported is remembered for the next one.
+    pub async fn reconcile<M: Borrow<StorageVersionMigration>>(
+        &self,
+        state: &StorageState,
+        migrations: &[M],
+        now: Timestamp,
+        round: bool,
+    ) -> Result<Outcome, StoreError> {
+        let name = state.metadata.name.as_deref().unwrap_or_default();
+        let reset = locked(&self.reset_pending).contains(name);
+        let previous = {
+            let mut rounds = locked(&self.previous_round);
+            if round {
+                rounds.insert(name.to_string(), reporters_of(state))
+            } else {
+                rounds.get(name).cloned()
+            }
+        };
+        let decision = decide(state, migrations, now, self.interval, reset, self.replicas, previous.as_ref());
+        if decision.start.is_none() {
+            return self.carry_out(state, decision, migrations, reset, now).await;
+        }
+        // The migrations given may come from a store that does not show yet the migration this decider requested
+        // moments ago (its watch event is on the way). A decision to request one is therefore taken again from a
+        // fresh read, so that a lagging store never yields a duplicate: requests are rare, and reading back then
+        // is simpler than remembering each request until the store shows it (and forgetting it when it never
+        // will, as for a migration deleted meanwhile).
+        let all = self.store.list_migrations().await?;
+        let fresh = of_resource(&all, &state.spec.resource.group, &state.spec.resource.resource);
+        let decision = decide(state, &fresh, now, self.interval, reset, self.replicas, previous.as_ref());
+        self.carry_out(state, decision, &fresh, reset, now).await
+    }
+
+    /// Carries out `d` for `state`, whose migrations are `migrations`.
+    async fn carry_out<M: Borrow<StorageVersionMigration>>(
+        &self,
+        state: &StorageState,
+        d: Decision,
+        migrations: &[M],
+        reset: bool,
         now: Timestamp,
     ) -> Result<Outcome, StoreError> {
-        let name = state.metadata.name.clone().unwrap_or_default();
-        let gr = state.spec.resource.clone();
-        let mut out = Outcome::default();
-        for attempt in 0..STATE_WRITE_ATTEMPTS {
-            let reset = self.reset_pending.contains(&name);
-            let d =
-                decide(&state, &migrations, now, self.interval, reset, self.replicas, self.previous_round.get(&name));
-            out.waiting = d.waiting;
-            if let Some(message) = &d.cancel {
-                for m in migrations.iter().filter(|m| !is_finished(m)) {
-                    if supersede(&self.store, m, message, now).await?.is_some() {
-                        tracing::info!(resource = %name, migration = %name_of(m), "trigger: the replicas disagree on the storage version, migration cancelled");
+        let name = state.metadata.name.as_deref().unwrap_or_default();
+        let mut out = Outcome { waiting: d.waiting, ..Default::default() };
+        if let Some(message) = &d.cancel {
+            for m in migrations.iter().map(Borrow::borrow).filter(|m| !is_finished(m)) {
+                if supersede(&self.store, m, message, now).await?.is_some() {
+                    tracing::info!(resource = %name, migration = %name_of(m), "trigger: the replicas disagree on the storage version, migration cancelled");
+                    out.superseded.push(name_of(m).to_string());
+                }
+            }
+        }
+        if let Some(hash) = &d.start {
+            self.start(state, migrations, hash, reset, now, &mut out).await?;
+        } else if d.cancel.is_none() {
+            // At most one migration of a resource runs: the latest requested.
+            if let Some(keep) = latest(migrations).map(name_of) {
+                let message = superseded_by(keep);
+                for m in to_supersede(migrations, keep) {
+                    if supersede(&self.store, m, &message, now).await?.is_some() {
                         out.superseded.push(name_of(m).to_string());
                     }
                 }
             }
-            if let Some(hash) = &d.start {
-                self.start(&state, &migrations, hash, reset, now, &mut out).await?;
-            } else if d.cancel.is_none() {
-                // At most one migration of a resource runs: the latest requested.
-                if let Some(keep) = latest(&migrations).map(|m| name_of(m).to_string()) {
-                    let message = superseded_by(&keep);
-                    for m in to_supersede(&migrations, &keep) {
-                        if supersede(&self.store, m, &message, now).await?.is_some() {
-                            out.superseded.push(name_of(m).to_string());
-                        }
-                    }
-                }
-            }
-            if out.started.is_some() || !out.superseded.is_empty() {
-                migrations = of_resource(&self.store.list_migrations().await?, &gr.group, &gr.resource);
-            }
-            let deleted = prune_history(&self.store, &migrations, self.history).await?;
-            if !deleted.is_empty() {
-                tracing::info!(resource = %name, deleted = ?deleted, keep = self.history,
-                    "trigger: finished migrations beyond the history limit deleted");
-            }
-            let Some(status) = d.status else { return Ok(out) };
-            let mut next = state.clone();
-            next.status = Some(status.clone());
-            match self.store.update_state_status(&next).await {
-                Ok(_) => {
-                    tracing::info!(storagestate = %name, persisted = ?status.persisted_storage_version_hashes,
-                        "trigger: migration succeeded; objects are stored in the current storage version");
-                    out.persisted = Some(status.persisted_storage_version_hashes);
-                    return Ok(out);
-                }
-                Err(e) if e.is_conflict() && attempt + 1 < STATE_WRITE_ATTEMPTS => {
-                    let Some(fresh) = self.store.get_state(&name).await? else { return Ok(out) };
-                    state = fresh;
-                    migrations = of_resource(&self.store.list_migrations().await?, &gr.group, &gr.resource);
-                }
-                Err(e) => return Err(e),
-            }
+        }
+        // What was requested or superseded just now counts for the history at the decision its watch event brings.
+        let deleted = prune_history(&self.store, migrations, self.history).await?;
+        if !deleted.is_empty() {
+            tracing::info!(resource = %name, deleted = ?deleted, keep = self.history,
+                "trigger: finished migrations beyond the history limit deleted");
+        }
+        if let Some(status) = d.status {
+            out.persisted = self.write_status(state, status).await?;
         }
         Ok(out)
     }
 
+    /// Writes the status [`decide`] asked for (persisted refined after a success). Returns persisted as written;
+    /// None when `state` was outdated (a replica reported meanwhile): the newer StorageState's watch event brings
+    /// another decision, which writes it then.
+    async fn write_status(
+        &self,
+        state: &StorageState,
+        status: StorageStateStatus,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let name = state.metadata.name.as_deref().unwrap_or_default();
+        let persisted = status.persisted_storage_version_hashes.clone();
+        let next = StorageState { metadata: state.metadata.clone(), spec: state.spec.clone(), status: Some(status) };
+        match self.store.update_state_status(&next).await {
+            Ok(_) => {
+                tracing::info!(storagestate = %name, persisted = ?persisted,
+                    "trigger: migration succeeded; objects are stored in the current storage version");
+                Ok(Some(persisted))
+            }
+            Err(e) if e.is_conflict() => {
+                tracing::debug!(storagestate = %name, "trigger: storagestate changed meanwhile; decided again on its next version");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Requests the migration [`decide`] asked for (it supersedes the unfinished ones), with the version this
     /// replica's target serves the resource in; none when it does not serve it.
-    async fn start(
-        &mut self,
+    async fn start<M: Borrow<StorageVersionMigration>>(
+        &self,
         state: &StorageState,
-        migrations: &[StorageVersionMigration],
+        migrations: &[M],
         hash: &str,
         reset: bool,
         now: Timestamp,
         out: &mut Outcome,
     ) -> Result<(), StoreError> {
-        let name = state.metadata.name.clone().unwrap_or_default();
-        let gvr = self.served.read().unwrap_or_else(|e| e.into_inner()).get(&name).cloned();
+        let name = state.metadata.name.as_deref().unwrap_or_default();
+        let gvr = self.served.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned();
         let Some(gvr) = gvr else {
             out.waiting = Some("the local target does not serve the resource");
             tracing::warn!(resource = %name, "trigger: a migration is due but this replica's target does not serve the resource");
@@ -387,7 +413,7 @@ impl Decider {
         self.record(state, EVENT_MIGRATION_REQUESTED, "RequestMigration", &note);
         out.started = Some(name_of(&created).to_string());
         out.superseded.extend(superseded);
-        self.reset_pending.remove(&name);
+        locked(&self.reset_pending).remove(name);
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ use crate::error::qualified;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The label value for a resource: `<resource>.<group>` when it is a valid label value (<= 63 characters), else a
@@ -83,22 +84,31 @@ pub fn requested_at(m: &StorageVersionMigration) -> Option<Timestamp> {
         .or_else(|| m.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-/// Oldest first (ties by name, for a stable order).
-pub fn sort_by_request(migrations: &mut [StorageVersionMigration]) {
-    migrations.sort_by(|a, b| requested_at(a).cmp(&requested_at(b)).then_with(|| name_of(a).cmp(name_of(b))));
+/// Oldest first (ties by name, for a stable order). Generic over how the migrations are held: owned (an API list),
+/// borrowed, or shared from the decider's reflector store.
+pub fn sort_by_request<M: Borrow<StorageVersionMigration>>(migrations: &mut [M]) {
+    migrations.sort_by(|a, b| by_request(a.borrow(), b.borrow()));
+}
+
+fn by_request(a: &StorageVersionMigration, b: &StorageVersionMigration) -> std::cmp::Ordering {
+    requested_at(a).cmp(&requested_at(b)).then_with(|| name_of(a).cmp(name_of(b)))
 }
 
 /// The most recently requested migration.
-pub fn latest(migrations: &[StorageVersionMigration]) -> Option<&StorageVersionMigration> {
-    migrations.iter().max_by(|a, b| requested_at(a).cmp(&requested_at(b)).then_with(|| name_of(a).cmp(name_of(b))))
+pub fn latest<M: Borrow<StorageVersionMigration>>(migrations: &[M]) -> Option<&StorageVersionMigration> {
+    migrations.iter().map(Borrow::borrow).max_by(|a, b| by_request(a, b))
 }
 
-/// The migrations of one resource (by spec.resource, so that migrations created by hand count too).
-pub fn of_resource(all: &[StorageVersionMigration], group: &str, resource: &str) -> Vec<StorageVersionMigration> {
-    let mut out: Vec<_> = all
+/// The migrations of one resource (by spec.resource, so that migrations created by hand count too), oldest first.
+pub fn of_resource<'a, M: Borrow<StorageVersionMigration>>(
+    all: &'a [M],
+    group: &str,
+    resource: &str,
+) -> Vec<&'a StorageVersionMigration> {
+    let mut out: Vec<&StorageVersionMigration> = all
         .iter()
+        .map(Borrow::borrow)
         .filter(|m| m.spec.resource.group == group && m.spec.resource.resource == resource)
-        .cloned()
         .collect();
     sort_by_request(&mut out);
     out
@@ -106,13 +116,17 @@ pub fn of_resource(all: &[StorageVersionMigration], group: &str, resource: &str)
 
 /// The unfinished migrations (of one resource) other than `keep`: at most one migration of a resource runs, the
 /// latest requested.
-pub fn to_supersede<'a>(migrations: &'a [StorageVersionMigration], keep: &str) -> Vec<&'a StorageVersionMigration> {
-    migrations.iter().filter(|m| !is_finished(m) && name_of(m) != keep).collect()
+pub fn to_supersede<'a, M: Borrow<StorageVersionMigration>>(
+    migrations: &'a [M],
+    keep: &str,
+) -> Vec<&'a StorageVersionMigration> {
+    migrations.iter().map(Borrow::borrow).filter(|m| !is_finished(m) && name_of(m) != keep).collect()
 }
 
 /// The finished migrations (of one resource) beyond the newest `keep`, oldest first.
-pub fn to_prune(migrations: &[StorageVersionMigration], keep: usize) -> Vec<String> {
-    let mut finished: Vec<StorageVersionMigration> = migrations.iter().filter(|m| is_finished(m)).cloned().collect();
+pub fn to_prune<M: Borrow<StorageVersionMigration>>(migrations: &[M], keep: usize) -> Vec<String> {
+    let mut finished: Vec<&StorageVersionMigration> =
+        migrations.iter().map(Borrow::borrow).filter(|m| is_finished(m)).collect();
     sort_by_request(&mut finished);
     let excess = finished.len().saturating_sub(keep);
     finished[..excess].iter().map(|m| name_of(m).to_string()).collect()

@@ -6,11 +6,13 @@
 //! - the reporter (every replica): every `--discovery-interval` it reads its own target's legacy discovery and
 //!   reports each hash into `status.currentStorageVersionHashes` under its reporterID ([`report`], the rules are in
 //!   [`super::report`]): new StorageStates start with persisted ["Unknown"], a new hash is appended to persisted;
-//! - the decider (the leader only, [`Decider`]): decides from the reports ([`decide`]) when a periodic round comes,
-//!   a StorageState changes or a migration finishes: it starts a migration when the stored objects may be in
-//!   another version and the reports agree, cancels unfinished ones when they diverge, sets persisted = [current]
-//!   once the latest migration of the current hash Succeeded, and at start-up resets StorageStates whose heartbeat
-//!   is older than two intervals to persisted ["Unknown"] (changes may have been missed).
+//! - the decider (the leader only, [`Decider`]): a kube-runtime controller over reflector stores of the
+//!   StorageStates and migrations, which decides about a StorageState from the reports ([`decide`]) when it
+//!   changes, when a migration of its resource changes, and at its periodic round (the reconcile's requeue, every
+//!   interval): it starts a migration when the stored objects may be in another version and the reports agree,
+//!   cancels unfinished ones when they diverge, sets persisted = [current] once the latest migration of the
+//!   current hash Succeeded, and at start-up resets StorageStates whose heartbeat is older than two intervals to
+//!   persisted ["Unknown"] (changes may have been missed).
 //!
 //! With one replica (the embedded store) this is the KEP's original trigger: the change is acted on at the poll
 //! that sees it.

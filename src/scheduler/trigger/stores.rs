@@ -8,6 +8,7 @@ use crate::error::StatusReason;
 use crate::scheduler::api_reason;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use std::borrow::Borrow;
 
 /// An error of a request through [`OwnObjects`]: its reason (`None` when there was no answer) and message.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -90,9 +91,9 @@ pub async fn supersede(
     let mut cur = m.clone();
     for attempt in 0.. {
         let Some(status) = superseded_status(&cur, message, now) else { return Ok(None) };
-        let mut next = cur.clone();
-        next.status = Some(status);
-        match store.update_migration_status(&next).await {
+        // A conflict replaces `cur` with a fresh read, so the status is set on it in place.
+        cur.status = Some(status);
+        match store.update_migration_status(&cur).await {
             Ok(written) => return Ok(Some(written)),
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) if e.is_conflict() && attempt < 10 => match store.get_migration(name_of(&cur)).await? {
@@ -107,12 +108,12 @@ pub async fn supersede(
 
 /// Requests a migration of `gvr` (storage version hash `hash`) and supersedes every unfinished migration of the same
 /// resource among `existing`. Returns the new migration and the names of those it superseded.
-pub async fn start_migration(
+pub async fn start_migration<M: Borrow<StorageVersionMigration>>(
     store: &OwnObjects,
     gvr: &GroupVersionResource,
     hash: Option<&str>,
     why: &str,
-    existing: &[StorageVersionMigration],
+    existing: &[M],
     now: Timestamp,
 ) -> Result<(StorageVersionMigration, Vec<String>), StoreError> {
     let mut desired = desired_migration(gvr, hash, now);
@@ -130,9 +131,9 @@ pub async fn start_migration(
 }
 
 /// Deletes the finished migrations of one resource beyond the newest `keep`. Returns the names deleted.
-pub async fn prune_history(
+pub async fn prune_history<M: Borrow<StorageVersionMigration>>(
     store: &OwnObjects,
-    migrations: &[StorageVersionMigration],
+    migrations: &[M],
     keep: usize,
 ) -> Result<Vec<String>, StoreError> {
     let names = to_prune(migrations, keep);

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 const A: &str = "hashA=";
 const B: &str = "hashB=";
+/// No migrations (`decide` takes them owned, borrowed or shared).
+const NO_MIGRATIONS: &[StorageVersionMigration] = &[];
 
 fn ts(s: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + s).expect("timestamp")
@@ -88,7 +90,7 @@ fn new_resource_is_migrated_at_the_first_poll() {
     let status = reported_status(None, "r", A, ts(100), I, false);
     let mut st = reported(&[], &[]);
     st.status = Some(status);
-    let d = decide(&st, &[], ts(100), I, false, Replicas::One, None);
+    let d = decide(&st, NO_MIGRATIONS, ts(100), I, false, Replicas::One, None);
     assert_eq!(d.start.as_deref(), Some(A));
     assert!(d.status.is_none() && d.cancel.is_none());
 }
@@ -185,7 +187,9 @@ fn reset_requests_a_migration_even_after_a_success() {
 fn several_replicas_start_only_on_fresh_agreement_of_a_known_set_of_reporters() {
     let st = reported(&[A, B], &[("r1", B, 100), ("r2", B, 95)]);
     let set: BTreeSet<String> = ["r1".to_string(), "r2".to_string()].into();
-    let at = |now: i64, prev: Option<&BTreeSet<String>>| decide(&st, &[], ts(now), I, false, Replicas::Several, prev);
+    let at = |now: i64, prev: Option<&BTreeSet<String>>| {
+        decide(&st, NO_MIGRATIONS, ts(now), I, false, Replicas::Several, prev)
+    };
     assert_eq!(at(100, Some(&set)).start.as_deref(), Some(B));
     // First round of this leader, or a new reporter: one more poll.
     assert_eq!(at(100, None).waiting, Some("the set of reporters changed since the previous poll"));
@@ -199,7 +203,7 @@ fn several_replicas_start_only_on_fresh_agreement_of_a_known_set_of_reporters() 
     let d = decide(&split, &running, ts(100), I, false, Replicas::Several, Some(&set));
     assert!(d.start.is_none());
     assert!(d.cancel.expect("cancel").contains(&format!("({A}, {B})")));
-    assert!(decide(&split, &[], ts(100), I, false, Replicas::Several, Some(&set)).cancel.is_none());
+    assert!(decide(&split, NO_MIGRATIONS, ts(100), I, false, Replicas::Several, Some(&set)).cancel.is_none());
 }
 
 #[test]
@@ -401,6 +405,45 @@ fn initializer_rule() {
         got,
         [format!("shootstates.v1beta1.core.gardener.cloud/{B}"), format!("ingresses.v1beta1.extensions/{A}")]
     );
+}
+
+#[test]
+fn a_migration_queues_the_storagestate_of_its_resource() {
+    use kube::runtime::reflector::ObjectRef;
+    assert_eq!(state_of(&svm("m1", A, 1, None)), ObjectRef::new("shootstates.core.gardener.cloud"));
+    // Created by hand: no label, yet it counts for its resource.
+    let mut by_hand = svm("m2", A, 1, None);
+    by_hand.metadata.labels = None;
+    by_hand.spec.resource =
+        GroupVersionResource { group: String::new(), version: "v1".into(), resource: "pods".into() };
+    assert_eq!(state_of(&by_hand), ObjectRef::new("pods"));
+    // A name too long for a label value: the label is shortened, the StorageState is the full name.
+    let group = format!("{}.example.com", "g".repeat(60));
+    let long = desired_migration(
+        &GroupVersionResource { group: group.clone(), version: "v1".into(), resource: "widgets".into() },
+        Some(A),
+        ts(1),
+    );
+    assert_eq!(state_of(&long), ObjectRef::new(&format!("widgets.{group}")));
+}
+
+#[tokio::test]
+async fn periodic_rounds_are_due_an_interval_apart_per_storagestate() {
+    use kube::runtime::controller::Action;
+    use tokio::time::Instant;
+    let config = crate::scheduler::SchedulerConfig { discovery_interval: I, ..Default::default() };
+    let decider = Decider::new(OwnObjects::new(canned_target()), &config, Served::default());
+    let (migrations, _writer) = kube::runtime::reflector::store();
+    let context = DeciderContext::new(decider, migrations, I);
+    let t0 = Instant::now();
+    let second = Duration::from_secs(1);
+    assert!(context.round_due("a", t0), "the first decision is a round");
+    assert!(!context.round_due("a", t0 + second), "a change within the interval is no round");
+    assert_eq!(context.until_next_round("a", t0 + second), Action::requeue(I - second));
+    assert!(context.round_due("b", t0 + second), "rounds are per StorageState");
+    assert!(context.round_due("a", t0 + I), "an interval later");
+    assert!(!context.round_due("a", t0 + I + second));
+    assert_eq!(context.until_next_round("a", t0 + 3 * I), Action::requeue(Duration::ZERO), "overdue: at once");
 }
 
 /// A target with canned discovery documents: one group answers 503.
