@@ -3,8 +3,10 @@
 //! v1beta1/types.go). Cluster-scoped; status only through `/status` (upstream's registry strategy). Validation:
 //! [`validation`]; printer columns: [`printers`].
 //!
-//! Followed: kubernetes/kubernetes v1/types.go at 5807bf165780ef7d87b808db2c80c33fb01572a9 and v1beta1/types.go at
-//! 008b3652959ca58af8be3fb5b6ecfe9ae7638282. Upstream declares no short names and no categories for this resource,
+//! Followed: kubernetes/kubernetes v1/types.go at 5807bf165780ef7d87b808db2c80c33fb01572a9, v1beta1/types.go at
+//! 008b3652959ca58af8be3fb5b6ecfe9ae7638282 and pkg/registry/storagemigration/storagemigration/strategy.go at
+//! 1b61b4268a83efc7ca7f81f888e580d70cb3caac (status reset on create and kept on update, spec kept on `/status`,
+//! no unconditional update). Upstream declares no short names and no categories for this resource,
 //! so neither do we (`svm` stays `migration.k8s.io`'s).
 
 use crate::error::FieldError;
@@ -121,8 +123,8 @@ static INFO: KindInfo = KindInfo {
     categories: &[],
     versions: &["v1", "v1beta1"],
     name_rule: NameRule::Subdomain,
-    // Upstream's strategy: AllowUnconditionalUpdate true.
-    unconditional_update: true,
+    // Upstream's strategy: AllowUnconditionalUpdate false (a PUT without resourceVersion is 422).
+    unconditional_update: false,
     create_only: false,
 };
 

@@ -212,3 +212,158 @@ fn go_json_conditions(conditions: &[Condition]) -> String {
     }
     out
 }
+
+/// The cases of upstream's pkg/apis/storagemigration/validation/validation_test.go (the GroupResource and
+/// metav1.Condition form), with its expected messages.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn svm(group: &str, resource: &str, rv: &str, conditions: &[(&str, &str)]) -> StorageVersionMigration {
+        let conditions: Vec<Value> = conditions
+            .iter()
+            .map(|(t, s)| {
+                let reason = if *s == "True" { t.to_string() } else { format!("Not{t}") };
+                json!({"type": t, "status": s, "reason": reason, "lastTransitionTime": "2024-01-01T00:00:00Z"})
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "test-svm", "resourceVersion": "1"},
+            "spec": {"resource": {"group": group, "resource": resource}},
+            "status": {"resourceVersion": rv, "conditions": conditions},
+        }))
+        .expect("object")
+    }
+
+    fn messages(errs: &[FieldError]) -> Vec<&str> {
+        errs.iter().map(|e| e.message.as_str()).collect()
+    }
+
+    #[test]
+    fn spec() {
+        let dns1035 = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+        let dns1123 = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+        let cases: &[(&str, &str, Vec<String>)] = &[
+            ("non-empty", "non-empty", vec![]),
+            ("", "", vec!["spec.resource.resource: Required value: resource is required to be set".into()]),
+            ("non-empty", "", vec!["spec.resource.resource: Required value: resource is required to be set".into()]),
+            ("non-empty", ".", vec![format!("spec.resource.resource: Invalid value: \".\": {dns1035}")]),
+            ("-", "non-empty", vec![format!("spec.resource.group: Invalid value: \"-\": {dns1123}")]),
+        ];
+        for (group, resource, want) in cases {
+            let errs = validate_spec(&svm(group, resource, "", &[]).spec);
+            assert_eq!(messages(&errs), *want, "{group:?} {resource:?}");
+        }
+    }
+
+    #[test]
+    fn update() {
+        let old = svm("example.com", "myresources", "", &[]);
+        assert!(validate_update(&old, &old).is_empty());
+        let moved = svm("new.example.com", "myresources", "", &[]);
+        assert_eq!(
+            messages(&validate_update(&moved, &old)),
+            ["spec: Invalid value: {\"resource\":{\"group\":\"new.example.com\",\"resource\":\"myresources\"}}: field is immutable"]
+        );
+        let emptied = svm("example.com", "", "", &[]);
+        assert!(messages(&validate_update(&emptied, &old))[0].starts_with("spec.resource.resource: Required value"));
+    }
+
+    #[test]
+    fn status_update() {
+        let s = |rv: &str, conditions: &[(&str, &str)]| svm("example.com", "myresources", rv, conditions);
+        let (running, succeeded, failed) = (("Running", "True"), ("Succeeded", "True"), ("Failed", "True"));
+        let (running_false, succeeded_false, failed_false) =
+            (("Running", "False"), ("Succeeded", "False"), ("Failed", "False"));
+        let cases: &[(&str, StorageVersionMigration, StorageVersionMigration, &str)] = &[
+            ("initial status set with RV", s("123", &[running]), s("", &[]), ""),
+            ("running to succeeded", s("123", &[running_false, succeeded]), s("123", &[running]), ""),
+            ("running to failed", s("123", &[running_false, failed]), s("123", &[running]), ""),
+            ("succeeded stays", s("123", &[succeeded]), s("123", &[succeeded]), ""),
+            ("failed stays", s("123", &[failed]), s("123", &[failed]), ""),
+            (
+                "resource version change",
+                s("456", &[running]),
+                s("123", &[running]),
+                "status.resourceVersion: Invalid value: \"456\": field is immutable",
+            ),
+            (
+                "bad resource version format",
+                s("abc", &[running]),
+                s("", &[]),
+                "status.resourceVersion: Invalid value: \"abc\": resource version is not well formed: abc",
+            ),
+            (
+                "both succeeded and failed",
+                s("123", &[succeeded, failed]),
+                s("123", &[running]),
+                "Both success and failed conditions cannot be true at the same time",
+            ),
+            (
+                "succeeded back to false",
+                s("123", &[succeeded_false]),
+                s("123", &[succeeded]),
+                "Success condition cannot be set to false once it is true",
+            ),
+            (
+                "failed back to false",
+                s("123", &[failed_false]),
+                s("123", &[failed]),
+                "Failed condition cannot be set to false once it is true",
+            ),
+        ];
+        for (name, new, old, want) in cases {
+            let errs = validate_status_update(new, old);
+            let all = messages(&errs).join(", ");
+            if want.is_empty() {
+                assert!(errs.is_empty(), "{name}: {all}");
+            } else {
+                assert!(all.contains(want), "{name}: {all}");
+            }
+        }
+    }
+
+    /// The conditions in an Invalid message as Go writes them: its field order, message present.
+    #[test]
+    fn conditions_rendered_as_go() {
+        let new = svm("g", "r", "1", &[("Succeeded", "True"), ("Failed", "True")]);
+        let errs = validate_status_update(&new, &new);
+        assert_eq!(
+            errs[0].message,
+            "status.conditions: Invalid value: [{\"type\":\"Succeeded\",\"status\":\"True\",\"lastTransitionTime\":\"2024-01-01T00:00:00Z\",\"reason\":\"Succeeded\",\"message\":\"\"},{\"type\":\"Failed\",\"status\":\"True\",\"lastTransitionTime\":\"2024-01-01T00:00:00Z\",\"reason\":\"Failed\",\"message\":\"\"}]: Both success and failed conditions cannot be true at the same time"
+        );
+    }
+
+    #[test]
+    fn condition_rules() {
+        let mut new = svm("g", "r", "", &[("Running", "Maybe"), ("Running", "True")]);
+        let status = new.status.as_mut().expect("status");
+        status.conditions[1].reason = "1bad".into();
+        status.conditions[1].observed_generation = Some(-1);
+        status.conditions[1].message = "m".repeat(MAX_MESSAGE + 1);
+        let errs = validate_status_update(&new, &svm("g", "r", "", &[]));
+        let fields: Vec<(&str, &str)> = errs.iter().map(|e| (e.reason.as_str(), e.field.as_str())).collect();
+        assert_eq!(
+            fields,
+            [
+                ("FieldValueInvalid", "status.resourceVersion"),
+                ("FieldValueNotSupported", "status.conditions[0].status"),
+                ("FieldValueDuplicate", "status.conditions[1].type"),
+                ("FieldValueInvalid", "status.conditions[1].observedGeneration"),
+                ("FieldValueInvalid", "status.conditions[1].reason"),
+                ("FieldValueTooLong", "status.conditions[1].message"),
+            ]
+        );
+        assert_eq!(
+            errs[0].message,
+            "status.resourceVersion: Invalid value: \"\": resource version is not well formed: "
+        );
+        assert_eq!(
+            errs[1].message,
+            "status.conditions[0].status: Unsupported value: \"Maybe\": supported values: \"False\", \"True\", \"Unknown\""
+        );
+        assert!(well_formed_resource_version("10") && !well_formed_resource_version("01"));
+        assert!(!well_formed_resource_version("-1") && !well_formed_resource_version("0"));
+    }
+}
