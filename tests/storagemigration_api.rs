@@ -10,7 +10,7 @@
 
 mod common;
 use common::admission::{admission_review, ReviewAnswer, ReviewOf, ADMIN_GROUPS, ADMIN_USERNAME};
-use common::requests::{merge_patch, post};
+use common::requests::{get, merge_patch, post};
 use common::*;
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -219,6 +219,41 @@ print(json.dumps({"resource": beta.spec.resource.resource, "rv": beta.status.res
         .await
         .expect("create");
     assert!(matches!(next(&mut events).await, WatchEvent::Added(o) if o.metadata.name.as_deref() == Some("kube")));
+}
+
+/// Discovery and OpenAPI: both versions, v1 preferred, with `/status`, no short name and no category; the OpenAPI
+/// schema keys conditions by type.
+#[tokio::test]
+async fn discovery_and_openapi() {
+    let s = Server::start(&[]);
+    let c = s.client().await;
+    let group = get(&c, "/apis/storagemigration.k8s.io").await.ok(200);
+    assert_eq!(
+        group["versions"],
+        json!([{"groupVersion": "storagemigration.k8s.io/v1", "version": "v1"},
+               {"groupVersion": "storagemigration.k8s.io/v1beta1", "version": "v1beta1"}])
+    );
+    assert_eq!(group["preferredVersion"]["version"], "v1");
+    for version in ["v1", "v1beta1"] {
+        let list = get(&c, &format!("/apis/storagemigration.k8s.io/{version}")).await.ok(200);
+        let resources = list["resources"].as_array().expect("resources");
+        let names: Vec<&str> = resources.iter().filter_map(|r| r["name"].as_str()).collect();
+        assert_eq!(names, ["storageversionmigrations", "storageversionmigrations/status"], "{list}");
+        let main = &resources[0];
+        assert_eq!(
+            (main["kind"].as_str(), main["namespaced"].as_bool()),
+            (Some("StorageVersionMigration"), Some(false))
+        );
+        let none = |field: &str| main.get(field).is_none_or(|v| v == &json!([]));
+        assert!(none("shortNames") && none("categories"), "{main}");
+    }
+    let doc = get(&c, "/openapi/v3/apis/storagemigration.k8s.io/v1").await.ok(200);
+    let schemas = &doc["components"]["schemas"];
+    let status = &schemas["io.k8s.api.storagemigration.v1.StorageVersionMigrationStatus"]["properties"];
+    assert_eq!(status["conditions"]["x-kubernetes-list-type"], "map", "{status}");
+    assert_eq!(status["conditions"]["x-kubernetes-list-map-keys"], json!(["type"]), "{status}");
+    let gvks = &schemas["io.k8s.api.storagemigration.v1.StorageVersionMigration"]["x-kubernetes-group-version-kind"];
+    assert!(gvks.to_string().contains("\"version\":\"v1\""), "{gvks}");
 }
 
 /// The next watch event, within a deadline.
