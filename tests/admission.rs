@@ -536,7 +536,7 @@ fn manifests_render_with_kustomize() {
             .collect();
         match dir {
             "manifests/crds" => {
-                assert!(kinds.len() == 3 && kinds.iter().all(|k| k == "CustomResourceDefinition"), "{kinds:?}")
+                assert!(kinds.len() == 4 && kinds.iter().all(|k| k == "CustomResourceDefinition"), "{kinds:?}")
             }
             _ => {
                 let mut kinds = kinds;

@@ -56,7 +56,13 @@ fn roles_grant_what_the_server_serves() {
     let server = Server::start(&[]);
     // Every served resource of our groups, from discovery, with its verbs and scope.
     let mut served: Vec<(String, String, bool, BTreeSet<String>)> = Vec::new();
-    for group_version in ["migration.k8s.io/v1alpha1", "core.gardener.cloud/v1beta1", "core.gardener.cloud/v1alpha1"] {
+    for group_version in [
+        "migration.k8s.io/v1alpha1",
+        "core.gardener.cloud/v1beta1",
+        "core.gardener.cloud/v1alpha1",
+        "storagemigration.k8s.io/v1",
+        "storagemigration.k8s.io/v1beta1",
+    ] {
         let list: Value =
             serde_json::from_str(&server.kubectl_ok(&["get", "--raw", &format!("/apis/{group_version}")]))
                 .expect("JSON");
@@ -105,8 +111,12 @@ fn roles_grant_what_the_server_serves() {
     }
     // The expected shape, spelled out: ShootStates in view and edit; the migration kinds only in view.
     assert!(edit.contains_key(&("core.gardener.cloud".into(), "shootstates".into())));
-    for r in ["storageversionmigrations", "storagestates"] {
-        let key = ("migration.k8s.io".to_string(), r.to_string());
+    for (g, r) in [
+        ("migration.k8s.io", "storageversionmigrations"),
+        ("migration.k8s.io", "storagestates"),
+        ("storagemigration.k8s.io", "storageversionmigrations"),
+    ] {
+        let key = (g.to_string(), r.to_string());
         assert!(view.contains_key(&key) && !edit.contains_key(&key), "{key:?}");
     }
 }

@@ -60,12 +60,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shoot_states_are_listed_and_patched() {
+    fn multi_version_kinds_are_listed_and_patched() {
         let kinds = crate::api::kinds(&Default::default()).expect("kinds");
         let rules = rules(&kinds);
-        assert_eq!(rules.len(), 1);
-        assert_eq!(rules[0].api_groups.as_deref(), Some(&["core.gardener.cloud".to_string()][..]));
-        assert_eq!(rules[0].resources.as_deref(), Some(&["shootstates".to_string()][..]));
-        assert_eq!(rules[0].verbs, ["list", "patch"]);
+        let summary: Vec<(Vec<String>, Vec<String>, Vec<String>)> = rules
+            .iter()
+            .map(|r| {
+                (r.api_groups.clone().unwrap_or_default(), r.resources.clone().unwrap_or_default(), r.verbs.clone())
+            })
+            .collect();
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            summary,
+            [
+                (strings(&["core.gardener.cloud"]), strings(&["shootstates"]), strings(&["list", "patch"])),
+                (
+                    strings(&["storagemigration.k8s.io"]),
+                    strings(&["storageversionmigrations"]),
+                    strings(&["list", "patch"])
+                ),
+            ]
+        );
     }
 }

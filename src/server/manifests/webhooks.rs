@@ -149,6 +149,11 @@ mod tests {
                     ])
                 ),
                 ("core.gardener.cloud".to_string(), "Namespaced".to_string(), strings(&["shootstates"])),
+                (
+                    "storagemigration.k8s.io".to_string(),
+                    "Cluster".to_string(),
+                    strings(&["storageversionmigrations", "storageversionmigrations/status"])
+                ),
             ]
         );
     }
