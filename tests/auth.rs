@@ -841,6 +841,21 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // The migrator (src/scheduler/migrator.rs): chunked LIST, then one JSON merge patch per object.
     ("core.gardener.cloud", "shootstates", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
     ("core.gardener.cloud", "shootstates", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
+    // storagemigration.k8s.io StorageVersionMigrations: served in two versions, so migrated like ShootStates.
+    (
+        "storagemigration.k8s.io",
+        "storageversionmigrations",
+        "list",
+        "src/scheduler/migrator/target.rs",
+        "Request::new(&url).list(",
+    ),
+    (
+        "storagemigration.k8s.io",
+        "storageversionmigrations",
+        "patch",
+        "src/scheduler/migrator/target.rs",
+        "Request::new(&url).patch(",
+    ),
     ("apps", "deployments", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
     ("apps", "deployments", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
     ("apps", "statefulsets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
@@ -1043,7 +1058,16 @@ fn apiservices_and_the_cert_manager_alternative() {
     let apiservices = kustomize(&repo().join("apiservice"));
     let mut names: Vec<&str> = apiservices.iter().filter_map(|a| a["metadata"]["name"].as_str()).collect();
     names.sort();
-    assert_eq!(names, ["v1alpha1.core.gardener.cloud", "v1alpha1.migration.k8s.io", "v1beta1.core.gardener.cloud"]);
+    assert_eq!(
+        names,
+        [
+            "v1.storagemigration.k8s.io",
+            "v1alpha1.core.gardener.cloud",
+            "v1alpha1.migration.k8s.io",
+            "v1beta1.core.gardener.cloud",
+            "v1beta1.storagemigration.k8s.io"
+        ]
+    );
     let certificates = kustomize(&repo().join("manifests/cert-manager"));
     let serving = find(&certificates, "Certificate", "migration-apiserver-serving");
     assert_eq!(serving["spec"]["secretName"], "migration-apiserver-serving");
@@ -1108,7 +1132,7 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
 
     let docs = render("aggregated", "registry.example.com/migration-apiserver:v1");
     let apiservices: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "APIService").collect();
-    assert_eq!(apiservices.len(), 3);
+    assert_eq!(apiservices.len(), 5);
     for a in &apiservices {
         assert_eq!(a["spec"]["caBundle"], ca_bundle.as_str(), "{}", a["metadata"]["name"]);
     }
@@ -1151,7 +1175,7 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
 
     let docs = render("crds", "");
     assert!(!docs.iter().any(|d| d["kind"] == "APIService"), "one form at a time");
-    assert_eq!(docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition").count(), 3);
+    assert_eq!(docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition").count(), 4);
     for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
         find(&docs, kind, "migration-apiserver");
     }

@@ -22,6 +22,8 @@ const REF_PREFIX: &str = "#/components/schemas/";
 /// reviewed API of Kubernetes itself, so it says so (kube-apiserver accepts "unapproved, ..." values).
 const API_APPROVED: &str = "api-approved.kubernetes.io";
 const API_APPROVED_VALUE: &str = "unapproved, implementation of the kube-storage-version-migrator API (https://github.com/kubernetes-sigs/kube-storage-version-migrator)";
+/// The same for the in-tree migration API, which this server implements for clusters that lack it.
+const API_APPROVED_VALUE_IN_TREE: &str = "unapproved, implementation of the in-tree storagemigration.k8s.io API for clusters without it (https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/4192-svm-in-tree)";
 
 /// Formats apiextensions knows; others (schemars' `uint`, `uint32`, ...) are dropped, their bounds kept.
 const FORMATS: &[&str] =
@@ -270,7 +272,12 @@ pub fn crd(kind: &dyn Strategy) -> Result<Value, CrdError> {
     }
     let mut metadata = json!({"name": i.qualified_resource()});
     if i.group.ends_with(".k8s.io") || i.group.ends_with(".kubernetes.io") {
-        metadata["annotations"] = json!({API_APPROVED: API_APPROVED_VALUE});
+        let value = if i.group == crate::api::storagemigration::GROUP {
+            API_APPROVED_VALUE_IN_TREE
+        } else {
+            API_APPROVED_VALUE
+        };
+        metadata["annotations"] = json!({API_APPROVED: value});
     }
     Ok(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
