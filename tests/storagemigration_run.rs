@@ -239,6 +239,18 @@ fn migrate_api_storagemigration_waits_for_the_in_tree_migration() {
     assert!(stderr.contains(&format!("{name}: Succeeded: {n} objects")), "{stderr}");
     let m = get(&s, IN_TREE, name);
     assert_in_tree_succeeded(&m, &s);
+    // Events regarding the in-tree migration, as for ours.
+    let reasons = eventually("the migration's Events", Duration::from_secs(30), || {
+        let events = s.kubectl_json(&["get", "events.events.k8s.io", "-A", "-o", "json"]);
+        let reasons: Vec<String> = events["items"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["regarding"]["name"] == name && e["regarding"]["apiVersion"] == "storagemigration.k8s.io/v1")
+            .filter_map(|e| e["reason"].as_str().map(str::to_string))
+            .collect();
+        reasons.contains(&"MigrationSucceeded".to_string()).then_some(reasons)
+    });
+    assert!(reasons.contains(&"MigrationStarted".to_string()), "{reasons:?}");
     // An API it does not speak is refused before anything is created.
     let out = Command::new(BIN)
         .args(["migrate", "--resource", SHOOTSTATES, "--api", "storagemigration.k8s.io/v1alpha1", "--kubeconfig"])
