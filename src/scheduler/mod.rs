@@ -140,6 +140,11 @@ pub fn start(
     let (events, writer) = events::EventRecorder::spawn(ctx.target.clone());
     let mut tasks = vec![writer];
     tasks.extend(triggers.start_leaders(ctx, &events));
-    tasks.push(migrator::spawn(ctx.config.clone(), ctx.target.clone(), ctx.own.migrations.clone(), metrics, events));
+    // Both migration APIs are served by this server: the in-tree kind's Api shares our kind's in-process client.
+    let apis = migrator::MigrationApis {
+        ours: ctx.own.migrations.clone(),
+        in_tree: kube::Api::all(ctx.own.migrations.clone().into_client()),
+    };
+    tasks.push(migrator::spawn(ctx.config.clone(), ctx.target.clone(), apis, metrics, events));
     tasks
 }

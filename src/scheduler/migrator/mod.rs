@@ -1,6 +1,8 @@
-//! The migrator: runs every StorageVersionMigration that has neither Succeeded nor Failed, oldest first (Running
-//! ones before pending ones), at most `concurrency` at once. A migration LISTs its resource in chunks from
-//! `spec.continueToken` and rewrites each object with a no-op write (a JSON merge patch carrying only
+//! The migrator: runs every StorageVersionMigration that has neither Succeeded nor Failed, of both APIs
+//! (`migration.k8s.io` and the in-tree `storagemigration.k8s.io`, one [`Migration`] to the worker), oldest first
+//! (Running ones before pending ones), at most one per resource and `concurrency` in all at once. A migration
+//! LISTs its resource in chunks from its saved continue token (`spec.continueToken`; an annotation for the in-tree
+//! kind) and rewrites each object with a no-op write (a JSON merge patch carrying only
 //! `metadata.resourceVersion`, as the in-tree controller sends it), then saves the next token and its progress
 //! through our own API. The token is saved only after every object of the chunk was handled, so a crash at any
 //! point re-does at most one chunk (harmless: a stale resourceVersion is a 409, which is skipped) and skips nothing.
@@ -22,7 +24,8 @@ use super::events::{reference_to, EventRecorder, EventType};
 use super::metrics::{resource_label, SchedulerMetrics};
 use super::ratelimit::RateLimiter;
 use super::SchedulerConfig;
-use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_RUNNING};
+use crate::api::storage_version_migration::{GroupVersionResource, StorageVersionMigration};
+use crate::api::storagemigration::StorageVersionMigration as InTreeMigration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
@@ -36,6 +39,8 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 pub mod crd;
+mod migration;
+pub use migration::*;
 mod target;
 pub use target::*;
 mod worker;
@@ -61,10 +66,6 @@ const LOG_INTERVAL: Duration = Duration::from_secs(30);
 /// Objects handled before `spec.continueToken`: where the count resumes after a restart.
 pub const ANNOTATION_MIGRATED_AT_TOKEN: &str = "migration.k8s.io/migrated-objects-at-continue-token";
 
-const REASON_MIGRATING: &str = "Migrating";
-const REASON_COMPLETED: &str = "Completed";
-const REASON_FAILED: &str = "MigrationFailed";
-
 /// Event reasons regarding a StorageVersionMigration (action `Migrate`).
 pub const EVENT_STARTED: &str = "MigrationStarted";
 pub const EVENT_RETRYING: &str = "MigrationRetrying";
@@ -80,8 +81,12 @@ pub(super) struct MigrationEvents {
 }
 
 impl MigrationEvents {
-    fn new(recorder: &EventRecorder, svm: &StorageVersionMigration) -> Self {
-        MigrationEvents { recorder: recorder.clone(), regarding: reference_to(svm) }
+    fn new(recorder: &EventRecorder, m: &Migration) -> Self {
+        let regarding = match m {
+            Migration::Ours(m) => reference_to(m),
+            Migration::InTree(m) => reference_to(m),
+        };
+        MigrationEvents { recorder: recorder.clone(), regarding }
     }
     pub(super) fn normal(&self, reason: &str, note: &str) {
         self.recorder.record(&self.regarding, EventType::Normal, reason, EVENT_ACTION, note);
@@ -91,10 +96,16 @@ impl MigrationEvents {
     }
 }
 
+/// The migrations of both APIs, as the scheduler reads and writes them (through this server's in-process client).
+pub struct MigrationApis {
+    pub ours: Api<StorageVersionMigration>,
+    pub in_tree: Api<InTreeMigration>,
+}
+
 pub fn spawn(
     config: SchedulerConfig,
     target: kube::Client,
-    migrations: Api<StorageVersionMigration>,
+    apis: MigrationApis,
     metrics: Arc<SchedulerMetrics>,
     events: EventRecorder,
 ) -> tokio::task::JoinHandle<()> {
@@ -102,16 +113,20 @@ pub fn spawn(
     let crds = crd::Crds::new(target.clone(), config.update_crd_stored_versions, events.clone());
     let target = Target { client: target, limiter, config };
     let (store, writer) = reflector::store();
-    let changes =
-        reflector(writer, watcher(migrations.clone(), watcher::Config::default())).default_backoff().map(|event| {
-            if let Err(e) = event {
-                tracing::debug!(error = %e, "storageversionmigrations watch");
-            }
-        });
-    let ctx = Arc::new(Ctx { target, crds, migrations, metrics, events });
+    let (in_tree_store, in_tree_writer) = reflector::store();
+    let ours = reflector(writer, watcher(apis.ours.clone(), watcher::Config::default())).default_backoff();
+    let in_tree =
+        reflector(in_tree_writer, watcher(apis.in_tree.clone(), watcher::Config::default())).default_backoff();
+    let changes = futures::stream::select(ours.map(|e| e.map(drop)), in_tree.map(|e| e.map(drop))).map(|event| {
+        if let Err(e) = event {
+            tracing::debug!(error = %e, "storageversionmigrations watch");
+        }
+    });
+    let ctx = Arc::new(Ctx { target, crds, migrations: apis.ours, in_tree: apis.in_tree, metrics, events });
     let scheduler = Scheduler {
         ctx,
         store,
+        in_tree_store,
         running: HashMap::new(),
         ended: HashMap::new(),
         requeue_at: None,
@@ -126,6 +141,8 @@ struct Ctx {
     crds: crd::Crds,
     /// The migrations, through this server's in-process client (as any client writes them).
     migrations: Api<StorageVersionMigration>,
+    /// The in-tree kind's migrations, likewise.
+    in_tree: Api<InTreeMigration>,
     metrics: Arc<SchedulerMetrics>,
     /// Records the migrations' Events.
     events: EventRecorder,
@@ -142,6 +159,7 @@ struct Running {
 /// How a worker ended, for the scheduler: the migration (uid) and the last resourceVersion the worker read or
 /// wrote of it, and whether it should be started again (its own API kept failing: it resumes from its saved token).
 pub(super) struct Ended {
+    pub(super) key: MigrationKey,
     pub(super) uid: String,
     pub(super) resource_version: Option<String>,
     pub(super) requeue: bool,
@@ -149,9 +167,11 @@ pub(super) struct Ended {
 
 struct Scheduler {
     ctx: Arc<Ctx>,
-    /// The migrations as kube-runtime's reflector keeps them (a watch, listing again with backoff when it breaks).
+    /// The migrations as kube-runtime's reflectors keep them (a watch, listing again with backoff when it breaks),
+    /// one store per API.
     store: Store<StorageVersionMigration>,
-    running: HashMap<String, Running>,
+    in_tree_store: Store<InTreeMigration>,
+    running: HashMap<MigrationKey, Running>,
     /// Migrations whose worker finished them (or saw them finished or deleted), by uid, with the resourceVersion
     /// it last saw: the store may still hold an older copy, which must not start them again.
     ended: HashMap<String, Option<String>>,
@@ -169,6 +189,42 @@ fn not_newer(a: Option<&str>, b: Option<&str>) -> bool {
     }
 }
 
+/// The metrics' resource label of a migration: an in-tree migration names no version (its version is resolved
+/// when it starts), so its label has none.
+fn queue_label(m: &Migration) -> String {
+    let r = m.resource();
+    let gvr = m.requested_gvr().unwrap_or(GroupVersionResource {
+        group: r.group,
+        version: String::new(),
+        resource: r.resource,
+    });
+    resource_label(&gvr)
+}
+
+/// Which of `queue` (unfinished migrations not running, in any order) start now: oldest first (Running ones, being
+/// resumed, before pending ones), across both APIs; at most one per resource, counting those `running`; at most
+/// `capacity` in all. Returns the indices into `queue` to start, and the others by resource label (pending).
+fn select(queue: &[Migration], running: &[ResourceKey], capacity: usize) -> (Vec<usize>, BTreeMap<String, i64>) {
+    let mut order: Vec<usize> = (0..queue.len()).collect();
+    order.sort_by(|&a, &b| {
+        let key = |m: &Migration| (!m.is_running(), m.meta().creation_timestamp.clone(), m.api(), m.name().to_string());
+        key(&queue[a]).cmp(&key(&queue[b]))
+    });
+    let mut busy: std::collections::HashSet<ResourceKey> = running.iter().cloned().collect();
+    let (mut start, mut pending) = (Vec::new(), BTreeMap::new());
+    for i in order {
+        let resource = queue[i].resource();
+        if start.len() < capacity.saturating_sub(running.len()) && !busy.contains(&resource) {
+            start.push(i);
+        } else {
+            *pending.entry(queue_label(&queue[i])).or_default() += 1;
+        }
+        // A younger migration of the same resource waits for this one, even when this one waits for capacity.
+        busy.insert(resource);
+    }
+    (start, pending)
+}
+
 impl Scheduler {
     async fn run(mut self, changes: impl futures::Stream<Item = ()> + Send) {
         let c = &self.ctx.target.config;
@@ -182,7 +238,9 @@ impl Scheduler {
         );
         let mut changes = std::pin::pin!(changes);
         // Nothing is decided from a store that has not listed yet.
-        while self.store.wait_until_ready().now_or_never().is_none() {
+        while self.store.wait_until_ready().now_or_never().is_none()
+            || self.in_tree_store.wait_until_ready().now_or_never().is_none()
+        {
             if changes.next().await.is_none() {
                 return;
             }
@@ -209,6 +267,8 @@ impl Scheduler {
 
     fn ended(&mut self, ended: Result<Ended, tokio::task::JoinError>) {
         let Ok(ended) = ended else { return };
+        // The worker is done: the next migration of its resource may start.
+        self.running.remove(&ended.key);
         if ended.requeue {
             self.requeue_at.get_or_insert_with(|| tokio::time::Instant::now() + REQUEUE);
         } else {
@@ -216,63 +276,63 @@ impl Scheduler {
         }
     }
 
-    /// Whether the store's copy of `svm` is one a worker already finished (the store has not caught up yet).
-    fn known_ended(&self, svm: &StorageVersionMigration) -> bool {
-        let uid = svm.metadata.uid.as_deref().unwrap_or_default();
-        self.ended.get(uid).is_some_and(|rv| not_newer(svm.metadata.resource_version.as_deref(), rv.as_deref()))
+    /// Whether the store's copy of `m` is one a worker already finished (the store has not caught up yet).
+    fn known_ended(&self, m: &Migration) -> bool {
+        let uid = m.meta().uid.as_deref().unwrap_or_default();
+        self.ended.get(uid).is_some_and(|rv| not_newer(m.meta().resource_version.as_deref(), rv.as_deref()))
+    }
+
+    /// Every migration of both APIs, as the stores hold them.
+    fn all(&self) -> Vec<Migration> {
+        let ours = self.store.state().into_iter().map(|m| Migration::Ours(m.as_ref().clone()));
+        let in_tree = self.in_tree_store.state().into_iter().map(|m| Migration::InTree(m.as_ref().clone()));
+        ours.chain(in_tree).collect()
     }
 
     fn reconcile(&mut self) {
         self.running.retain(|_, r| !r.task.is_finished());
-        let all = self.store.state();
+        let all = self.all();
         // A worker's record is kept only while the store lags behind it.
         let ended: Vec<String> = all
             .iter()
-            .filter(|s| !is_finished(s) && self.known_ended(s))
-            .filter_map(|s| s.metadata.uid.clone())
+            .filter(|m| !m.is_finished() && self.known_ended(m))
+            .filter_map(|m| m.meta().uid.clone())
             .collect();
         self.ended.retain(|uid, _| ended.contains(uid));
-        let name = |s: &StorageVersionMigration| s.metadata.name.clone().unwrap_or_default();
         // Interrupt work on migrations finished or deleted elsewhere.
-        for (n, r) in &self.running {
-            if !all.iter().any(|s| name(s) == *n && !is_finished(s)) {
+        for (key, r) in &self.running {
+            if !all.iter().any(|m| m.key() == *key && !m.is_finished()) {
                 let _ = r.cancel.send(true);
             }
         }
-        let mut queue: Vec<&StorageVersionMigration> = all
-            .iter()
-            .map(|s| s.as_ref())
-            .filter(|s| !is_finished(s) && !self.known_ended(s) && !self.running.contains_key(&name(s)))
-            .collect();
-        queue.sort_by(|a, b| {
-            (!a.is_true(CONDITION_RUNNING), &a.metadata.creation_timestamp, &a.metadata.name).cmp(&(
-                !b.is_true(CONDITION_RUNNING),
-                &b.metadata.creation_timestamp,
-                &b.metadata.name,
-            ))
-        });
-        let mut pending: BTreeMap<String, i64> = BTreeMap::new();
-        for svm in queue {
-            if self.running.len() < self.ctx.target.config.concurrency.max(1) {
-                self.start(svm.clone());
-            } else {
-                *pending.entry(resource_label(&svm.spec.resource)).or_default() += 1;
-            }
-        }
+        let running: Vec<&Migration> = all.iter().filter(|m| self.running.contains_key(&m.key())).collect();
+        let running_resources: Vec<ResourceKey> = running.iter().map(|m| m.resource()).collect();
         let mut running_now: BTreeMap<String, i64> = BTreeMap::new();
-        for svm in all.iter().filter(|s| self.running.contains_key(&name(s))) {
-            *running_now.entry(resource_label(&svm.spec.resource)).or_default() += 1;
+        for m in &running {
+            *running_now.entry(queue_label(m)).or_default() += 1;
+        }
+        let queue: Vec<Migration> = all
+            .iter()
+            .filter(|m| !m.is_finished() && !self.known_ended(m) && !self.running.contains_key(&m.key()))
+            .cloned()
+            .collect();
+        let capacity = self.ctx.target.config.concurrency.max(1);
+        let (start, pending) = select(&queue, &running_resources, capacity);
+        for i in start {
+            *running_now.entry(queue_label(&queue[i])).or_default() += 1;
+            self.start(queue[i].clone());
         }
         self.ctx.metrics.set_queue(&pending, &running_now);
     }
 
-    fn start(&mut self, svm: StorageVersionMigration) {
-        let name = svm.metadata.name.clone().unwrap_or_default();
+    fn start(&mut self, m: Migration) {
+        let key = m.key();
         let (tx, rx) = watch::channel(false);
-        let events = MigrationEvents::new(&self.ctx.events, &svm);
-        let worker = Worker { ctx: self.ctx.clone(), name: name.clone(), svm, cancel: rx, events, seen_version: None };
+        let events = MigrationEvents::new(&self.ctx.events, &m);
+        let name = key.name.clone();
+        let worker = Worker { ctx: self.ctx.clone(), name, svm: m, cancel: rx, events, seen_version: None };
         let task = self.workers.spawn(worker.run());
-        self.running.insert(name, Running { cancel: tx, task });
+        self.running.insert(key, Running { cancel: tx, task });
     }
 }
 
@@ -339,5 +399,53 @@ mod tests {
         };
         assert_eq!(r.describe(), "403 Forbidden: denied by webhook");
         assert_eq!(truncate("ééé", 3), "é...");
+    }
+
+    fn migration(api: &str, name: &str, created: &str, resource: &str, running: bool) -> Migration {
+        let conditions = match (api, running) {
+            (_, false) => serde_json::json!([]),
+            ("ours", true) => serde_json::json!([{"type": "Running", "status": "True"}]),
+            (_, true) => serde_json::json!([{"type": "Running", "status": "True", "reason": "R", "message": "",
+                "lastTransitionTime": created}]),
+        };
+        let metadata = serde_json::json!({"name": name, "uid": name, "creationTimestamp": created});
+        match api {
+            "ours" => Migration::Ours(
+                serde_json::from_value(serde_json::json!({"metadata": metadata,
+                    "spec": {"resource": {"group": "g", "version": "v1", "resource": resource}},
+                    "status": {"conditions": conditions}}))
+                .expect("ours"),
+            ),
+            _ => Migration::InTree(
+                serde_json::from_value(serde_json::json!({"metadata": metadata,
+                    "spec": {"resource": {"group": "g", "resource": resource}},
+                    "status": {"conditions": conditions}}))
+                .expect("in-tree"),
+            ),
+        }
+    }
+
+    #[test]
+    fn one_migration_per_resource_oldest_first_across_both_apis() {
+        let t = |s: u32| format!("2026-01-01T00:00:{s:02}Z");
+        let queue = vec![
+            migration("in-tree", "b-new", &t(3), "bs", false),
+            migration("ours", "a-young", &t(2), "as", false),
+            migration("in-tree", "a-old", &t(1), "as", false),
+            migration("ours", "c", &t(4), "cs", false),
+        ];
+        let names = |start: &[usize]| start.iter().map(|&i| queue[i].name().to_string()).collect::<Vec<_>>();
+        // Capacity for all: the younger migration of `as` waits for the older one of the other API.
+        let (start, pending) = select(&queue, &[], 10);
+        assert_eq!(names(&start), ["a-old", "b-new", "c"]);
+        assert_eq!(pending.values().sum::<i64>(), 1);
+        // A running migration of `bs` holds its resource; capacity 2 leaves one place.
+        let running = [ResourceKey { group: "g".into(), resource: "bs".into() }];
+        let (start, _) = select(&queue, &running, 2);
+        assert_eq!(names(&start), ["a-old"]);
+        // A migration being resumed (Running) goes before older pending ones.
+        let queue = vec![migration("ours", "old", &t(1), "xs", false), migration("in-tree", "new", &t(5), "ys", true)];
+        let (start, _) = select(&queue, &[], 1);
+        assert_eq!(start.iter().map(|&i| queue[i].name()).collect::<Vec<_>>(), ["new"]);
     }
 }

@@ -162,6 +162,13 @@ pub enum Failure {
     Rewrite { object: String, error: RequestError },
     #[error("rewriting {object}: {answer}")]
     RewriteRefused { object: String, answer: String },
+    /// An in-tree migration names a resource the target's discovery does not list.
+    #[error("{resource}: the resource does not exist in discovery")]
+    NotInDiscovery { resource: String },
+    #[error("discovery of {resource}: {error}")]
+    Discovery { resource: String, error: RequestError },
+    #[error("discovery of {resource}: {answer}")]
+    DiscoveryRefused { resource: String, answer: String },
 }
 
 impl Target {
@@ -226,6 +233,70 @@ impl Target {
             })
             .await
             .map_err(|t| RequestError::GaveUp { attempts: attempts.load(Ordering::Relaxed), last: t.why })
+    }
+}
+
+impl Target {
+    /// A discovery document (`/api`, `/apis/<group>`, `/apis/<group>/<version>`); None on 404.
+    async fn discovery<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        resource: &str,
+        retrying: &RetryNote,
+    ) -> Result<Option<T>, Failure> {
+        let build = || {
+            axum::http::Request::builder()
+                .method(axum::http::Method::GET)
+                .uri(path)
+                .body(Vec::new())
+                .map_err(kube::core::request::Error::BuildRequest)
+        };
+        let reply = self
+            .send(build, retrying)
+            .await
+            .map_err(|error| Failure::Discovery { resource: resource.to_string(), error })?;
+        if reply.reason == Some(StatusReason::NotFound) {
+            return Ok(None);
+        }
+        if !(200..=299).contains(&reply.code) {
+            return Err(Failure::DiscoveryRefused { resource: resource.to_string(), answer: reply.describe() });
+        }
+        serde_json::from_slice(&reply.body).map(Some).map_err(|e| Failure::DiscoveryRefused {
+            resource: resource.to_string(),
+            answer: format!("decoding {path}: {e}"),
+        })
+    }
+
+    /// The version an in-tree migration of `resource` lists and writes through, as kube-controller-manager's
+    /// RESTMapper picks it: the group's preferred version when it serves the resource, else the first listed
+    /// version that does.
+    pub(super) async fn resolve(
+        &self,
+        resource: &ResourceKey,
+        retrying: &RetryNote,
+    ) -> Result<GroupVersionResource, Failure> {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIResourceList, APIVersions};
+        let qualified = crate::error::qualified(&resource.resource, &resource.group);
+        let versions: Vec<String> = if resource.group.is_empty() {
+            let core: Option<APIVersions> = self.discovery("/api", &qualified, retrying).await?;
+            core.map(|v| v.versions).unwrap_or_default()
+        } else {
+            let path = format!("/apis/{}", segment(&resource.group));
+            let group: Option<APIGroup> = self.discovery(&path, &qualified, retrying).await?;
+            let (preferred, listed) =
+                group.map(|g| (g.preferred_version.map(|p| p.version), g.versions)).unwrap_or_default();
+            let others = listed.into_iter().map(|v| v.version).filter(|v| Some(v) != preferred.as_ref());
+            preferred.clone().into_iter().chain(others).collect()
+        };
+        for version in versions {
+            let gvr =
+                GroupVersionResource { group: resource.group.clone(), version, resource: resource.resource.clone() };
+            let list: Option<APIResourceList> = self.discovery(&group_version_path(&gvr), &qualified, retrying).await?;
+            if list.is_some_and(|l| l.resources.iter().any(|r| r.name == resource.resource)) {
+                return Ok(gvr);
+            }
+        }
+        Err(Failure::NotInDiscovery { resource: qualified })
     }
 }
 
@@ -352,6 +423,27 @@ impl Migrating<'_> {
             }),
             _ => Err(Failure::ListRefused { resource: self.qualified.clone(), answer: reply.describe() }),
         }
+    }
+
+    /// The resource's current list resourceVersion (a LIST of one object), recorded by an in-tree migration when
+    /// it starts as the in-tree controller records it (resourceversion.go).
+    pub(super) async fn list_resource_version(&self) -> Result<String, Failure> {
+        let url = <DynamicObject as kube::Resource>::url_path(&api_resource(self.gvr), None);
+        let params = ListParams::default().limit(1);
+        let reply = self
+            .target
+            .send(|| kube::core::Request::new(&url).list(&params), &self.retrying)
+            .await
+            .map_err(|error| Failure::List { resource: self.qualified.clone(), error })?;
+        if !(200..=299).contains(&reply.code) {
+            return Err(Failure::ListRefused { resource: self.qualified.clone(), answer: reply.describe() });
+        }
+        let list = serde_json::from_slice::<ListChunk>(&reply.body)
+            .map_err(|error| Failure::ListDecode { resource: self.qualified.clone(), error })?;
+        list.metadata.resource_version.filter(|rv| !rv.is_empty()).ok_or_else(|| Failure::ListRefused {
+            resource: self.qualified.clone(),
+            answer: "the list carries no resourceVersion".into(),
+        })
     }
 
     pub(super) async fn rewrite(&self, item: &ObjectMeta) -> Result<Rewrite, Failure> {

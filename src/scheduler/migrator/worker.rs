@@ -1,10 +1,7 @@
 //! One migration: the worker that lists, rewrites and saves its progress chunk by chunk.
 
 use super::*;
-use crate::api::storage_version_migration::{
-    GroupVersionResource, MigrationCondition, StorageVersionMigration, CONDITION_FAILED, CONDITION_RUNNING,
-    CONDITION_SUCCEEDED,
-};
+use crate::api::storage_version_migration::{GroupVersionResource, CONDITION_FAILED, CONDITION_SUCCEEDED};
 use crate::error::StatusReason;
 use crate::registry::Subresource;
 use crate::scheduler::api_reason;
@@ -18,34 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-pub(super) fn is_finished(svm: &StorageVersionMigration) -> bool {
-    svm.is_true(CONDITION_SUCCEEDED) || svm.is_true(CONDITION_FAILED)
-}
-
-pub(super) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
-}
-
-/// Sets (adds or replaces) a condition.
-pub(super) fn set_condition(
-    svm: &mut StorageVersionMigration,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-) {
-    let conditions = &mut svm.status.get_or_insert_with(Default::default).conditions;
-    let c = MigrationCondition {
-        type_: type_.to_string(),
-        status: if status { "True" } else { "False" }.to_string(),
-        last_update_time: Some(now()),
-        reason: Some(reason.to_string()),
-        message: Some(message),
-    };
-    match conditions.iter_mut().find(|x| x.type_ == type_) {
-        Some(x) => *x = c,
-        None => conditions.push(c),
-    }
+pub(super) fn is_finished(m: &Migration) -> bool {
+    m.is_finished()
 }
 
 /// Why a migration stopped without an outcome of ours.
@@ -76,7 +47,7 @@ pub(super) struct Worker {
     pub(super) ctx: Arc<Ctx>,
     pub(super) name: String,
     /// The latest copy we read or wrote (its resourceVersion is the CAS precondition of the next save).
-    pub(super) svm: StorageVersionMigration,
+    pub(super) svm: Migration,
     pub(super) cancel: watch::Receiver<bool>,
     pub(super) events: MigrationEvents,
     /// A newer resourceVersion than `svm`'s, read when the migration turned out finished elsewhere.
@@ -92,33 +63,51 @@ pub(super) async fn until_cancelled(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|c| *c).await;
 }
 
+impl Ctx {
+    /// Writes `m` through its own API's main resource or `/status`.
+    async fn replace(&self, m: &Migration, subresource: Subresource) -> Result<Migration, kube::Error> {
+        let (name, pp) = (m.name(), PostParams::default());
+        match (m, subresource) {
+            (Migration::Ours(o), Subresource::Main) => self.migrations.replace(name, &pp, o).await.map(Migration::Ours),
+            (Migration::Ours(o), Subresource::Status) => {
+                self.migrations.replace_status(name, &pp, o).await.map(Migration::Ours)
+            }
+            (Migration::InTree(o), Subresource::Main) => {
+                self.in_tree.replace(name, &pp, o).await.map(Migration::InTree)
+            }
+            (Migration::InTree(o), Subresource::Status) => {
+                self.in_tree.replace_status(name, &pp, o).await.map(Migration::InTree)
+            }
+        }
+    }
+
+    /// Reads a migration again from its own API.
+    pub(super) async fn get(&self, key: &MigrationKey) -> Result<Option<Migration>, kube::Error> {
+        match key.api {
+            MigrationApi::Ours => Ok(self.migrations.get_opt(&key.name).await?.map(Migration::Ours)),
+            MigrationApi::InTree => Ok(self.in_tree.get_opt(&key.name).await?.map(Migration::InTree)),
+        }
+    }
+}
+
 impl Worker {
     /// Saves `edit` applied to the latest copy, through the main resource or /status (`subresource`). On a
     /// conflict, re-reads: a migration finished or deleted meanwhile is left alone, anything else gets the edit
     /// again.
-    pub(super) async fn save(
-        &mut self,
-        subresource: Subresource,
-        edit: impl Fn(&mut StorageVersionMigration),
-    ) -> Result<(), Stop> {
+    pub(super) async fn save(&mut self, subresource: Subresource, edit: impl Fn(&mut Migration)) -> Result<(), Stop> {
         let mut failures = 0;
         loop {
             let mut next = self.svm.clone();
             edit(&mut next);
-            let (api, pp) = (&self.ctx.migrations, PostParams::default());
-            let res = match subresource {
-                Subresource::Status => api.replace_status(&self.name, &pp, &next).await,
-                Subresource::Main => api.replace(&self.name, &pp, &next).await,
-            };
-            let err = match res {
+            let err = match self.ctx.replace(&next, subresource).await {
                 Ok(saved) => {
                     self.svm = saved;
                     return Ok(());
                 }
-                Err(e) if api_reason(&e) == Some(StatusReason::Conflict) => match api.get_opt(&self.name).await {
+                Err(e) if api_reason(&e) == Some(StatusReason::Conflict) => match self.ctx.get(&self.svm.key()).await {
                     Ok(None) => return Err(Stop::Gone),
                     Ok(Some(fresh)) if is_finished(&fresh) => {
-                        self.seen_version = fresh.metadata.resource_version.clone();
+                        self.seen_version = fresh.meta().resource_version.clone();
                         return Err(Stop::FinishedElsewhere(fresh.phase()));
                     }
                     Ok(Some(fresh)) => {
@@ -139,7 +128,9 @@ impl Worker {
         }
     }
 
-    /// Saves the progress, and in the Running condition what the target's requests are being retried for.
+    /// Saves the progress, and in the Running condition what the target's requests are being retried for. Our
+    /// kind takes both in one status write; the in-tree kind's progress is in annotations (a main-resource write)
+    /// and each write happens only when it changes something.
     async fn save_progress(
         &mut self,
         handled: i64,
@@ -147,30 +138,61 @@ impl Worker {
         running: &str,
         retrying: Option<&str>,
     ) -> Result<(), Stop> {
-        let message = match retrying {
-            Some(why) => truncate(&format!("{} Retrying: {why}", running), 32000),
-            None => running.to_string(),
+        let message = match (retrying, running.is_empty()) {
+            (Some(why), true) => truncate(&format!("Retrying: {why}"), 32000),
+            (Some(why), false) => truncate(&format!("{running} Retrying: {why}"), 32000),
+            (None, _) => running.to_string(),
         };
-        self.save(Subresource::Status, |s| {
-            let st = s.status.get_or_insert_with(Default::default);
-            st.migrated_objects = Some(handled);
-            st.remaining_objects_estimate = remaining;
-            if s.condition(CONDITION_RUNNING).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
-                set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone());
-            }
-        })
-        .await
+        let message_changed = |m: &Migration| m.running_message() != Some(message.as_str());
+        if self.svm.progress_subresource() == Subresource::Status {
+            return self
+                .save(Subresource::Status, |m| {
+                    m.set_progress(handled, remaining);
+                    if message_changed(m) {
+                        m.set_running(&message);
+                    }
+                })
+                .await;
+        }
+        if self.svm.progress() != (Some(handled), remaining) {
+            self.save(Subresource::Main, |m| m.set_progress(handled, remaining)).await?;
+        }
+        if message_changed(&self.svm) {
+            self.save(Subresource::Status, |m| m.set_running(&message)).await?;
+        }
+        Ok(())
+    }
+
+    /// The version the migration lists and writes through: the one it names, or (the in-tree kind) the target's
+    /// preferred version of the resource.
+    async fn resolve(&self) -> Result<GroupVersionResource, Failure> {
+        match self.svm.requested_gvr() {
+            Some(gvr) => Ok(gvr),
+            None => self.ctx.target.resolve(&self.svm.resource(), &RetryNote::new(self.events.clone())).await,
+        }
     }
 
     /// Runs the migration and records how it ended (condition, Event, metrics, CRD, log); tells the scheduler
     /// whether to start it again.
     pub(super) async fn run(mut self) -> Ended {
-        let gvr = self.svm.spec.resource.clone();
-        let label = resource_label(&gvr);
         let started = std::time::Instant::now();
-        self.ctx.metrics.observe_progress(&label);
-        let outcome = self.migrate(&gvr, &label).await;
-        let migrated = self.svm.status.as_ref().and_then(|s| s.migrated_objects).unwrap_or(0);
+        let (gvr, outcome) = match self.resolve().await {
+            Ok(gvr) => {
+                let label = resource_label(&gvr);
+                self.ctx.metrics.observe_progress(&label);
+                let outcome = self.migrate(&gvr, &label).await;
+                (gvr, outcome)
+            }
+            Err(failure) => {
+                let r = self.svm.resource();
+                (
+                    GroupVersionResource { group: r.group, version: String::new(), resource: r.resource },
+                    Ok(Err(failure)),
+                )
+            }
+        };
+        let label = resource_label(&gvr);
+        let migrated = self.svm.progress().0.unwrap_or(0);
         let stop = match outcome {
             Ok(Ok(total)) => self.succeeded(&gvr, &label, total, started).await.err(),
             Ok(Err(failure)) => self.failed(&gvr, &label, &failure, migrated, started).await.err(),
@@ -180,8 +202,8 @@ impl Worker {
         if let Some(stop) = stop {
             self.stopped(&gvr, &label, stop, migrated).await;
         }
-        let resource_version = self.seen_version.take().or_else(|| self.svm.metadata.resource_version.clone());
-        Ended { uid: self.svm.metadata.uid.clone().unwrap_or_default(), resource_version, requeue }
+        let resource_version = self.seen_version.take().or_else(|| self.svm.meta().resource_version.clone());
+        Ended { key: self.svm.key(), uid: self.svm.meta().uid.clone().unwrap_or_default(), resource_version, requeue }
     }
 
     /// Every object handled: the CRD's storedVersions, then Succeeded.
@@ -194,21 +216,17 @@ impl Worker {
     ) -> Result<(), Stop> {
         // The CRD first: when the migration reads Succeeded, its storedVersions are already trimmed.
         self.ctx.crds.update(gvr, &self.name, crd::Phase::Succeeded).await;
-        let message = format!("Migrated {total} objects of {}.", gvr.display());
-        self.save(Subresource::Status, |s| {
-            set_condition(s, CONDITION_RUNNING, false, REASON_COMPLETED, message.clone());
-            set_condition(s, CONDITION_SUCCEEDED, true, REASON_COMPLETED, message.clone());
-            let st = s.status.get_or_insert_with(Default::default);
-            st.migrated_objects = Some(total);
-            st.remaining_objects_estimate = Some(0);
-        })
-        .await?;
+        if self.svm.progress_subresource() == Subresource::Main {
+            self.save(Subresource::Main, |m| m.set_progress(total, Some(0))).await?;
+        }
+        let outcome = Outcome::Succeeded { total, message: format!("Migrated {total} objects of {}.", gvr.display()) };
+        self.save(Subresource::Status, |m| m.set_outcome(&outcome)).await?;
         let seconds = started.elapsed().as_secs_f64();
         let note = format!("Migrated {total} objects of {} in {seconds:.1}s", gvr.display());
         self.events.normal(EVENT_SUCCEEDED, &note);
         self.ctx.metrics.observe_remaining(label, 0);
         self.ctx.metrics.observe_finished(label, CONDITION_SUCCEEDED);
-        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = total,
+        tracing::info!(migration = %self.svm.display(), resource = %gvr.display(), objects = total,
             seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_SUCCEEDED, "migration ended");
         Ok(())
     }
@@ -223,16 +241,15 @@ impl Worker {
         started: std::time::Instant,
     ) -> Result<(), Stop> {
         self.ctx.crds.update(gvr, &self.name, crd::Phase::Failed).await;
-        let message = truncate(&failure.to_string(), 32000);
-        self.save(Subresource::Status, |s| {
-            set_condition(s, CONDITION_RUNNING, false, REASON_FAILED, message.clone());
-            set_condition(s, CONDITION_FAILED, true, REASON_FAILED, message.clone());
-        })
-        .await?;
+        let outcome = Outcome::Failed {
+            message: truncate(&failure.to_string(), 32000),
+            not_in_discovery: matches!(failure, Failure::NotInDiscovery { .. }),
+        };
+        self.save(Subresource::Status, |m| m.set_outcome(&outcome)).await?;
         self.events.warning(EVENT_FAILED, &format!("Migration of {} failed: {failure}", gvr.display()));
         self.ctx.metrics.observe_remaining(label, 0);
         self.ctx.metrics.observe_finished(label, CONDITION_FAILED);
-        tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated,
+        tracing::warn!(migration = %self.svm.display(), resource = %gvr.display(), objects = migrated,
             seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_FAILED, error = %failure,
             "migration ended");
         Ok(())
@@ -249,7 +266,7 @@ impl Worker {
         // its CRD condition ends, storedVersions untouched. A scheduler that stopped (a replica losing leadership)
         // leaves it Running, to be resumed.
         let ended = match &stop {
-            Stop::Cancelled => match self.ctx.migrations.get_opt(&self.name).await {
+            Stop::Cancelled => match self.ctx.get(&self.svm.key()).await {
                 Ok(None) => true,
                 Ok(Some(svm)) => is_finished(&svm),
                 Err(_) => false,
@@ -273,14 +290,17 @@ impl Worker {
         if is_finished(&self.svm) {
             return Err(Stop::FinishedElsewhere(self.svm.phase()));
         }
-        let token = self.svm.spec.continue_token.clone().filter(|t| !t.is_empty());
-        let running_message = self.begin(gvr, token.is_some()).await?;
+        let token = self.svm.continue_token();
         let ctx = self.ctx.clone();
         let m = Migrating {
             target: &ctx.target,
             gvr,
             qualified: crate::error::qualified(&gvr.resource, &gvr.group),
             retrying: RetryNote::new(self.events.clone()),
+        };
+        let running_message = match self.begin(&m, token.is_some()).await? {
+            Ok(message) => message,
+            Err(failure) => return Ok(Err(failure)),
         };
         let mut p = Pipeline::new(self.migrated_at_token(token.is_some()), token);
         let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
@@ -345,34 +365,46 @@ impl Worker {
     /// again).
     fn migrated_at_token(&self, from_token: bool) -> i64 {
         match from_token {
-            true => {
-                annotation(&self.svm.metadata, ANNOTATION_MIGRATED_AT_TOKEN).and_then(|n| n.parse().ok()).unwrap_or(0)
-            }
+            true => self.svm.migrated_at_token(),
             false => 0,
         }
     }
 
-    /// Marks the migration Running (the CRD first), or logs that it resumes. Returns the Running message.
-    async fn begin(&mut self, gvr: &GroupVersionResource, from_token: bool) -> Result<String, Stop> {
-        let why = annotation(&self.svm.metadata, crate::scheduler::trigger::ANNOTATION_REASON)
+    /// Marks the migration Running (the CRD first), or logs that it resumes. The in-tree kind records the
+    /// resource's list resourceVersion with it, as the in-tree controller does before it starts. Returns the
+    /// Running message.
+    async fn begin(&mut self, m: &Migrating<'_>, from_token: bool) -> Result<Result<String, Failure>, Stop> {
+        let gvr = m.gvr;
+        let why = annotation(self.svm.meta(), crate::scheduler::trigger::ANNOTATION_REASON)
             .unwrap_or("created by a user")
             .to_string();
-        let running_message = format!("Migrating {}.", gvr.display());
-        if self.svm.is_true(CONDITION_RUNNING) {
-            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why,
+        let running_message = self.svm.base_running_message(gvr);
+        if self.svm.is_running() {
+            tracing::info!(migration = %self.svm.display(), resource = %gvr.display(), reason = %why,
                 resumed_from_token = from_token, "migration resumed");
-        } else {
-            // The CRD first: a crash before the migration reads Running starts (and marks the CRD) again.
-            self.ctx.crds.update(gvr, &self.name, crd::Phase::Started).await;
-            let message = running_message.clone();
-            self.save(Subresource::Status, |s| {
-                set_condition(s, CONDITION_RUNNING, true, REASON_MIGRATING, message.clone())
-            })
-            .await?;
-            tracing::info!(migration = %self.name, resource = %gvr.display(), reason = %why, "migration started");
-            self.events.normal(EVENT_STARTED, &format!("Migrating {} ({why})", gvr.display()));
+            return Ok(Ok(running_message));
         }
-        Ok(running_message)
+        let list_version = match self.svm.needs_resource_version() {
+            true => match m.list_resource_version().await {
+                Ok(rv) => Some(rv),
+                Err(failure) => return Ok(Err(failure)),
+            },
+            false => None,
+        };
+        // The CRD first: a crash before the migration reads Running starts (and marks the CRD) again.
+        self.ctx.crds.update(gvr, &self.name, crd::Phase::Started).await;
+        let message = running_message.clone();
+        self.save(Subresource::Status, |s| {
+            if let Some(rv) = &list_version {
+                s.set_resource_version(rv);
+            }
+            s.set_running(&message)
+        })
+        .await?;
+        tracing::info!(migration = %self.svm.display(), resource = %gvr.display(), reason = %why,
+            "migration started");
+        self.events.normal(EVENT_STARTED, &format!("Migrating {} ({why})", gvr.display()));
+        Ok(Ok(running_message))
     }
 
     /// Completed chunks, oldest first: progress and token are saved. Some(total) once the last chunk is done.
@@ -385,13 +417,8 @@ impl Worker {
             tracing::debug!(migration = %self.name, done = c.done, skipped = c.skipped, migrated = p.migrated,
                 remaining = ?remaining, more = c.next.is_some(), "chunk migrated");
             let Some(next) = c.next else { return Ok(Some(p.migrated)) };
-            let at_token = p.migrated.to_string();
-            self.save(Subresource::Main, |s| {
-                s.spec.continue_token = Some(next.clone());
-                let annotations = s.metadata.annotations.get_or_insert_with(Default::default);
-                annotations.insert(ANNOTATION_MIGRATED_AT_TOKEN.into(), at_token.clone());
-            })
-            .await?;
+            let at_token = p.migrated;
+            self.save(Subresource::Main, |s| s.set_checkpoint(&next, at_token)).await?;
             self.save_progress(handled, remaining, running, None).await?;
             p.saved = Some((handled, remaining, None));
         }
