@@ -162,11 +162,11 @@ impl fmt::Display for Claimed {
         match self {
             Claimed::LocalApiService { group, apiservice } => write!(
                 f,
-                "the cluster serves {group} itself: APIService {apiservice} is local (no spec.service; kube-apiserver's own)"
+                "the cluster serves {group} itself (APIService {apiservice} is local: no spec.service, kube-apiserver's own)"
             ),
             Claimed::Release { group, version, git_version, since: (major, minor) } => write!(
                 f,
-                "the cluster ({git_version}) serves {group} itself: {group}/{version} is built in from v{major}.{minor} on"
+                "the cluster ({git_version}) serves {group}/{version} itself (built in from v{major}.{minor} on)"
             ),
             Claimed::OtherServer { group, apiservice, namespace, service } => {
                 write!(f, "APIService {apiservice} registers {group} for another server (Service {namespace}/{service})")
@@ -282,11 +282,14 @@ pub async fn check_once(
         tracing::warn!(
             apiservice = %a.name,
             group = %a.group,
-            "APIService {} of this server hides {}, which {why}; delete it to hand the group over to kube-apiserver: kubectl delete apiservice {} (migration.k8s.io keeps working)",
+            "APIService {} of this server hides {}: {why}; delete it to hand the group over to kube-apiserver: kubectl delete apiservice {} (migration.k8s.io keeps working)",
             a.name, a.group, a.name
         );
     }
     metric.set(&hidden);
+    if hidden.is_empty() {
+        tracing::info!(version = %facts.version.git_version, "cluster check: none of our APIServices hides a group the cluster serves itself");
+    }
     Ok(hidden.len())
 }
 
@@ -364,7 +367,7 @@ mod tests {
         // Enabled with --runtime-config before 1.37: its local APIService.
         let beta = facts(35, vec![apiservice("v1beta1", Backend::Local)]);
         let why = beta.skip_reason(GROUP, &ours()).expect("skipped");
-        assert_eq!(why.to_string(), "the cluster serves storagemigration.k8s.io itself: APIService v1beta1.storagemigration.k8s.io is local (no spec.service; kube-apiserver's own)");
+        assert_eq!(why.to_string(), "the cluster serves storagemigration.k8s.io itself (APIService v1beta1.storagemigration.k8s.io is local: no spec.service, kube-apiserver's own)");
         // 1.37 before its autoregister ran: the release alone.
         assert!(matches!(facts(37, vec![]).skip_reason(GROUP, &ours()), Some(Claimed::Release { .. })));
         let other = facts(34, vec![apiservice("v1", Backend::service("x", "other"))]);
