@@ -252,3 +252,22 @@ fn a_server_on_a_1_34_cluster_hides_nothing() {
     assert!(hiding_metric_lines(&s).is_empty());
     assert!(!s.log().contains("kubectl delete apiservice"), "{}", s.log());
 }
+
+#[test]
+fn a_target_without_an_aggregator_is_asked_once() {
+    // Another migration-apiserver as the target (as in the migrator's tests): no APIServices to hide anything.
+    let target = Server::start(&[]);
+    let proxy = Proxy::start(&target);
+    let s = Server::start(&["--kubeconfig", proxy.kubeconfig().to_str().expect("path"), "--disable-scheduler"]);
+    eventually("the check", Duration::from_secs(30), || {
+        s.log().contains("the cluster serves no APIServices (apiregistration.k8s.io); nothing to check").then_some(())
+    });
+    let asked: Vec<String> = proxy
+        .records()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/apis/apiregistration.k8s.io/") || r.path == "/version")
+        .map(|r| format!("{} {} {}", r.method, r.path, r.code))
+        .collect();
+    assert_eq!(asked, ["GET /apis/apiregistration.k8s.io/v1/apiservices 404"]);
+    assert!(hiding_metric_lines(&s).is_empty());
+}

@@ -79,9 +79,11 @@ async fn read_facts(args: &DeployCheckArgs) -> anyhow::Result<ClusterFacts> {
     };
     let cluster = config.cluster_url.clone();
     let client = kube::Client::try_from(config)?;
-    ClusterFacts::read(&client).await.map_err(|e| {
-        anyhow::anyhow!(
-            "{e} (cluster {cluster}); to decide without the cluster, set --in-tree-groups (IN_TREE_GROUPS for scripts/deploy.sh) to register or skip"
-        )
-    })
+    const HINT: &str =
+        "to decide without the cluster, set --in-tree-groups (IN_TREE_GROUPS for scripts/deploy.sh) to register or skip";
+    match ClusterFacts::read(&client).await {
+        Ok(Some(facts)) => Ok(facts),
+        Ok(None) => anyhow::bail!("cluster {cluster} serves no apiregistration.k8s.io/v1 APIServices; {HINT}"),
+        Err(e) => anyhow::bail!("{e} (cluster {cluster}); {HINT}"),
+    }
 }

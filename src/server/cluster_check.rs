@@ -183,16 +183,21 @@ pub struct ClusterFacts {
 }
 
 impl ClusterFacts {
-    /// Reads `/version` (allowed to everyone: system:public-info-viewer) and lists the APIServices (the only
-    /// request that needs a rule: `list` of `apiservices.apiregistration.k8s.io`).
-    pub async fn read(client: &kube::Client) -> Result<ClusterFacts, ClusterCheckError> {
-        let info = client.apiserver_version().await.map_err(ClusterCheckError::ReadVersion)?;
+    /// Lists the APIServices (the only request that needs a rule: `list` of `apiservices.apiregistration.k8s.io`),
+    /// then reads `/version` (allowed to everyone: system:public-info-viewer). None when the cluster serves no
+    /// APIServices (404: no aggregator, e.g. a standalone migration-apiserver as the target): nothing to check.
+    pub async fn read(client: &kube::Client) -> Result<Option<ClusterFacts>, ClusterCheckError> {
         let api: kube::Api<APIService> = kube::Api::all(client.clone());
-        let list = api.list(&Default::default()).await.map_err(ClusterCheckError::ListApiServices)?;
-        Ok(ClusterFacts {
+        let list = match api.list(&Default::default()).await {
+            Ok(list) => list,
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+            Err(e) => return Err(ClusterCheckError::ListApiServices(e)),
+        };
+        let info = client.apiserver_version().await.map_err(ClusterCheckError::ReadVersion)?;
+        Ok(Some(ClusterFacts {
             version: ClusterVersion::from_info(&info)?,
             apiservices: list.items.iter().map(ExistingApiService::from).collect(),
-        })
+        }))
     }
 
     /// Whether `group` is claimed by the cluster or another server; our own APIServices (`ours`) never count.
@@ -270,13 +275,22 @@ impl HidingMetric {
 /// How often a running server checks again: an upgrade of the control plane does not restart this server.
 pub const RECHECK_INTERVAL: Duration = Duration::from_secs(600);
 
+/// What a check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckOutcome {
+    /// This many APIServices of ours hide a group the cluster serves itself (each warned about).
+    Hiding(usize),
+    /// The cluster serves no APIServices: there is no aggregator to hide anything behind.
+    NoAggregator,
+}
+
 /// One check: a warning per APIService of ours that hides a group the cluster serves itself, and the metric.
 pub async fn check_once(
     client: &kube::Client,
     ours: &Backend,
     metric: &HidingMetric,
-) -> Result<usize, ClusterCheckError> {
-    let facts = ClusterFacts::read(client).await?;
+) -> Result<CheckOutcome, ClusterCheckError> {
+    let Some(facts) = ClusterFacts::read(client).await? else { return Ok(CheckOutcome::NoAggregator) };
     let hidden = facts.hidden_by_ours(ours);
     for (a, why) in &hidden {
         tracing::warn!(
@@ -290,15 +304,22 @@ pub async fn check_once(
     if hidden.is_empty() {
         tracing::info!(version = %facts.version.git_version, "cluster check: none of our APIServices hides a group the cluster serves itself");
     }
-    Ok(hidden.len())
+    Ok(CheckOutcome::Hiding(hidden.len()))
 }
 
-/// Checks at start (retrying while the cluster cannot be read) and again every [`RECHECK_INTERVAL`].
+/// Checks at start (retrying while the cluster cannot be read) and again every [`RECHECK_INTERVAL`]; stops on a
+/// cluster without APIServices.
 pub async fn watch(client: kube::Client, ours: Backend, metric: HidingMetric) {
     let mut retry = Duration::from_secs(1);
     loop {
         let wait = match check_once(&client, &ours, &metric).await {
-            Ok(_) => {
+            Ok(CheckOutcome::NoAggregator) => {
+                tracing::info!(
+                    "cluster check: the cluster serves no APIServices (apiregistration.k8s.io); nothing to check"
+                );
+                return;
+            }
+            Ok(CheckOutcome::Hiding(_)) => {
                 retry = Duration::from_secs(1);
                 RECHECK_INTERVAL
             }
