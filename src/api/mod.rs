@@ -10,6 +10,7 @@ pub mod printers;
 pub mod shoot_state;
 pub mod storage_state;
 pub mod storage_version_migration;
+pub mod storagemigration;
 
 use crate::registry::store::Store;
 use crate::registry::strategy::{Kind, Strategy};
@@ -57,6 +58,7 @@ pub fn kinds(
         make::<storage_state::StorageState>(storage_versions, "v1alpha1")?,
         make::<shoot_state::ShootState>(storage_versions, "v1beta1")?,
         make::<csi_translation::CSITranslation>(storage_versions, "v1alpha1")?,
+        make::<storagemigration::StorageVersionMigration>(storage_versions, storagemigration::STORAGE_VERSION)?,
     ];
     for key in storage_versions.keys() {
         if !all.iter().any(|k| &k.info().qualified_resource() == key) {
