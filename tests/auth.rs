@@ -1114,7 +1114,7 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
 
     let docs = render("aggregated", "registry.example.com/migration-apiserver:v1");
     let apiservices: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "APIService").collect();
-    assert_eq!(apiservices.len(), 3);
+    assert_eq!(apiservices.len(), 5);
     for a in &apiservices {
         assert_eq!(a["spec"]["caBundle"], ca_bundle.as_str(), "{}", a["metadata"]["name"]);
     }
@@ -1157,7 +1157,7 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
 
     let docs = render("crds", "");
     assert!(!docs.iter().any(|d| d["kind"] == "APIService"), "one form at a time");
-    assert_eq!(docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition").count(), 3);
+    assert_eq!(docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition").count(), 4);
     for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
         find(&docs, kind, "migration-apiserver");
     }
