@@ -130,6 +130,8 @@ mod tests {
                 "v1alpha1.migration.k8s.io.yaml",
                 "v1beta1.core.gardener.cloud.yaml",
                 "v1alpha1.core.gardener.cloud.yaml",
+                "v1.storagemigration.k8s.io.yaml",
+                "v1beta1.storagemigration.k8s.io.yaml",
                 "kustomization.yaml"
             ]
         );
