@@ -10,6 +10,9 @@ BIN := $(TARGET_DIR)/release/migration-apiserver
 PYTHON_VENV ?= $(TARGET_DIR)/pyenv
 # make deploy: FORM=aggregated (APIServices, default) or crds (CRDs + admission webhooks); IMAGE=<registry>/<name>:<tag>
 FORM ?= aggregated
+# make deploy: our APIServices of groups the cluster may serve itself (storagemigration.k8s.io): auto (ask the
+# cluster: /version and its APIServices), register or skip.
+IN_TREE_GROUPS ?= auto
 # make run ARGS='--storage-version shootstates.core.gardener.cloud=v1alpha1': further serve flags.
 ARGS ?=
 IMAGE ?=
@@ -56,9 +59,11 @@ image:
 	docker build -f manifests/image/Dockerfile -t $(or $(IMAGE),migration-apiserver:dev) .
 
 # Installs into the cluster of the current kubectl context, without cert-manager: the serving certificate of
-# $(CERT_DIR) as Secret, manifests/, and apiservice/ with caBundle = $(CERT_DIR)/ca.crt (see scripts/deploy.sh).
+# $(CERT_DIR) as Secret, manifests/, and apiservice/ with caBundle = $(CERT_DIR)/ca.crt (see scripts/deploy.sh); the
+# APIServices of a group the cluster serves itself are skipped, with the reason (`migration-apiserver deploy-check`).
 deploy: certs
-	CERT_DIR=$(CERT_DIR) FORM=$(FORM) IMAGE=$(IMAGE) bash scripts/deploy.sh
+	CERT_DIR=$(CERT_DIR) FORM=$(FORM) IMAGE=$(IMAGE) IN_TREE_GROUPS=$(IN_TREE_GROUPS) MIGRATION_APISERVER=$(BIN) \
+		bash scripts/deploy.sh
 
 lint: build-deps
 	$(CARGO) fmt --all -- --check

@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
             Command::Storage(c) => cli::storage(c).await,
             Command::Migrate(a) => cli::migrate(a).await,
             Command::Translate(a) => cli::translate(a),
+            Command::DeployCheck(a) => cli::deploy_check(a).await,
         }
     });
     match result {

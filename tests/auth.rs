@@ -923,6 +923,9 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // The scheduler's Events (src/scheduler/events/mod.rs): created, and a repeated one's series patched.
     ("events.k8s.io", "events", "create", "src/scheduler/events/mod.rs", "api.create("),
     ("events.k8s.io", "events", "patch", "src/scheduler/events/mod.rs", "api.patch("),
+    // Cluster safety (src/server/cluster_check.rs): whether one of our APIServices hides a group the cluster
+    // serves itself.
+    ("apiregistration.k8s.io", "apiservices", "list", "src/server/cluster_check.rs", "api.list("),
 ];
 
 /// The merge patch the migrator sends (the patch verb, not update): kube-core's `Patch::Merge`, sent as
@@ -1124,6 +1127,9 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
             .env("FORM", form)
             .env("IMAGE", image)
             .env("DRY_RUN", "1")
+            // Rendered without a cluster (tests/storagemigration_safety.rs asks the cluster stand-in).
+            .env("IN_TREE_GROUPS", "register")
+            .env("MIGRATION_APISERVER", BIN)
             .output()
             .expect("deploy.sh");
         assert!(out.status.success(), "deploy.sh FORM={form}: {}", String::from_utf8_lossy(&out.stderr));

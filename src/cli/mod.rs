@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+mod deploy_check;
+pub use deploy_check::*;
 mod migrate;
 pub use migrate::*;
 mod serve;
@@ -44,6 +46,9 @@ pub enum Command {
     /// back with --to-intree), as Kubernetes' csi-translation-lib does: YAML or JSON on stdin, the same on stdout.
     /// Or repair a CSI volume handle for a node (--repair-volume-handle).
     Translate(TranslateArgs),
+    /// Which of our APIServices `make deploy` registers on the cluster of the current kubectl context: their names
+    /// on stdout, the skipped ones with why on stderr (a group the cluster serves itself is not ours to claim).
+    DeployCheck(DeployCheckArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]

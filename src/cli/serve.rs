@@ -230,6 +230,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
     let state = app_state(&args, storage, etcd.as_ref(), &auth).await?;
     let app = router(state.clone());
+    spawn_cluster_check(&args, &state).await?;
     let scheduler = if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app).await?) };
     match args.etcd.enabled() {
         true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
@@ -436,6 +437,20 @@ pub(super) async fn start_scheduler(
     tokio::spawn(election::supervise(leading_rx, start));
     let election = tokio::spawn(election::run(lock, econfig, leading_tx, election_metrics, stop_rx));
     Ok(RunningScheduler { stop_election, election: Some(election), reporters, withdraw })
+}
+
+/// In cluster mode: warns (and exports a metric) while one of our APIServices hides a group the cluster serves
+/// itself (`server::cluster_check`).
+async fn spawn_cluster_check(args: &ServeArgs, state: &Arc<AppState>) -> anyhow::Result<()> {
+    use crate::server::cluster_check::{watch, Backend, HidingMetric};
+    let Some(client) = cluster_client(args).await? else { return Ok(()) };
+    let metric = match state.metrics.registry.lock() {
+        Ok(mut reg) => HidingMetric::register(&mut reg),
+        Err(_) => anyhow::bail!("metrics registry poisoned"),
+    };
+    let ours = Backend::service(&args.service_namespace, crate::server::manifests::SERVICE_NAME);
+    tokio::spawn(watch(client, ours, metric));
+    Ok(())
 }
 
 /// The target cluster's client: --kubeconfig, else the in-cluster config in a pod; None standalone.

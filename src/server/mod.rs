@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod admission_review;
 pub mod cert_metrics;
+pub mod cluster_check;
 pub mod crd;
 pub mod csi_admission;
 pub mod discovery;

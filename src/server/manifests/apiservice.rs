@@ -7,9 +7,27 @@ use crate::registry::strategy::Strategy;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{APIService, APIServiceSpec, ServiceReference};
 use std::sync::Arc;
 
-/// Below kube-apiserver's own groups (which start at 16000) and the PaaS range the field's documentation suggests
+/// Below kube-apiserver's own groups (15800 and up) and the PaaS range the field's documentation suggests
 /// (the 2000s): our groups never shadow another server's.
 const GROUP_PRIORITY_MINIMUM: i32 = 1000;
+
+/// The groups kube-apiserver also serves itself get kube-apiserver's own priorities, so that discovery orders them
+/// the same whether we or the cluster serve them: `storagemigration.k8s.io` at 15800 as in kubernetes
+/// `pkg/controlplane/apiserver/aggregator.go` `DefaultGenericAPIServicePriorities` (commit 008b365, where
+/// v1beta1 has version priority 9); v1 gets 15, the priority of the GA versions there. Both groups now have
+/// `storageversionmigrations`: kubectl resolves a bare resource name to the first group in discovery order
+/// (highest groupPriorityMinimum), so a bare `kubectl get storageversionmigrations` is
+/// `storagemigration.k8s.io` on every cluster, before and after the upgrade; `svm` stays `migration.k8s.io`'s.
+const IN_TREE_PRIORITIES: &[(&str, &str, i32, i32)] =
+    &[("storagemigration.k8s.io", "v1", 15800, 15), ("storagemigration.k8s.io", "v1beta1", 15800, 9)];
+
+/// (groupPriorityMinimum, versionPriority) of `version`, the `index`th preferred of `count` versions of `group`.
+fn priorities(group: &str, version: &str, index: usize, count: usize) -> (i32, i32) {
+    match IN_TREE_PRIORITIES.iter().find(|(g, v, _, _)| *g == group && *v == version) {
+        Some((_, _, group_priority, version_priority)) => (*group_priority, *version_priority),
+        None => (GROUP_PRIORITY_MINIMUM, version_priority(index, count)),
+    }
+}
 
 /// The aggregator orders a group's versions by versionPriority, highest first, so the preferred version (the
 /// kinds list versions preferred first) gets the highest. A group's only version sits at 15, the middle, leaving
@@ -22,8 +40,9 @@ fn version_priority(index: usize, count: usize) -> i32 {
     }
 }
 
-/// Every (group, its versions preferred first) the kinds serve, in the kind table's order.
-fn group_versions(kinds: &[Arc<dyn Strategy>]) -> Vec<(&'static str, Vec<&'static str>)> {
+/// Every (group, its versions preferred first) the kinds serve, in the kind table's order: one APIService each,
+/// named `<version>.<group>`.
+pub fn group_versions(kinds: &[Arc<dyn Strategy>]) -> Vec<(&'static str, Vec<&'static str>)> {
     let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
     for k in kinds {
         let info = k.info();
@@ -44,13 +63,13 @@ fn group_versions(kinds: &[Arc<dyn Strategy>]) -> Vec<(&'static str, Vec<&'stati
     out
 }
 
-fn api_service(group: &str, version: &str, version_priority: i32) -> APIService {
+fn api_service(group: &str, version: &str, (group_priority_minimum, version_priority): (i32, i32)) -> APIService {
     APIService {
         metadata: ca_injected_metadata(format!("{version}.{group}")),
         spec: Some(APIServiceSpec {
             group: Some(group.to_string()),
             version: Some(version.to_string()),
-            group_priority_minimum: GROUP_PRIORITY_MINIMUM,
+            group_priority_minimum,
             version_priority,
             service: Some(ServiceReference {
                 namespace: Some(SERVICE_NAMESPACE.into()),
@@ -73,7 +92,7 @@ pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Files, serde_yaml_ng::Error>
                  migration-apiserver Service. caBundle is injected by cert-manager from the serving certificate\n\
                  (or filled from certs/ca.crt by `make deploy`)."
             );
-            let object = api_service(group, version, version_priority(i, versions.len()));
+            let object = api_service(group, version, priorities(group, version, i, versions.len()));
             out.push((format!("{version}.{group}.yaml"), yaml_file(&comment, &object)?));
         }
     }
@@ -91,6 +110,14 @@ mod tests {
         let priorities: Vec<i32> = (0..4).map(|i| version_priority(i, 4)).collect();
         assert_eq!(priorities, [20, 10, 9, 8]);
         assert!(priorities.windows(2).all(|w| w[0] > w[1]));
+    }
+
+    #[test]
+    fn in_tree_groups_sort_as_kube_apiserver_sorts_them() {
+        assert_eq!(priorities("storagemigration.k8s.io", "v1", 0, 2), (15800, 15));
+        assert_eq!(priorities("storagemigration.k8s.io", "v1beta1", 1, 2), (15800, 9));
+        // Ahead of migration.k8s.io: a bare `storageversionmigrations` is the in-tree group's.
+        assert!(priorities("migration.k8s.io", "v1alpha1", 0, 1).0 < 15800);
     }
 
     #[test]
