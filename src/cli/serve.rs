@@ -324,11 +324,11 @@ fn encryption_config_metrics(
     metrics.config_in_use(handle.current().hash());
     match (&args.encryption_provider_config, args.encryption_provider_config_automatic_reload) {
         (Some(path), true) => {
-            tracing::info!(path = %path.display(), identity, apiserver_id_hash = %encryption_reload::apiserver_id_hash(identity),
+            tracing::info!(path = %path.display(), identity = %identity, apiserver_id_hash = %encryption_reload::apiserver_id_hash(identity),
                 interval = ?encryption_reload::POLL_INTERVAL, "encryption provider config: automatic reload");
             encryption_reload::spawn(path.clone(), handle, metrics);
         }
-        _ => tracing::info!(identity, "encryption provider config: read at start only"),
+        _ => tracing::info!(identity = %identity, "encryption provider config: read at start only"),
     }
     Ok(())
 }
