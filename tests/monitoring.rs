@@ -215,3 +215,39 @@ async fn metrics_are_the_text_format_whatever_the_accept_header() {
         .and_then(|v| v.parse::<f64>().ok());
     assert_eq!(expiry, Some(not_after as f64), "{text}");
 }
+
+/// The shipped EncryptionConfigReloadFailed alert fires in a real Prometheus once a malformed encryption provider
+/// config is written while the server reloads it automatically.
+#[test]
+fn a_failed_encryption_config_reload_fires_its_alert_in_a_real_prometheus() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("encryption.yaml");
+    let config = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: \
+                  [\"shootstates.core.gardener.cloud\"]\n  providers:\n  - identity: {}\n";
+    std::fs::write(&path, config).expect("write");
+    let file = path.display().to_string();
+    let server =
+        Server::start(&["--encryption-provider-config", &file, "--encryption-provider-config-automatic-reload"]);
+    let prometheus = Prometheus::start(&server);
+    eventually("Prometheus to scrape the server", Duration::from_secs(60), || {
+        let targets = prometheus.get("/api/v1/targets")?;
+        let up = targets["data"]["activeTargets"].as_array()?.iter().any(|t| t["health"] == "up");
+        up.then_some(())
+    });
+    let tmp = dir.path().join("encryption.tmp");
+    std::fs::write(&tmp, "kind: EncryptionConfiguration\nresources: [not closed\n").expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+    let alert = eventually("EncryptionConfigReloadFailed to fire", Duration::from_secs(60), || {
+        let alerts = prometheus.get("/api/v1/alerts")?;
+        alerts["data"]["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| a["labels"]["alertname"] == "EncryptionConfigReloadFailed" && a["state"] == "firing")
+            .cloned()
+    });
+    assert_eq!(alert["labels"]["status"], "failure", "{alert}");
+    assert_eq!(alert["labels"]["severity"], "warning", "{alert}");
+    let id_hash = alert["labels"]["apiserver_id_hash"].as_str().unwrap_or_default();
+    assert!(id_hash.starts_with("sha256:") && id_hash.len() == 7 + 64, "{alert}");
+    assert_eq!(alert["annotations"]["runbook_url"], "README.md#encryptionconfigreloadfailed", "{alert}");
+}
