@@ -19,7 +19,7 @@ pub struct TriggerContext {
     pub own: OwnObjects,
     /// This server's own encrypted store, when it has one and is the target (standalone): for the key-rotation
     /// trigger.
-    pub encryption: Option<super::key_rotation::OwnEncryption>,
+    pub encryption: Option<crate::storage::encryption::EncryptionConfigHandle>,
 }
 
 /// A migration trigger.

@@ -25,16 +25,14 @@ use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::scheduler::events::{reference_to, EventRecorder, EventType};
 use crate::scheduler::trigger::{discover, is_finished, of_resource, start_migration, OwnObjects, StoreError};
 use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
-use crate::storage::encryption::{Encoding, EncryptionConfig};
-use crate::storage::{ListOptions, Storage, StorageError};
+use crate::storage::encryption::EncryptionConfigHandle;
+use crate::storage::StorageError;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// `migration.k8s.io/reason` of the migrations this trigger requests.
 pub const WHY_KEY_CHANGED: &str = "encryption write key changed";
@@ -46,18 +44,8 @@ pub const EVENT_ROTATION_FINISHED: &str = "EncryptionKeyRotationFinished";
 pub const EVENT_ROTATION_INCOMPLETE: &str = "EncryptionKeyRotationIncomplete";
 /// Resources never migrated (their objects expire anyway), as the storage-version trigger's list.
 const NEVER_MIGRATED: &[&str] = &["events"];
-/// Values per page when counting.
-const COUNT_PAGE: usize = 1000;
 /// Conflicting status writes (the reporter writes the same StorageStates) are retried this often.
 const STATE_WRITE_ATTEMPTS: usize = 10;
-
-/// This server's own encrypted store, as the trigger sees it: the encryption config in effect (a new value at
-/// each accepted reload) and the store below the encryption layer (to count values per key).
-#[derive(Clone)]
-pub struct OwnEncryption {
-    pub config: watch::Receiver<Arc<EncryptionConfig>>,
-    pub raw: Arc<dyn Storage>,
-}
 
 /// The key-rotation trigger's flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -109,7 +97,7 @@ struct Rotator {
     own: OwnObjects,
     target: kube::Client,
     timeout: Duration,
-    encryption: OwnEncryption,
+    encryption: EncryptionConfigHandle,
     events: EventRecorder,
 }
 
@@ -119,8 +107,7 @@ impl Rotator {
             .default_backoff()
             .filter(|e| std::future::ready(matches!(e, Ok(Event::Apply(m)) if is_finished(m))))
             .boxed();
-        let mut config = self.encryption.config.clone();
-        let mut reloads = true;
+        let mut config = self.encryption.subscribe();
         loop {
             if let Err(e) = self.round(Timestamp::now()).await {
                 tracing::warn!(error = %e, "key rotation: reading storagestates and storageversionmigrations failed; retrying");
@@ -128,17 +115,14 @@ impl Rotator {
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 Some(_) = finished.next() => {}
-                changed = config.changed(), if reloads => {
-                    // No sender: the config is never reloaded (no --encryption-provider-config-automatic-reload).
-                    reloads = changed.is_ok();
-                }
+                Ok(()) = config.changed() => {}
             }
         }
     }
 
     /// One decision per StorageState of a resource the target serves.
     async fn round(&mut self, now: Timestamp) -> Result<(), RoundError> {
-        let config = self.encryption.config.borrow().clone();
+        let config = self.encryption.current();
         let discovery = discover(&self.target, self.timeout).await?;
         let states = self.own.list_states().await?;
         let migrations = self.own.list_migrations().await?;
@@ -151,8 +135,7 @@ impl Rotator {
             else {
                 continue;
             };
-            let prefix = storage_prefix(&r.group, &r.resource);
-            let configured = config.writer_for(&prefix);
+            let configured = config.write_key_for_resource(&r.state_name());
             let of = of_resource(&migrations, &r.group, &r.resource);
             let replicas = [configured.clone()];
             let observed = Observed {
@@ -163,7 +146,7 @@ impl Rotator {
             };
             let decision = decide(&observed);
             let name = state.metadata.name.clone().unwrap_or_default();
-            if let Err(e) = self.act(state, decision, &configured, &prefix, served, &of, now).await {
+            if let Err(e) = self.act(state, decision, &configured, served, &of, now).await {
                 tracing::warn!(storagestate = %name, error = %e, "key rotation: acting on the decision failed; retrying next round");
             }
         }
@@ -176,7 +159,6 @@ impl Rotator {
         state: &StorageState,
         decision: Decision,
         configured: &str,
-        prefix: &str,
         served: &crate::scheduler::trigger::DiscoveredResource,
         migrations: &[StorageVersionMigration],
         now: Timestamp,
@@ -184,7 +166,7 @@ impl Rotator {
         let name = state.metadata.name.as_deref().unwrap_or_default();
         match decision {
             Decision::Record => {
-                let counts = count_keys(self.encryption.raw.as_ref(), prefix).await?;
+                let counts = self.count(&state.spec.resource.state_name()).await?;
                 let written = self.write_status(name, |s| counted_status(s, configured, &counts, now)).await?;
                 tracing::info!(storagestate = %name, write_key = configured, counts = ?counts, "key rotation: write key recorded");
                 self.note_count(&written, configured, &counts);
@@ -199,7 +181,7 @@ impl Rotator {
                 self.migrate(state, served, migrations, &why, now).await?;
             }
             Decision::Count => {
-                let counts = count_keys(self.encryption.raw.as_ref(), prefix).await?;
+                let counts = self.count(&state.spec.resource.state_name()).await?;
                 let written = self.write_status(name, |s| counted_status(s, configured, &counts, now)).await?;
                 self.note_count(&written, configured, &counts);
             }
@@ -232,6 +214,12 @@ impl Rotator {
         );
         self.events.record(&reference_to(state), EventType::Normal, EVENT_ROTATION_STARTED, "RequestMigration", &note);
         Ok(())
+    }
+
+    /// The stored values of `resource` (`<resource>.<group>`) per key label, counted in the store.
+    async fn count(&self, resource: &str) -> Result<BTreeMap<String, u64>, RoundError> {
+        let counts = self.encryption.count().await?;
+        Ok(counts.0.get(resource).cloned().unwrap_or_default())
     }
 
     /// The Event after a count: Finished (the old keys can go) or Incomplete.
@@ -286,33 +274,6 @@ enum RoundError {
     Gone(String),
     #[error("storagestate {0}: too many conflicting writes")]
     Conflicts(String),
-}
-
-/// Where the values of a resource are stored: `/registry/<group>/<resource>/`, `/registry/<resource>/` for the
-/// core group (kube-apiserver's keys, which the config's resource patterns match).
-pub fn storage_prefix(group: &str, resource: &str) -> String {
-    match group {
-        "" => format!("/registry/{resource}/"),
-        g => format!("/registry/{g}/{resource}/"),
-    }
-}
-
-/// Stored values under `prefix` per encoding label (`aesgcm:v1:key1`, `identity`, `malformed`), read below the
-/// encryption layer page by page. Reads every value once: for 10^5 values of a few KiB, a few hundred MiB read in
-/// pages of [`COUNT_PAGE`], off the request path.
-pub async fn count_keys(raw: &dyn Storage, prefix: &str) -> Result<BTreeMap<String, u64>, StorageError> {
-    let mut counts = BTreeMap::new();
-    let (mut start_after, mut revision) = (None, None);
-    loop {
-        let page = raw.list(prefix, ListOptions { start_after, limit: COUNT_PAGE, revision }).await?;
-        for kv in &page.items {
-            *counts.entry(Encoding::of(&kv.value).label()).or_insert(0) += 1;
-        }
-        match (page.more, page.items.last()) {
-            (true, Some(last)) => (start_after, revision) = (Some(last.key.clone()), Some(page.revision)),
-            _ => return Ok(counts),
-        }
-    }
 }
 
 /// `aesgcm:v1:key1=3, identity=1`

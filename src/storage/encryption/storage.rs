@@ -1,7 +1,8 @@
 //! [`EncryptedStorage`]: any [`Storage`] with values encrypted on the way in and decrypted on the way out, as
-//! kube-apiserver's transformer sits between its registry and etcd.
+//! kube-apiserver's transformer sits between its registry and etcd. Each request reads the config in use when it
+//! starts ([`EncryptionConfigHandle::current`]), so a reload applies from the next request on.
 
-use super::EncryptionConfig;
+use super::{EncryptionConfig, EncryptionConfigHandle};
 use crate::storage::{Event, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,37 +16,45 @@ const WATCH_BUFFER: usize = 128;
 /// values a delete returns, and watch events with their previous values).
 pub struct EncryptedStorage {
     inner: Arc<dyn Storage>,
-    config: Arc<EncryptionConfig>,
+    config: EncryptionConfigHandle,
 }
 
 impl EncryptedStorage {
     pub fn new(inner: Arc<dyn Storage>, config: EncryptionConfig) -> Self {
-        Self { inner, config: Arc::new(config) }
+        let config = EncryptionConfigHandle::new(config, inner.clone());
+        Self { inner, config }
     }
 
-    pub fn config(&self) -> &EncryptionConfig {
+    /// Over `inner`, with the config of `handle` (whose store must be `inner`).
+    pub fn with_handle(inner: Arc<dyn Storage>, handle: EncryptionConfigHandle) -> Self {
+        Self { inner, config: handle }
+    }
+
+    /// The config in use now.
+    pub fn config(&self) -> Arc<EncryptionConfig> {
+        self.config.current()
+    }
+
+    /// What reloads the config.
+    pub fn handle(&self) -> &EncryptionConfigHandle {
         &self.config
-    }
-
-    /// The config, shared.
-    pub fn config_arc(&self) -> Arc<EncryptionConfig> {
-        self.config.clone()
     }
 }
 
 #[async_trait]
 impl Storage for EncryptedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        self.inner.get(key).await?.map(|kv| self.config.decrypt_kv(kv)).transpose()
+        self.inner.get(key).await?.map(|kv| self.config().decrypt_kv(kv)).transpose()
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
         let mut result = self.inner.list(prefix, opts).await?;
         // Every value of the page that does not decrypt is named, not just the first.
         let mut corrupt = Vec::new();
+        let config = self.config();
         result.items = std::mem::take(&mut result.items)
             .into_iter()
-            .filter_map(|kv| self.config.try_decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
+            .filter_map(|kv| config.try_decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
             .collect();
         match corrupt.is_empty() {
             true => Ok(result),
@@ -54,13 +63,13 @@ impl Storage for EncryptedStorage {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let stored = self.config.encrypt(key, &value)?;
+        let stored = self.config().encrypt(key, &value)?;
         let kv = self.inner.create(key, stored).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let stored = self.config.encrypt(key, &value)?;
+        let stored = self.config().encrypt(key, &value)?;
         let kv = self.inner.update(key, stored, expected).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
@@ -69,7 +78,7 @@ impl Storage for EncryptedStorage {
     /// returned as it was stored, since the delete itself has happened.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
         let kv = self.inner.delete(key, expected).await?;
-        Ok(self.config.decrypt_kv(kv.clone()).unwrap_or(kv))
+        Ok(self.config().decrypt_kv(kv.clone()).unwrap_or(kv))
     }
 
     async fn sync_revision(&self) -> Revision {
@@ -94,7 +103,7 @@ impl Storage for EncryptedStorage {
                 let Some(item) = item else { return };
                 let item = match item {
                     WatchItem::Error(e) => WatchItem::Error(e),
-                    WatchItem::Event(ev) => match decrypt_event(&config, &ev) {
+                    WatchItem::Event(ev) => match decrypt_event(&config.current(), &ev) {
                         Ok(ev) => WatchItem::Event(Arc::new(ev)),
                         Err(e) => {
                             // Like kube-apiserver, a value that cannot be decrypted ends the watch with an error.
