@@ -150,11 +150,9 @@ fn a_new_write_key_at_restart_migrates_exactly_the_resources_whose_key_changed()
     // The table shows the rotation.
     let table = s.kubectl_ok(&["get", "ss", SHOOTSTATES]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert!(header.ends_with(&["WRITE", "KEY", "KEYS", "IN", "USE", "ROTATION"]), "{table}");
-    assert!(
-        table.lines().nth(1).is_some_and(|l| l.trim_end().ends_with("aesgcm:v1:key2   aesgcm:v1:key2   Finished")),
-        "{table}"
-    );
+    assert!(header.windows(6).any(|w| w == ["WRITE", "KEY", "KEYS", "IN", "USE", "ROTATION"]), "{table}");
+    let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert!(row.windows(3).any(|w| w == ["aesgcm:v1:key2", "aesgcm:v1:key2", "Finished"]), "{table}");
 
     s.stop();
     assert_eq!(summary(&s, &path, SHOOTSTATES), [("aesgcm".to_string(), "key2".to_string(), 5)]);
