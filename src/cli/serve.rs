@@ -242,6 +242,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let state = app_state(&args, storage, etcd.as_ref(), &auth).await?;
     // The scheduler's identity is also the apiserver identity of the encryption config's metrics.
     let identity = crate::scheduler::election::identity();
+    // The key-rotation trigger follows the config in use too.
+    let encryption_handle = encryption.clone();
     if let Some(handle) = encryption {
         encryption_config_metrics(&args, handle, &state, &identity)?;
     }
@@ -249,7 +251,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     spawn_cluster_check(&args, &state).await?;
     let scheduler = match args.disable_scheduler {
         true => None,
-        false => Some(start_scheduler(&args, &state, &app, &identity).await?),
+        false => Some(start_scheduler(&args, &state, &app, &identity, encryption_handle).await?),
     };
     match args.etcd.enabled() {
         true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
@@ -451,6 +453,7 @@ pub(super) async fn start_scheduler(
     state: &Arc<AppState>,
     app: &axum::Router,
     identity: &str,
+    encryption: Option<EncryptionConfigHandle>,
 ) -> anyhow::Result<RunningScheduler> {
     use crate::scheduler::election;
     use crate::scheduler::triggers::{TriggerContext, Triggers};
@@ -474,7 +477,9 @@ pub(super) async fn start_scheduler(
         econfig.validate()?;
     }
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
-    let ctx = TriggerContext { config, target, own };
+    // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
+    let encryption = encryption.filter(|_| cluster.is_none());
+    let ctx = TriggerContext { config, target, own, encryption };
     let triggers = Triggers::new(args.triggers.triggers());
     let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.
