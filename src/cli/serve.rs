@@ -215,7 +215,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The store next: like the port, it is one process's, and a second server on the same --data-dir stops here,
     // before it rewrites the certificate directory's admin.kubeconfig for its own port.
-    let (storage, etcd) = open_storage(&args, encryption).await?;
+    let (storage, etcd, key_reports) = open_storage(&args, encryption).await?;
     let dev = ensure_dev_certs(&DevCertOptions {
         cert_dir: args.cert_dir.clone(),
         namespaces: vec![args.service_namespace.clone(), "kube-system".into(), "default".into()],
@@ -239,6 +239,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
     println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());
     serve_until_signal(listener, &auth, app, state, scheduler).await;
+    if let Some(reports) = key_reports {
+        reports.stop().await;
+    }
     drop(auth);
     Ok(())
 }
@@ -248,7 +251,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 async fn open_storage(
     args: &ServeArgs,
     encryption: Option<EncryptionConfig>,
-) -> anyhow::Result<(Arc<dyn Storage>, Option<Arc<EtcdStorage>>)> {
+) -> anyhow::Result<(Arc<dyn Storage>, Option<Arc<EtcdStorage>>, Option<RunningKeyReports>)> {
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
     let history = HistoryLimit { events: args.watch_history, bytes: args.watch_history_bytes };
     let mut etcd = None;
@@ -267,14 +270,55 @@ async fn open_storage(
         };
         EmbeddedStorage::open(&args.data_dir, opts)?
     };
+    let mut key_reports = None;
     let storage: Arc<dyn Storage> = match encryption {
         Some(config) => {
             tracing::info!(resources = ?config.describe(), "encryption at rest enabled");
-            Arc::new(EncryptedStorage::new(storage, config))
+            let mut encrypted = EncryptedStorage::new(storage, config);
+            if args.etcd.enabled() {
+                let running = RunningKeyReports::start(args, encrypted.config()).await?;
+                encrypted = encrypted.with_gate(running.gate.clone());
+                key_reports = Some(running);
+            }
+            Arc::new(encrypted)
         }
         None => storage,
     };
-    Ok((storage, etcd))
+    Ok((storage, etcd, key_reports))
+}
+
+/// With encryption on etcd: this replica's encryption key report and the others' (see
+/// `storage::encryption::replicas`), refreshed until the server stops, then withdrawn.
+struct RunningKeyReports {
+    gate: Arc<crate::storage::encryption::replicas::WriteGate>,
+    task: tokio::task::JoinHandle<()>,
+    client: etcd_client::Client,
+    prefix: String,
+    replica: String,
+}
+
+impl RunningKeyReports {
+    /// The heartbeat is the HA StorageState protocol's, every --discovery-interval.
+    async fn start(args: &ServeArgs, config: &EncryptionConfig) -> anyhow::Result<RunningKeyReports> {
+        use crate::storage::encryption::key_reports::KeyReporter;
+        let client = args.etcd.connect().await?;
+        let replica = crate::scheduler::election::identity();
+        let interval = args.triggers.storage_version.discovery_interval;
+        let reporter = KeyReporter::start(client.clone(), &args.etcd.prefix, &replica, config, interval).await?;
+        let gate = reporter.gate();
+        Ok(RunningKeyReports { gate, task: reporter.spawn(), client, prefix: args.etcd.prefix.clone(), replica })
+    }
+
+    /// Stops reporting and deletes the report, so that the others stop counting this replica at once. Bounded.
+    async fn stop(self) {
+        self.task.abort();
+        let withdraw = crate::storage::encryption::key_reports::withdraw(self.client, &self.prefix, &self.replica);
+        match tokio::time::timeout(Duration::from_secs(5), withdraw).await {
+            Ok(Ok(())) => tracing::info!(replica = %self.replica, "encryption: key report withdrawn"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "encryption: withdrawing this replica's key report"),
+            Err(_) => tracing::warn!("encryption: withdrawing this replica's key report took longer than 5s"),
+        }
+    }
 }
 
 /// The registry of the served kinds over `storage`, the metrics, and what the HTTP layer needs.

@@ -1,7 +1,8 @@
 //! [`EncryptedStorage`]: any [`Storage`] with values encrypted on the way in and decrypted on the way out, as
 //! kube-apiserver's transformer sits between its registry and etcd.
 
-use super::EncryptionConfig;
+use super::replicas::WriteGate;
+use super::{Encoding, EncryptionConfig};
 use crate::storage::{Event, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -16,22 +17,50 @@ const WATCH_BUFFER: usize = 128;
 pub struct EncryptedStorage {
     inner: Arc<dyn Storage>,
     config: Arc<EncryptionConfig>,
+    /// With several replicas: which of the config's keys writes, so that every live replica reads what this one
+    /// writes ([`super::replicas`]). None: the configured writer.
+    gate: Option<Arc<WriteGate>>,
 }
 
 impl EncryptedStorage {
     pub fn new(inner: Arc<dyn Storage>, config: EncryptionConfig) -> Self {
-        Self { inner, config: Arc::new(config) }
+        Self { inner, config: Arc::new(config), gate: None }
+    }
+
+    /// Writes with the key `gate` says every live replica reads.
+    pub fn with_gate(mut self, gate: Arc<WriteGate>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     pub fn config(&self) -> &EncryptionConfig {
         &self.config
+    }
+
+    fn encrypt(&self, key: &str, value: &[u8]) -> Result<Bytes> {
+        match &self.gate {
+            Some(gate) => self.config.encrypt_with(key, value, &gate.writer_for(key)),
+            None => self.config.encrypt(key, value),
+        }
+    }
+
+    /// The value decrypted; with a gate, stale means "not written with the key this replica writes now" (a value
+    /// under the new key while the others cannot read it yet is not rewritten back, nor one under the old key
+    /// forward).
+    fn decrypt_kv(&self, kv: KeyValue) -> std::result::Result<KeyValue, crate::storage::CorruptValue> {
+        let Some(gate) = &self.gate else { return self.config.try_decrypt_kv(kv) };
+        let was_stale = kv.stale;
+        let written_with = Encoding::of(&kv.value).label();
+        let mut out = self.config.try_decrypt_kv(kv)?;
+        out.stale = was_stale || written_with != gate.writer_for(&out.key);
+        Ok(out)
     }
 }
 
 #[async_trait]
 impl Storage for EncryptedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        self.inner.get(key).await?.map(|kv| self.config.decrypt_kv(kv)).transpose()
+        self.inner.get(key).await?.map(|kv| self.decrypt_kv(kv).map_err(|v| StorageError::Corrupt(vec![v]))).transpose()
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
@@ -40,7 +69,7 @@ impl Storage for EncryptedStorage {
         let mut corrupt = Vec::new();
         result.items = std::mem::take(&mut result.items)
             .into_iter()
-            .filter_map(|kv| self.config.try_decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
+            .filter_map(|kv| self.decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
             .collect();
         match corrupt.is_empty() {
             true => Ok(result),
@@ -49,13 +78,13 @@ impl Storage for EncryptedStorage {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let stored = self.config.encrypt(key, &value)?;
+        let stored = self.encrypt(key, &value)?;
         let kv = self.inner.create(key, stored).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let stored = self.config.encrypt(key, &value)?;
+        let stored = self.encrypt(key, &value)?;
         let kv = self.inner.update(key, stored, expected).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
