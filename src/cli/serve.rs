@@ -240,7 +240,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());
     serve_until_signal(listener, &auth, app, state, scheduler).await;
     if let Some(reports) = key_reports {
-        reports.stop().await;
+        reports.stop();
     }
     drop(auth);
     Ok(())
@@ -288,13 +288,10 @@ async fn open_storage(
 }
 
 /// With encryption on etcd: this replica's encryption key report and the others' (see
-/// `storage::encryption::replicas`), refreshed until the server stops, then withdrawn.
+/// `storage::encryption::replicas`), refreshed until the server stops.
 struct RunningKeyReports {
     gate: Arc<crate::storage::encryption::replicas::WriteGate>,
     task: tokio::task::JoinHandle<()>,
-    client: etcd_client::Client,
-    prefix: String,
-    replica: String,
 }
 
 impl RunningKeyReports {
@@ -304,20 +301,14 @@ impl RunningKeyReports {
         let client = args.etcd.connect().await?;
         let replica = crate::scheduler::election::identity();
         let interval = args.triggers.storage_version.discovery_interval;
-        let reporter = KeyReporter::start(client.clone(), &args.etcd.prefix, &replica, config, interval).await?;
-        let gate = reporter.gate();
-        Ok(RunningKeyReports { gate, task: reporter.spawn(), client, prefix: args.etcd.prefix.clone(), replica })
+        let reporter = KeyReporter::start(client, &args.etcd.prefix, &replica, config, interval).await?;
+        Ok(RunningKeyReports { gate: reporter.gate(), task: reporter.spawn() })
     }
 
-    /// Stops reporting and deletes the report, so that the others stop counting this replica at once. Bounded.
-    async fn stop(self) {
+    /// Stops the heartbeat. The report is not withdrawn: it keeps counting until it expires, so that a replica
+    /// restarted with its old config (a rolling restart) is never missed by the others in between.
+    fn stop(self) {
         self.task.abort();
-        let withdraw = crate::storage::encryption::key_reports::withdraw(self.client, &self.prefix, &self.replica);
-        match tokio::time::timeout(Duration::from_secs(5), withdraw).await {
-            Ok(Ok(())) => tracing::info!(replica = %self.replica, "encryption: key report withdrawn"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "encryption: withdrawing this replica's key report"),
-            Err(_) => tracing::warn!("encryption: withdrawing this replica's key report took longer than 5s"),
-        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! The replicas' [`KeyReport`]s in etcd: one key per replica, `<--etcd-prefix>/encryption-key-reports/<replica>`
 //! (outside the keys of any served resource, like the leader-election key), written at start before the replica
-//! serves, again every interval (its heartbeat), and deleted when it stops gracefully. Every replica reads them all
+//! serves, then again every interval (its heartbeat). A stopping replica leaves its report to expire (three
+//! intervals): a process cannot tell a rolling restart with the old config from a scale-down, and only the first
+//! must never be missed. Every replica reads them all
 //! about once a second into its [`WriteGate`], so that a replica that loaded a new key learns within a second that
 //! the others read it.
 
 use super::replicas::{KeyReport, WriteGate};
 use super::EncryptionConfig;
-use etcd_client::GetOptions;
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,13 +50,8 @@ impl KeyReporter {
         interval: Duration,
     ) -> Result<KeyReporter, KeyReportError> {
         let gate = Arc::new(WriteGate::new(KeyReport::of(replica, config, Timestamp::now())));
-        let mut r = KeyReporter {
-            client,
-            prefix: reports_prefix(etcd_prefix),
-            replica: replica.to_string(),
-            gate,
-            interval,
-        };
+        let mut r =
+            KeyReporter { client, prefix: reports_prefix(etcd_prefix), replica: replica.to_string(), gate, interval };
         r.publish().await?;
         r.refresh().await?;
         Ok(r)
@@ -77,8 +74,10 @@ impl KeyReporter {
     async fn refresh(&mut self) -> Result<(), KeyReportError> {
         let resp = self.client.get(self.prefix.as_str(), Some(GetOptions::new().with_prefix())).await?;
         let mut reports = Vec::new();
+        let now = Timestamp::now();
         for kv in resp.kvs() {
             match serde_json::from_slice::<KeyReport>(kv.value()) {
+                Ok(r) if !r.is_live(now, self.interval) => self.delete_expired(kv).await,
                 Ok(r) => reports.push(r),
                 Err(e) => tracing::warn!(key = %String::from_utf8_lossy(kv.key()), error = %e,
                     "encryption: ignoring an encryption key report that does not parse"),
@@ -95,6 +94,21 @@ impl KeyReporter {
             self.log_replicas();
         }
         Ok(())
+    }
+
+    /// Removes the report of a replica gone for three intervals (every process reports under a new name), unless
+    /// it changed since it was read.
+    async fn delete_expired(&mut self, kv: &etcd_client::KeyValue) {
+        let key = kv.key().to_vec();
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision())])
+            .and_then([TxnOp::delete(key, None)]);
+        match self.client.txn(txn).await {
+            Ok(r) if r.succeeded() => tracing::info!(report = %String::from_utf8_lossy(kv.key()),
+                "encryption: removed the key report of a replica silent for three intervals"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "encryption: removing an expired key report failed"),
+        }
     }
 
     fn log_replicas(&self) {
@@ -126,7 +140,9 @@ impl KeyReporter {
                 if published.elapsed() >= self.interval {
                     match self.publish().await {
                         Ok(()) => published = Instant::now(),
-                        Err(e) => tracing::warn!(error = %e, "encryption: publishing this replica's key report failed; retrying"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "encryption: publishing this replica's key report failed; retrying")
+                        }
                     }
                 }
                 if let Err(e) = self.refresh().await {
@@ -135,12 +151,6 @@ impl KeyReporter {
             }
         })
     }
-}
-
-/// Deletes `replica`'s report (a graceful stop: the others stop counting it at once).
-pub async fn withdraw(mut client: etcd_client::Client, etcd_prefix: &str, replica: &str) -> Result<(), KeyReportError> {
-    client.delete(format!("{}{replica}", reports_prefix(etcd_prefix)), None).await?;
-    Ok(())
 }
 
 /// `/registry/<group>/<resource>/` for `<resource>.<group>` (`/registry/<resource>/` for the core group); for

@@ -5,8 +5,9 @@
 //!
 //! Every replica publishes a [`KeyReport`]: per `resources` entry of its config, the patterns and its keys in config
 //! order (the first writes). Liveness is the HA StorageState protocol's (seed 002): a report whose heartbeat is older
-//! than [`GC_INTERVALS`] intervals no longer counts (a crashed replica holds rotation back that long), and a replica
-//! that stops gracefully withdraws its report at once. The I/O is in [`super::key_reports`]; this module is pure.
+//! than [`GC_INTERVALS`] intervals no longer counts (a stopped or crashed replica holds the new key back that long;
+//! unlike the StorageState reports, a graceful stop does not withdraw it, see [`super::key_reports`]). This module
+//! is pure; the I/O is in [`super::key_reports`].
 //!
 //! - The **effective writer** of a storage key on a replica is the first of its keys for that key which every live
 //!   replica reads (plaintext, `identity`, is always readable); its configured writer when none is.
@@ -61,7 +62,8 @@ impl KeyReport {
     /// Whether the heartbeat is at most [`GC_INTERVALS`] intervals old (one that does not parse is not).
     pub fn is_live(&self, now: Timestamp, interval: Duration) -> bool {
         let Ok(heartbeat) = self.last_heartbeat_time.parse::<Timestamp>() else { return false };
-        let window = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX / 4).saturating_mul(i64::from(GC_INTERVALS));
+        let window =
+            i64::try_from(interval.as_millis()).unwrap_or(i64::MAX / 4).saturating_mul(i64::from(GC_INTERVALS));
         now.as_millisecond().saturating_sub(heartbeat.as_millisecond()) <= window
     }
 }
@@ -160,11 +162,8 @@ impl WriteGate {
     /// The reports read from the store: those of others that are live at `now` count from now on.
     pub fn set_reports(&self, reports: Vec<KeyReport>, now: Timestamp, interval: Duration) {
         let me = self.own().report.replica.clone();
-        let others = reports
-            .into_iter()
-            .filter(|r| r.replica != me && r.is_live(now, interval))
-            .map(Replica::new)
-            .collect();
+        let others =
+            reports.into_iter().filter(|r| r.replica != me && r.is_live(now, interval)).map(Replica::new).collect();
         self.set_others(others);
     }
 
