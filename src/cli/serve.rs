@@ -276,7 +276,7 @@ async fn open_storage(
             tracing::info!(resources = ?config.describe(), "encryption at rest enabled");
             let mut encrypted = EncryptedStorage::new(storage, config);
             if args.etcd.enabled() {
-                let running = RunningKeyReports::start(args, encrypted.config()).await?;
+                let running = RunningKeyReports::start(args, encrypted.handle()).await?;
                 encrypted = encrypted.with_gate(running.gate.clone());
                 key_reports = Some(running);
             }
@@ -296,12 +296,15 @@ struct RunningKeyReports {
 
 impl RunningKeyReports {
     /// The heartbeat is the HA StorageState protocol's, every --discovery-interval.
-    async fn start(args: &ServeArgs, config: &EncryptionConfig) -> anyhow::Result<RunningKeyReports> {
+    async fn start(
+        args: &ServeArgs,
+        handle: &crate::storage::encryption::EncryptionConfigHandle,
+    ) -> anyhow::Result<RunningKeyReports> {
         use crate::storage::encryption::key_reports::KeyReporter;
         let client = args.etcd.connect().await?;
         let replica = crate::scheduler::election::identity();
         let interval = args.triggers.storage_version.discovery_interval;
-        let reporter = KeyReporter::start(client, &args.etcd.prefix, &replica, config, interval).await?;
+        let reporter = KeyReporter::start(client, &args.etcd.prefix, &replica, handle, interval).await?;
         Ok(RunningKeyReports { gate: reporter.gate(), task: reporter.spawn() })
     }
 

@@ -2,8 +2,10 @@
 //! and stored apiVersion, so that operators can verify encryption at rest. Never prints values.
 
 use super::embedded::EmbeddedStorage;
-use super::encryption::{Encoding, EncryptionConfig};
+use super::encryption::{resource_of_key, Encoding, EncryptionConfig};
+use super::{ListOptions, Storage, StorageError};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// One stored key.
@@ -119,6 +121,63 @@ fn api_version(plain: &[u8]) -> String {
     match serde_json::from_slice::<Head>(plain) {
         Ok(Head { api_version: Some(v) }) if !v.is_empty() => v,
         _ => "<unknown>".into(),
+    }
+}
+
+/// How many stored values each resource has under each key: resource (`shootstates.core.gardener.cloud`, `secrets`)
+/// -> key label as [`Encoding::label`] prints it (`identity`, `aesgcm:v1:key1`, `malformed`) -> count. Keys outside
+/// `/registry/` are not counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ValueCounts(pub BTreeMap<String, BTreeMap<String, u64>>);
+
+impl ValueCounts {
+    /// The counts of `values` (as [`EmbeddedStorage::scan`] or a scan of etcd return them).
+    pub fn of<'a>(values: impl IntoIterator<Item = &'a super::KeyValue>) -> Self {
+        let mut counts = Self::default();
+        for kv in values {
+            counts.add(&kv.key, &kv.value);
+        }
+        counts
+    }
+
+    /// Counts one stored value.
+    pub fn add(&mut self, key: &str, stored: &[u8]) {
+        if let Some(resource) = resource_of_key(key) {
+            *self.0.entry(resource).or_default().entry(Encoding::of(stored).label()).or_default() += 1;
+        }
+    }
+
+    /// The values of `resource` stored under `label`.
+    pub fn get(&self, resource: &str, label: &str) -> u64 {
+        self.0.get(resource).and_then(|by_key| by_key.get(label)).copied().unwrap_or(0)
+    }
+
+    /// `(resource, label, count)`, sorted by resource, then label.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, u64)> {
+        self.0.iter().flat_map(|(r, by_key)| by_key.iter().map(move |(l, n)| (r.as_str(), l.as_str(), *n)))
+    }
+}
+
+/// Values read per page by [`count_values`].
+const COUNT_PAGE: usize = 1000;
+
+/// [`ValueCounts`] of the values under `prefix` of a live store (the raw store, below encryption: values as stored),
+/// read page by page at the latest revision, so that it runs beside the requests being served. Only each value's
+/// prefix is looked at; the cost is reading every value once: for 10^5 values of a few KB, 100 pages and a few
+/// hundred milliseconds of one core, with one page in memory at a time.
+pub async fn count_values(store: &dyn Storage, prefix: &str) -> Result<ValueCounts, StorageError> {
+    let mut counts = ValueCounts::default();
+    let mut start_after = None;
+    loop {
+        let opts = ListOptions { start_after: start_after.take(), limit: COUNT_PAGE, revision: None };
+        let page = store.list(prefix, opts).await?;
+        for kv in &page.items {
+            counts.add(&kv.key, &kv.value);
+        }
+        match (page.more, page.items.last()) {
+            (true, Some(last)) => start_after = Some(last.key.clone()),
+            _ => return Ok(counts),
+        }
     }
 }
 

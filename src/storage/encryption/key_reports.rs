@@ -7,7 +7,7 @@
 //! the others read it.
 
 use super::replicas::{KeyReport, WriteGate};
-use super::EncryptionConfig;
+use super::{EncryptionConfig, EncryptionConfigHandle};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
@@ -37,21 +37,31 @@ pub struct KeyReporter {
     replica: String,
     gate: Arc<WriteGate>,
     interval: Duration,
+    /// Reloads of the config: the report follows at once.
+    configs: tokio::sync::watch::Receiver<Arc<EncryptionConfig>>,
 }
 
 impl KeyReporter {
-    /// Publishes `replica`'s report of `config` and reads the others' once, so that the first write already knows
-    /// what every live replica reads. `interval`: the heartbeat period; reports older than three count no more.
+    /// Publishes `replica`'s report of the config in use and reads the others' once, so that the first write
+    /// already knows what every live replica reads. `interval`: the heartbeat period; reports older than three
+    /// count no more.
     pub async fn start(
         client: etcd_client::Client,
         etcd_prefix: &str,
         replica: &str,
-        config: &EncryptionConfig,
+        config: &EncryptionConfigHandle,
         interval: Duration,
     ) -> Result<KeyReporter, KeyReportError> {
-        let gate = Arc::new(WriteGate::new(KeyReport::of(replica, config, Timestamp::now())));
-        let mut r =
-            KeyReporter { client, prefix: reports_prefix(etcd_prefix), replica: replica.to_string(), gate, interval };
+        let configs = config.subscribe();
+        let gate = Arc::new(WriteGate::new(KeyReport::of(replica, &config.current(), Timestamp::now())));
+        let mut r = KeyReporter {
+            client,
+            prefix: reports_prefix(etcd_prefix),
+            replica: replica.to_string(),
+            gate,
+            interval,
+            configs,
+        };
         r.publish().await?;
         r.refresh().await?;
         Ok(r)
@@ -135,9 +145,21 @@ impl KeyReporter {
         self.log_replicas();
         tokio::spawn(async move {
             let mut published = Instant::now();
+            let mut reloads_end = false;
             loop {
-                tokio::time::sleep(REFRESH.min(self.interval)).await;
-                if published.elapsed() >= self.interval {
+                let reloaded = tokio::select! {
+                    changed = self.configs.changed(), if !reloads_end => {
+                        reloads_end = changed.is_err();
+                        !reloads_end
+                    }
+                    _ = tokio::time::sleep(REFRESH.min(self.interval)) => false,
+                };
+                if reloaded {
+                    let config = self.configs.borrow_and_update().clone();
+                    self.gate.set_own(KeyReport::of(&self.replica, &config, Timestamp::now()));
+                    self.log_replicas();
+                }
+                if reloaded || published.elapsed() >= self.interval {
                     match self.publish().await {
                         Ok(()) => published = Instant::now(),
                         Err(e) => {

@@ -14,6 +14,8 @@
 
 mod storage;
 pub use storage::EncryptedStorage;
+mod handle;
+pub use handle::{EncryptionConfigHandle, KeyInUse, ReloadError};
 mod pattern;
 use pattern::Pattern;
 pub mod key_reports;
@@ -362,6 +364,8 @@ pub struct Decrypted {
 pub struct EncryptionConfig {
     rules: Vec<(Vec<Pattern>, Transformer)>,
     identity: Transformer,
+    /// [`EncryptionConfig::hash`].
+    hash: String,
 }
 
 impl std::fmt::Debug for EncryptionConfig {
@@ -397,7 +401,37 @@ impl EncryptionConfig {
             return Err(invalid("resources", "must list at least one resources entry"));
         }
         let rules = file.resources.iter().enumerate().map(|(i, entry)| rule(&format!("resources[{i}]"), entry));
-        Ok(Self { rules: rules.collect::<std::result::Result<_, _>>()?, identity: Transformer::identity() })
+        Ok(Self {
+            rules: rules.collect::<std::result::Result<_, _>>()?,
+            identity: Transformer::identity(),
+            hash: content_hash(text.as_bytes()),
+        })
+    }
+
+    /// The hash of the file's bytes, as kube-apiserver computes the one it exposes in
+    /// `apiserver_encryption_config_controller_last_config_info{hash}` (k8s.io/apiserver
+    /// `pkg/server/options/encryptionconfig/config.go`, `computeEncryptionConfigHash`):
+    /// `k8s:enc:unstable:1:<hex of sha256>`. Any edit of the file changes it, whitespace included.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// What writes the values of `resource` (`shootstates.core.gardener.cloud`, `secrets` for the core group):
+    /// `identity` or e.g. `aesgcm:v1:key1`, the label [`Encoding::label`] prints for a value it writes.
+    pub fn write_key_for_resource(&self, resource: &str) -> String {
+        self.writer_for(&resource_key_prefix(resource))
+    }
+
+    /// Whether a value of `resource` encrypted with the key `label` (`aesgcm:v1:key1`) can be read. Plaintext
+    /// (`identity`) always can.
+    pub fn reads_for_resource(&self, resource: &str, label: &str) -> bool {
+        label == "identity" || self.transformer(&resource_key_prefix(resource)).readers.contains_key(label)
+    }
+
+    /// The resources the file names one by one (not by `*.<group>` or `*.*`).
+    pub fn named_resources(&self) -> Vec<String> {
+        let named = self.rules.iter().flat_map(|(ps, _)| ps.iter().filter(|p| matches!(p, Pattern::Resource { .. })));
+        named.map(pattern_name).collect()
     }
 
     fn transformer(&self, key: &str) -> &Transformer {
@@ -414,15 +448,7 @@ impl EncryptionConfig {
         self.rules
             .iter()
             .map(|(ps, t)| {
-                let names: Vec<String> = ps
-                    .iter()
-                    .map(|p| match p {
-                        Pattern::All => "*.*".to_string(),
-                        Pattern::Group(g) => format!("*.{g}"),
-                        Pattern::Resource { resource, group } if group.is_empty() => resource.clone(),
-                        Pattern::Resource { resource, group } => format!("{resource}.{group}"),
-                    })
-                    .collect();
+                let names: Vec<String> = ps.iter().map(pattern_name).collect();
                 let writer = t.writer.as_ref().map(|w| w.label()).unwrap_or_else(|| "identity".into());
                 format!("{} -> {writer}", names.join(","))
             })
@@ -490,6 +516,44 @@ impl EncryptionConfig {
         kv.stale = kv.stale || d.stale;
         Ok(kv)
     }
+}
+
+/// `k8s:enc:unstable:1:<hex of sha256(bytes)>`: see [`EncryptionConfig::hash`].
+pub fn content_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("k8s:enc:unstable:1:{:x}", sha2::Sha256::digest(bytes))
+}
+
+/// A pattern as the file writes it.
+fn pattern_name(p: &Pattern) -> String {
+    match p {
+        Pattern::All => "*.*".to_string(),
+        Pattern::Group(g) => format!("*.{g}"),
+        Pattern::Resource { resource, group } if group.is_empty() => resource.clone(),
+        Pattern::Resource { resource, group } => format!("{resource}.{group}"),
+    }
+}
+
+/// The storage key prefix of `resource` (`shootstates.core.gardener.cloud` -> `/registry/core.gardener.cloud/
+/// shootstates/`, `secrets` -> `/registry/secrets/`), as the registry lays keys out.
+pub fn resource_key_prefix(resource: &str) -> String {
+    match resource.split_once('.') {
+        Some((resource, group)) => format!("/registry/{group}/{resource}/"),
+        None => format!("/registry/{resource}/"),
+    }
+}
+
+/// The resource a storage key belongs to, as [`resource_key_prefix`] lays them out: `/registry/<group>/<resource>/..`
+/// (a group has a dot) is `<resource>.<group>`, `/registry/<resource>/..` is `<resource>`; `None` outside
+/// `/registry/`.
+pub fn resource_of_key(key: &str) -> Option<String> {
+    let mut parts = key.strip_prefix("/registry/")?.split('/');
+    let first = parts.next().filter(|f| !f.is_empty())?;
+    if !first.contains('.') {
+        return Some(first.to_string());
+    }
+    let resource = parts.next().filter(|r| !r.is_empty())?;
+    Some(format!("{resource}.{first}"))
 }
 
 /// One resources entry: the resources it covers and how they are transformed.
@@ -589,3 +653,6 @@ fn data_key(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod reload_tests;

@@ -173,9 +173,22 @@ impl WriteGate {
         *self.replicas.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(all);
     }
 
-    /// The key this replica writes `key` with now.
+    /// The key this replica writes `key` with now, by its published report.
     pub fn writer_for(&self, key: &str) -> String {
         self.own().effective_writer(key, &self.replicas())
+    }
+
+    /// The key `config` (the config in use, which the published report follows within a second of a reload)
+    /// writes `key` with: its first key for `key` that every other live replica reads, else its configured writer.
+    pub fn writer_in(&self, config: &EncryptionConfig, key: &str) -> String {
+        let keys = &config.transformer(key).order;
+        let replicas = self.replicas();
+        let others = &replicas[1.min(replicas.len())..];
+        keys.iter()
+            .find(|k| others.iter().all(|r| r.reads(key, k)))
+            .or(keys.first())
+            .cloned()
+            .unwrap_or_else(|| IDENTITY.to_string())
     }
 
     /// The key every live replica writes `key` with, when they agree (the rotation trigger's condition).
@@ -225,6 +238,28 @@ mod tests {
         assert_eq!(gate.agreed_writer(KEY).as_deref(), Some(K2));
         // Resources no entry covers stay plaintext.
         assert_eq!(gate.writer_for(OTHER), IDENTITY);
+    }
+
+    #[test]
+    fn the_config_in_use_writes_with_what_the_others_read() {
+        let yaml = |keys: &str| {
+            format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
+                 - resources: [shootstates.core.gardener.cloud]\n  providers:\n{keys}"
+            )
+        };
+        let k1 = "  - aesgcm: {keys: [{name: key1, secret: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=}]}\n";
+        let k2 = "  - aesgcm: {keys: [{name: key2, secret: ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=}]}\n";
+        let old = EncryptionConfig::from_yaml(&yaml(k1)).expect("config");
+        let new = EncryptionConfig::from_yaml(&yaml(&format!("{k2}{k1}"))).expect("config");
+        let gate = WriteGate::new(KeyReport::of("a", &old, t(0)));
+        gate.set_reports(vec![report("b", &[K1], 0)], t(1), I);
+        // Reloaded, before the report follows: the others are what count.
+        assert_eq!(gate.writer_in(&new, KEY), K1);
+        gate.set_reports(vec![report("b", &[K2, K1], 0)], t(1), I);
+        assert_eq!(gate.writer_in(&new, KEY), K2);
+        assert_eq!(gate.writer_in(&old, KEY), K1);
+        assert_eq!(gate.writer_in(&new, OTHER), IDENTITY);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! [`EncryptedStorage`]: any [`Storage`] with values encrypted on the way in and decrypted on the way out, as
-//! kube-apiserver's transformer sits between its registry and etcd.
+//! kube-apiserver's transformer sits between its registry and etcd. Each request reads the config in use when it
+//! starts ([`EncryptionConfigHandle::current`]), so a reload applies from the next request on.
 
 use super::replicas::WriteGate;
-use super::{Encoding, EncryptionConfig};
+use super::{Encoding, EncryptionConfig, EncryptionConfigHandle};
 use crate::storage::{Event, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -16,7 +17,7 @@ const WATCH_BUFFER: usize = 128;
 /// values a delete returns, and watch events with their previous values).
 pub struct EncryptedStorage {
     inner: Arc<dyn Storage>,
-    config: Arc<EncryptionConfig>,
+    config: EncryptionConfigHandle,
     /// With several replicas: which of the config's keys writes, so that every live replica reads what this one
     /// writes ([`super::replicas`]). None: the configured writer.
     gate: Option<Arc<WriteGate>>,
@@ -24,7 +25,13 @@ pub struct EncryptedStorage {
 
 impl EncryptedStorage {
     pub fn new(inner: Arc<dyn Storage>, config: EncryptionConfig) -> Self {
-        Self { inner, config: Arc::new(config), gate: None }
+        let config = EncryptionConfigHandle::new(config, inner.clone());
+        Self { inner, config, gate: None }
+    }
+
+    /// Over `inner`, with the config of `handle` (whose store must be `inner`).
+    pub fn with_handle(inner: Arc<dyn Storage>, handle: EncryptionConfigHandle) -> Self {
+        Self { inner, config: handle, gate: None }
     }
 
     /// Writes with the key `gate` says every live replica reads.
@@ -33,26 +40,36 @@ impl EncryptedStorage {
         self
     }
 
-    pub fn config(&self) -> &EncryptionConfig {
+    /// The config in use now.
+    pub fn config(&self) -> Arc<EncryptionConfig> {
+        self.config.current()
+    }
+
+    /// What reloads the config.
+    pub fn handle(&self) -> &EncryptionConfigHandle {
         &self.config
     }
 
-    fn encrypt(&self, key: &str, value: &[u8]) -> Result<Bytes> {
+    fn encrypt(&self, config: &EncryptionConfig, key: &str, value: &[u8]) -> Result<Bytes> {
         match &self.gate {
-            Some(gate) => self.config.encrypt_with(key, value, &gate.writer_for(key)),
-            None => self.config.encrypt(key, value),
+            Some(gate) => config.encrypt_with(key, value, &gate.writer_in(config, key)),
+            None => config.encrypt(key, value),
         }
     }
 
     /// The value decrypted; with a gate, stale means "not written with the key this replica writes now" (a value
     /// under the new key while the others cannot read it yet is not rewritten back, nor one under the old key
     /// forward).
-    fn decrypt_kv(&self, kv: KeyValue) -> std::result::Result<KeyValue, crate::storage::CorruptValue> {
-        let Some(gate) = &self.gate else { return self.config.try_decrypt_kv(kv) };
+    fn decrypt_kv(
+        &self,
+        config: &EncryptionConfig,
+        kv: KeyValue,
+    ) -> std::result::Result<KeyValue, crate::storage::CorruptValue> {
+        let Some(gate) = &self.gate else { return config.try_decrypt_kv(kv) };
         let was_stale = kv.stale;
         let written_with = Encoding::of(&kv.value).label();
-        let mut out = self.config.try_decrypt_kv(kv)?;
-        out.stale = was_stale || written_with != gate.writer_for(&out.key);
+        let mut out = config.try_decrypt_kv(kv)?;
+        out.stale = was_stale || written_with != gate.writer_in(config, &out.key);
         Ok(out)
     }
 }
@@ -60,16 +77,19 @@ impl EncryptedStorage {
 #[async_trait]
 impl Storage for EncryptedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        self.inner.get(key).await?.map(|kv| self.decrypt_kv(kv).map_err(|v| StorageError::Corrupt(vec![v]))).transpose()
+        let config = self.config();
+        let corrupt = |v| StorageError::Corrupt(vec![v]);
+        self.inner.get(key).await?.map(|kv| self.decrypt_kv(&config, kv).map_err(corrupt)).transpose()
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
         let mut result = self.inner.list(prefix, opts).await?;
         // Every value of the page that does not decrypt is named, not just the first.
         let mut corrupt = Vec::new();
+        let config = self.config();
         result.items = std::mem::take(&mut result.items)
             .into_iter()
-            .filter_map(|kv| self.decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
+            .filter_map(|kv| self.decrypt_kv(&config, kv).map_err(|v| corrupt.push(v)).ok())
             .collect();
         match corrupt.is_empty() {
             true => Ok(result),
@@ -78,13 +98,13 @@ impl Storage for EncryptedStorage {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let stored = self.encrypt(key, &value)?;
+        let stored = self.encrypt(&self.config(), key, &value)?;
         let kv = self.inner.create(key, stored).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let stored = self.encrypt(key, &value)?;
+        let stored = self.encrypt(&self.config(), key, &value)?;
         let kv = self.inner.update(key, stored, expected).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
@@ -93,7 +113,7 @@ impl Storage for EncryptedStorage {
     /// returned as it was stored, since the delete itself has happened.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
         let kv = self.inner.delete(key, expected).await?;
-        Ok(self.config.decrypt_kv(kv.clone()).unwrap_or(kv))
+        Ok(self.config().decrypt_kv(kv.clone()).unwrap_or(kv))
     }
 
     async fn sync_revision(&self) -> Revision {
@@ -118,7 +138,7 @@ impl Storage for EncryptedStorage {
                 let Some(item) = item else { return };
                 let item = match item {
                     WatchItem::Error(e) => WatchItem::Error(e),
-                    WatchItem::Event(ev) => match decrypt_event(&config, &ev) {
+                    WatchItem::Event(ev) => match decrypt_event(&config.current(), &ev) {
                         Ok(ev) => WatchItem::Event(Arc::new(ev)),
                         Err(e) => {
                             // Like kube-apiserver, a value that cannot be decrypted ends the watch with an error.
