@@ -318,8 +318,9 @@ async fn identity_to_aesgcm_and_missing_keys() {
     let q = entry(&items, &shoot_key("q"));
     assert_eq!((q["encryption"].as_str(), q["stale"].as_bool()), (Some("identity"), Some(true)));
 
-    // A config without key1: a clear 500 naming the key, never garbage; plaintext objects still read.
-    s.restart_with(&["--encryption-provider-config", &only2]);
+    // A config without key1: the start is refused (tests/encryption_reload.rs); forced, a clear 500 naming the key,
+    // never garbage; plaintext objects still read.
+    s.restart_with(&["--encryption-provider-config", &only2, "--allow-unreadable-encrypted-values"]);
     let c = s.client().await;
     let base = format!("/apis/core.gardener.cloud/v1beta1/namespaces/{NS}/shootstates");
     let (code, status) = send(&c, "GET", &format!("{base}/p")).await;
@@ -354,7 +355,7 @@ async fn identity_to_aesgcm_and_missing_keys() {
     let keys: Vec<&str> = text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(keys, [shoot_key("p")], "{text}");
     // Its unsafe delete removes it without decrypting it; the resource lists again.
-    s.restart_with(&["--encryption-provider-config", &only2]);
+    s.restart_with(&["--encryption-provider-config", &only2, "--allow-unreadable-encrypted-values"]);
     let path = format!("{base}/p?ignoreStoreReadErrorWithClusterBreakingPotential=true");
     assert!(s.kubectl_ok(&["delete", "--raw", &path]).contains("Success"));
     let c = s.client().await;

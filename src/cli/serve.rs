@@ -7,7 +7,7 @@ use crate::registry::{Registry, RegistryConfig};
 use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
-use crate::storage::encryption::{EncryptedStorage, EncryptionConfig};
+use crate::storage::encryption::{EncryptedStorage, EncryptionConfig, EncryptionConfigHandle, ReloadError};
 use crate::storage::etcd::{EtcdOptions, EtcdStorage};
 use crate::storage::{HistoryLimit, Storage};
 use clap::ValueEnum;
@@ -90,6 +90,14 @@ pub struct ServeArgs {
     /// Encryption at rest: a kube-apiserver EncryptionConfiguration (apiserver.config.k8s.io/v1) file.
     #[arg(long)]
     pub encryption_provider_config: Option<PathBuf>,
+    /// Reload --encryption-provider-config while serving when its content changes (as kube-apiserver's flag). A new
+    /// file that does not parse, or that drops a key stored values still use, keeps the config in use.
+    #[arg(long, requires = "encryption_provider_config")]
+    pub encryption_provider_config_automatic_reload: bool,
+    /// Start even though --encryption-provider-config no longer holds a key that stored values are encrypted
+    /// with: those values cannot be read (each read of one answers 500) until the key is back in the config.
+    #[arg(long, requires = "encryption_provider_config")]
+    pub allow_unreadable_encrypted_values: bool,
     /// Kubeconfig of the Kubernetes API whose resources the scheduler migrates. Without it: the in-cluster
     /// config when running in a pod (KUBERNETES_SERVICE_HOST set), else this server itself.
     #[arg(long)]
@@ -215,7 +223,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The store next: like the port, it is one process's, and a second server on the same --data-dir stops here,
     // before it rewrites the certificate directory's admin.kubeconfig for its own port.
-    let (storage, etcd, key_reports) = open_storage(&args, encryption).await?;
+    let (storage, etcd, encryption, key_reports) = open_storage(&args, encryption).await?;
+    if let Some(handle) = &encryption {
+        check_keys_in_use(&args, handle).await?;
+    }
     let dev = ensure_dev_certs(&DevCertOptions {
         cert_dir: args.cert_dir.clone(),
         namespaces: vec![args.service_namespace.clone(), "kube-system".into(), "default".into()],
@@ -229,8 +240,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // TLS, authentication and authorization with their reloads; kept alive until the server stops.
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
     let state = app_state(&args, storage, etcd.as_ref(), &auth).await?;
+    // The scheduler's identity is also the apiserver identity of the encryption config's metrics.
+    let identity = crate::scheduler::election::identity();
+    // The key-rotation trigger follows the config in use too.
+    let encryption_handle = encryption.clone();
+    if let Some(handle) = encryption {
+        encryption_config_metrics(&args, handle, &state, &identity)?;
+    }
     let app = router(state.clone());
-    let scheduler = if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app).await?) };
+    let scheduler = match args.disable_scheduler {
+        true => None,
+        false => Some(start_scheduler(&args, &state, &app, &identity, encryption_handle).await?),
+    };
     match args.etcd.enabled() {
         true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
         false => tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving"),
@@ -246,12 +267,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The embedded store or etcd (kept by its type too, for its metrics), encrypted at rest when configured. Values
-/// have room for the encryption envelope and metadata on top of the largest object.
-async fn open_storage(
-    args: &ServeArgs,
-    encryption: Option<EncryptionConfig>,
-) -> anyhow::Result<(Arc<dyn Storage>, Option<Arc<EtcdStorage>>, Option<RunningKeyReports>)> {
+/// The config of encryption at rest in use, and what reloads it.
+/// With several replicas on etcd, the replicas' encryption key reports too.
+type OpenedStorage =
+    (Arc<dyn Storage>, Option<Arc<EtcdStorage>>, Option<EncryptionConfigHandle>, Option<RunningKeyReports>);
+
+/// The embedded store or etcd (kept by its type too, for its metrics), encrypted at rest when configured (with the
+/// handle of its config). Values have room for the encryption envelope and metadata on top of the largest object.
+async fn open_storage(args: &ServeArgs, encryption: Option<EncryptionConfig>) -> anyhow::Result<OpenedStorage> {
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
     let history = HistoryLimit { events: args.watch_history, bytes: args.watch_history_bytes };
     let mut etcd = None;
@@ -270,21 +293,17 @@ async fn open_storage(
         };
         EmbeddedStorage::open(&args.data_dir, opts)?
     };
+    let Some(config) = encryption else { return Ok((storage, etcd, None, None)) };
+    tracing::info!(resources = ?config.describe(), hash = %config.hash(), "encryption at rest enabled");
+    let handle = EncryptionConfigHandle::new(config, storage.clone());
+    let mut encrypted = EncryptedStorage::with_handle(storage, handle.clone());
     let mut key_reports = None;
-    let storage: Arc<dyn Storage> = match encryption {
-        Some(config) => {
-            tracing::info!(resources = ?config.describe(), "encryption at rest enabled");
-            let mut encrypted = EncryptedStorage::new(storage, config);
-            if args.etcd.enabled() {
-                let running = RunningKeyReports::start(args, encrypted.handle()).await?;
-                encrypted = encrypted.with_gate(running.gate.clone());
-                key_reports = Some(running);
-            }
-            Arc::new(encrypted)
-        }
-        None => storage,
-    };
-    Ok((storage, etcd, key_reports))
+    if args.etcd.enabled() {
+        let running = RunningKeyReports::start(args, &handle).await?;
+        encrypted = encrypted.with_gate(running.gate.clone());
+        key_reports = Some(running);
+    }
+    Ok((Arc::new(encrypted), etcd, Some(handle), key_reports))
 }
 
 /// With encryption on etcd: this replica's encryption key report and the others' (see
@@ -313,6 +332,47 @@ impl RunningKeyReports {
     fn stop(self) {
         self.task.abort();
     }
+}
+
+/// Refuses to start when stored values use a key the config no longer holds, unless
+/// --allow-unreadable-encrypted-values. Counts every stored value before serving (see `count_values` for the cost).
+async fn check_keys_in_use(args: &ServeArgs, handle: &EncryptionConfigHandle) -> anyhow::Result<()> {
+    match handle.check_start().await {
+        Ok(()) => Ok(()),
+        Err(e @ ReloadError::KeysInUse(_)) if args.allow_unreadable_encrypted_values => {
+            tracing::warn!(error = %e, "starting anyway (--allow-unreadable-encrypted-values): these values cannot be read");
+            Ok(())
+        }
+        Err(e @ ReloadError::KeysInUse(_)) => Err(anyhow::anyhow!(
+            "{e}. To start anyway, leaving those values unreadable, pass --allow-unreadable-encrypted-values"
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// kube-apiserver's metrics of the encryption config, and, with --encryption-provider-config-automatic-reload, the
+/// watcher that reloads it.
+fn encryption_config_metrics(
+    args: &ServeArgs,
+    handle: EncryptionConfigHandle,
+    state: &AppState,
+    identity: &str,
+) -> anyhow::Result<()> {
+    use crate::server::encryption_reload::{self, EncryptionConfigMetrics};
+    let metrics = match state.metrics.registry.lock() {
+        Ok(mut reg) => EncryptionConfigMetrics::register(&mut reg, identity),
+        Err(_) => anyhow::bail!("metrics registry poisoned"),
+    };
+    metrics.config_in_use(handle.current().hash());
+    match (&args.encryption_provider_config, args.encryption_provider_config_automatic_reload) {
+        (Some(path), true) => {
+            tracing::info!(path = %path.display(), identity, apiserver_id_hash = %encryption_reload::apiserver_id_hash(identity),
+                interval = ?encryption_reload::POLL_INTERVAL, "encryption provider config: automatic reload");
+            encryption_reload::spawn(path.clone(), handle, metrics);
+        }
+        _ => tracing::info!(identity, "encryption provider config: read at start only"),
+    }
+    Ok(())
 }
 
 /// The registry of the served kinds over `storage`, the metrics, and what the HTTP layer needs.
@@ -431,12 +491,14 @@ pub(super) async fn start_scheduler(
     args: &ServeArgs,
     state: &Arc<AppState>,
     app: &axum::Router,
+    identity: &str,
+    encryption: Option<EncryptionConfigHandle>,
 ) -> anyhow::Result<RunningScheduler> {
     use crate::scheduler::election;
     use crate::scheduler::triggers::{TriggerContext, Triggers};
     let cluster = cluster_client(args).await?;
     let target = cluster.clone().unwrap_or_else(|| crate::scheduler::in_process_client(app.clone()));
-    let identity = election::identity();
+    let identity = identity.to_string();
     let mut config = args.scheduler_config();
     config.identity = identity.clone();
     let (scheduler_metrics, election_metrics, state_metrics) = match state.metrics.registry.lock() {
@@ -454,7 +516,9 @@ pub(super) async fn start_scheduler(
         econfig.validate()?;
     }
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
-    let ctx = TriggerContext { config, target, own };
+    // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
+    let encryption = encryption.filter(|_| cluster.is_none());
+    let ctx = TriggerContext { config, target, own, encryption };
     let triggers = Triggers::new(args.triggers.triggers());
     let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.

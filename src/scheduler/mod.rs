@@ -7,6 +7,7 @@
 
 pub mod election;
 pub mod events;
+pub mod key_rotation;
 pub mod metrics;
 pub mod migrator;
 pub mod ratelimit;

@@ -6,6 +6,7 @@ pub mod cert_metrics;
 pub mod crd;
 pub mod csi_admission;
 pub mod discovery;
+pub mod encryption_reload;
 pub mod exposition;
 pub mod manifests;
 pub mod metrics;

@@ -377,9 +377,15 @@ impl std::fmt::Debug for EncryptionConfig {
 
 impl EncryptionConfig {
     pub fn from_file(path: &Path) -> std::result::Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|e| ConfigError::Read { path: path.display().to_string(), message: e.to_string() })?;
-        Self::from_yaml(&text)
+        Self::from_bytes(&bytes)
+    }
+
+    /// The config in a file's bytes (its [`Self::hash`] is theirs).
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Self, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Parse(format!("not UTF-8: {e}")))?;
+        Self::from_yaml(text)
     }
 
     pub fn from_yaml(text: &str) -> std::result::Result<Self, ConfigError> {
