@@ -216,3 +216,63 @@ async fn a_dead_replica_stops_counting_when_its_heartbeat_expires() {
     let waited = killed.elapsed();
     assert!(waited >= Duration::from_secs(3), "b stopped counting after only {waited:?}");
 }
+
+/// The key-rotation trigger's migrations (its reason annotation), as `<resource>.<group>`.
+fn rotation_migrations(s: &Server) -> Vec<String> {
+    let list = s.kubectl_json(&["get", "storageversionmigrations", "-o", "json"]);
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    items
+        .iter()
+        .filter(|m| m["metadata"]["annotations"]["migration.k8s.io/reason"] == "encryption write key changed")
+        .map(|m| format!("{}.{}", m["spec"]["resource"]["resource"], m["spec"]["resource"]["group"]))
+        .collect()
+}
+
+fn with_scheduler(config: &Path) -> Vec<String> {
+    let c = config.to_str().expect("path").to_string();
+    ["--encryption-provider-config", &c, "--discovery-interval", INTERVAL].iter().map(|s| s.to_string()).collect()
+}
+
+/// With the scheduler on both replicas: an edit on one replica starts no migration; once both have it, the
+/// key-rotation trigger migrates once and every value ends under key2.
+#[tokio::test]
+async fn the_rotation_runs_once_when_every_replica_writes_the_new_key() {
+    let (etcd, c) = (Etcd::start(), configs());
+    let start = |config: &Path| {
+        let a = with_scheduler(config);
+        Server::start_on_etcd(&etcd, &a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let restart = |s: &mut Server, config: &Path| {
+        let a = with_scheduler(config);
+        s.restart_with(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    };
+    let mut a = start(&c.old);
+    let mut b = start(&c.old);
+    for i in 0..5 {
+        create(&a, &format!("obj-{i}")).await;
+    }
+    eventually("the trigger recorded key1 for shootstates", Duration::from_secs(60), || {
+        let out = a.kubectl(&["get", "storagestates", "-o", "json"]);
+        String::from_utf8_lossy(&out.stdout).contains("aesgcm:v1:key1").then_some(())
+    });
+    restart(&mut b, &c.new);
+    // Three intervals: the leader's rounds see b's edit and a's lack of it; nothing starts.
+    let until = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < until {
+        assert!(rotation_migrations(&a).is_empty(), "a rotation started while a cannot read key2");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    restart(&mut a, &c.new);
+    let done = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        if stored_keys(&etcd).await.iter().all(|(_, k)| k == "key2") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < done, "not every value under key2: {:?}", stored_keys(&etcd).await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(rotation_migrations(&b), ["\"shootstates\".\"core.gardener.cloud\""], "the rotation ran once");
+    let names: Vec<String> = stored_keys(&etcd).await.into_iter().map(|(n, _)| n).collect();
+    all_read(&a, &names).await;
+    all_read(&b, &names).await;
+}

@@ -250,7 +250,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let app = router(state.clone());
     let scheduler = match args.disable_scheduler {
         true => None,
-        false => Some(start_scheduler(&args, &state, &app, &identity, encryption_handle).await?),
+        false => {
+            let replica_writes = key_reports.as_ref().map(|r| r.gate.clone());
+            Some(start_scheduler(&args, &state, &app, &identity, encryption_handle, replica_writes).await?)
+        }
     };
     match args.etcd.enabled() {
         true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
@@ -493,6 +496,7 @@ pub(super) async fn start_scheduler(
     app: &axum::Router,
     identity: &str,
     encryption: Option<EncryptionConfigHandle>,
+    replica_writes: Option<Arc<crate::storage::encryption::replicas::WriteGate>>,
 ) -> anyhow::Result<RunningScheduler> {
     use crate::scheduler::election;
     use crate::scheduler::triggers::{TriggerContext, Triggers};
@@ -518,7 +522,7 @@ pub(super) async fn start_scheduler(
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
     // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
     let encryption = encryption.filter(|_| cluster.is_none());
-    let ctx = TriggerContext { config, target, own, encryption };
+    let ctx = TriggerContext { config, target, own, encryption, replica_writes };
     let triggers = Triggers::new(args.triggers.triggers());
     let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.

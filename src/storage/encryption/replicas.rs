@@ -191,7 +191,14 @@ impl WriteGate {
             .unwrap_or_else(|| IDENTITY.to_string())
     }
 
-    /// The key every live replica writes `key` with, when they agree (the rotation trigger's condition).
+    /// The key each live replica writes `key` with, this one first (the rotation trigger migrates once they are
+    /// all its configured key).
+    pub fn writers_of(&self, key: &str) -> Vec<String> {
+        let replicas = self.replicas();
+        replicas.iter().map(|r| r.effective_writer(key, &replicas)).collect()
+    }
+
+    /// The key every live replica writes `key` with, when they agree.
     pub fn agreed_writer(&self, key: &str) -> Option<String> {
         agreed_writer(&self.replicas(), key)
     }
@@ -232,6 +239,7 @@ mod tests {
         gate.set_reports(vec![report("b", &[K1], 0)], t(1), I);
         assert_eq!(gate.writer_for(KEY), K1);
         assert_eq!(gate.agreed_writer(KEY).as_deref(), Some(K1));
+        assert_eq!(gate.writers_of(KEY), [K1, K1]);
         // b loaded the same edit: both write key2.
         gate.set_reports(vec![report("b", &[K2, K1], 1)], t(2), I);
         assert_eq!(gate.writer_for(KEY), K2);
