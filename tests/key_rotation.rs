@@ -169,3 +169,53 @@ fn a_new_write_key_at_restart_migrates_exactly_the_resources_whose_key_changed()
         "{text}"
     );
 }
+
+/// Accepted automatic reloads so far (`apiserver_encryption_config_controller_automatic_reloads_total`, success).
+fn reloads_accepted(s: &Server) -> u64 {
+    let metrics = s.kubectl_ok(&["get", "--raw", "/metrics"]);
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_encryption_config_controller_automatic_reloads_total{"))
+        .filter(|l| l.contains("status=\"success\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Rewrites the config while serving and waits until the reload is accepted.
+fn reload(s: &Server, path: &Path, text: &str) {
+    let before = reloads_accepted(s);
+    write(path, text);
+    eventually("the reload accepted", Duration::from_secs(30), || (reloads_accepted(s) > before).then_some(()));
+}
+
+#[test]
+fn a_new_write_key_by_reload_migrates_and_other_edits_start_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("enc.yaml");
+    let start = config(&[("key1", KEY1)], &[("sb1", SB1)]);
+    write(&path, &start);
+    let cfg = path.to_str().expect("utf-8");
+    let mut args = vec!["--encryption-provider-config", cfg, "--encryption-provider-config-automatic-reload"];
+    args.extend_from_slice(FLAGS);
+    let mut s = Server::start(&args);
+    create_shootstates(&s, 5);
+    wait_finished(&s, SHOOTSTATES, "aesgcm:v1:key1");
+    wait_finished(&s, STORAGESTATES, "secretbox:v1:sb1");
+
+    // Whitespace, then a read key added: the hash changes, no write key does.
+    reload(&s, &path, &(start.clone() + "\n# rotation comes next\n"));
+    reload(&s, &path, &config(&[("key1", KEY1), ("key2", KEY2)], &[("sb1", SB1)]));
+    // key2 first: ShootStates rotate while serving.
+    reload(&s, &path, &config(&[("key2", KEY2), ("key1", KEY1)], &[("sb1", SB1)]));
+    let done = wait_rotating_then_finished(&s, SHOOTSTATES, "aesgcm:v1:key2");
+    assert_eq!(keys_in_use(&done), ["aesgcm:v1:key2"]);
+    assert_eq!(done["status"]["encryptionKeyCounts"], json!([{"key": "aesgcm:v1:key2", "values": 5}]));
+    // Exactly one migration, of the resource whose write key changed: the earlier edits started none.
+    assert_eq!(rotation_migrations(&s), [SHOOTSTATES]);
+    assert_eq!(state(&s, STORAGESTATES)["status"]["encryptionKeyRotation"], "Finished");
+    // The old key holds nothing: removing it is accepted.
+    reload(&s, &path, &config(&[("key2", KEY2)], &[("sb1", SB1)]));
+    s.kubectl_ok(&["get", "shootstate", "-n", NS, "s0"]);
+    s.stop();
+    assert_eq!(summary(&s, &path, SHOOTSTATES), [("aesgcm".to_string(), "key2".to_string(), 5)]);
+}

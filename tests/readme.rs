@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The walk-through's blocks in order: ("client" | "server", text).
-fn blocks() -> Vec<(String, String)> {
+/// A walk-through's blocks in order: ("client" | "server", text), marked `<!-- <walkthrough>: client -->`.
+fn blocks(walkthrough: &str) -> Vec<(String, String)> {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
     let mut out = Vec::new();
     let mut rest = readme.as_str();
-    while let Some(i) = rest.find("<!-- walkthrough: ") {
-        rest = &rest[i + "<!-- walkthrough: ".len()..];
+    let marker = format!("<!-- {walkthrough}: ");
+    while let Some(i) = rest.find(&marker) {
+        rest = &rest[i + marker.len()..];
         let kind = rest[..rest.find(" -->").expect("marker end")].to_string();
         let start = rest.find("```sh\n").expect("a sh block after the marker") + "```sh\n".len();
         let end = start + rest[start..].find("\n```").expect("block end");
@@ -168,7 +169,7 @@ fn the_walkthrough_works_as_written() {
     .expect("symlink");
     let mut server = MakeRun { dir: dir.clone(), port: free_port(), child: None };
     server.start(&[]);
-    let blocks = blocks();
+    let blocks = blocks("walkthrough");
     assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
     let mut terminal = Terminal::open(&dir);
     let mut outputs = Vec::new();
@@ -235,6 +236,75 @@ fn the_walkthrough_works_as_written() {
     let entries = entries["items"].as_array().expect("items");
     assert_eq!(entries.len(), 200);
     assert!(entries.iter().all(|e| e["apiVersion"] == "core.gardener.cloud/v1alpha1"), "{entries:?}");
+}
+
+/// Runs a walk-through's blocks in a directory laid out as the repository is after `make run`; the server is started
+/// by its server blocks only. Returns the outputs of the client blocks, and the server (still running).
+fn run_walkthrough(dir: &Path, blocks: &[(String, String)]) -> (Vec<String>, MakeRun) {
+    std::fs::create_dir_all(dir.join("target/release")).expect("target dir");
+    std::os::unix::fs::symlink(
+        Path::new(BIN).canonicalize().expect("binary"),
+        dir.join("target/release/migration-apiserver"),
+    )
+    .expect("symlink");
+    let mut server = MakeRun { dir: dir.to_path_buf(), port: free_port(), child: None };
+    let mut terminal = Terminal::open(dir);
+    let mut outputs = Vec::new();
+    for (kind, text) in blocks {
+        match kind.as_str() {
+            "server" => {
+                server.stop();
+                server.start(&make_run_args(text));
+            }
+            _ => {
+                let before = terminal.output().len();
+                outputs.push(terminal.run(text)[before..].to_string());
+            }
+        }
+    }
+    (outputs, server)
+}
+
+/// README's "Rotating a key": key1, objects, key2 first while serving, the rotation seen to its end, key1 removed.
+#[test]
+fn the_key_rotation_walkthrough_works_as_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let blocks = blocks("rotation");
+    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
+    let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks);
+    let log = server.log();
+    let out = &outputs[1];
+    // The watch showed the rotation's migration of ShootStates to its end.
+    assert!(
+        out.lines().any(|l| l.contains(" shootstates.v") && l.contains(" Succeeded ") && l.contains(" 100 ")),
+        "{out}\n{log}"
+    );
+    // The StorageState: key2 writes, and, last, is the only key in use.
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with("shootstates.core.gardener.cloud "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let last = rows.last().unwrap_or_else(|| panic!("no StorageState row:\n{out}"));
+    assert!(last.windows(3).any(|w| w == ["aesgcm:v1:key2", "aesgcm:v1:key2", "Finished"]), "{out}");
+    assert!(rows.iter().all(|r| r.contains(&"aesgcm:v1:key2")), "{out}");
+    // The rotation was the trigger's, and the reload dropping key1 was accepted (the last command waited for it).
+    assert!(log.contains("key rotation: migration requested"), "{log}");
+    server.stop();
+    let inspect = Command::new(BIN)
+        .args(["storage", "inspect", "--summary", "-o", "json", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .output()
+        .expect("inspect");
+    let summary: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect json");
+    let shoots: Vec<&serde_json::Value> = summary["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|r| r["resource"] == "shootstates.core.gardener.cloud")
+        .collect();
+    assert_eq!(shoots.len(), 1, "{summary}");
+    assert_eq!((&shoots[0]["key"], &shoots[0]["values"]), (&serde_json::json!("key2"), &serde_json::json!(100)));
 }
 
 /// The README's table of metrics is what `/metrics` serves: the same families with the same types and label names,
