@@ -223,7 +223,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The store next: like the port, it is one process's, and a second server on the same --data-dir stops here,
     // before it rewrites the certificate directory's admin.kubeconfig for its own port.
-    let (storage, etcd, encryption) = open_storage(&args, encryption).await?;
+    let (storage, etcd, encryption, key_reports) = open_storage(&args, encryption).await?;
     if let Some(handle) = &encryption {
         check_keys_in_use(&args, handle).await?;
     }
@@ -251,7 +251,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     spawn_cluster_check(&args, &state).await?;
     let scheduler = match args.disable_scheduler {
         true => None,
-        false => Some(start_scheduler(&args, &state, &app, &identity, encryption_handle).await?),
+        false => {
+            let replica_writes = key_reports.as_ref().map(|r| r.gate.clone());
+            Some(start_scheduler(&args, &state, &app, &identity, encryption_handle, replica_writes).await?)
+        }
     };
     match args.etcd.enabled() {
         true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
@@ -261,12 +264,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
     println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());
     serve_until_signal(listener, &auth, app, state, scheduler).await;
+    if let Some(reports) = key_reports {
+        reports.stop();
+    }
     drop(auth);
     Ok(())
 }
 
 /// The config of encryption at rest in use, and what reloads it.
-type OpenedStorage = (Arc<dyn Storage>, Option<Arc<EtcdStorage>>, Option<EncryptionConfigHandle>);
+/// With several replicas on etcd, the replicas' encryption key reports too.
+type OpenedStorage =
+    (Arc<dyn Storage>, Option<Arc<EtcdStorage>>, Option<EncryptionConfigHandle>, Option<RunningKeyReports>);
 
 /// The embedded store or etcd (kept by its type too, for its metrics), encrypted at rest when configured (with the
 /// handle of its config). Values have room for the encryption envelope and metadata on top of the largest object.
@@ -289,10 +297,45 @@ async fn open_storage(args: &ServeArgs, encryption: Option<EncryptionConfig>) ->
         };
         EmbeddedStorage::open(&args.data_dir, opts)?
     };
-    let Some(config) = encryption else { return Ok((storage, etcd, None)) };
+    let Some(config) = encryption else { return Ok((storage, etcd, None, None)) };
     tracing::info!(resources = ?config.describe(), hash = %config.hash(), "encryption at rest enabled");
     let handle = EncryptionConfigHandle::new(config, storage.clone());
-    Ok((Arc::new(EncryptedStorage::with_handle(storage, handle.clone())), etcd, Some(handle)))
+    let mut encrypted = EncryptedStorage::with_handle(storage, handle.clone());
+    let mut key_reports = None;
+    if args.etcd.enabled() {
+        let running = RunningKeyReports::start(args, &handle).await?;
+        encrypted = encrypted.with_gate(running.gate.clone());
+        key_reports = Some(running);
+    }
+    Ok((Arc::new(encrypted), etcd, Some(handle), key_reports))
+}
+
+/// With encryption on etcd: this replica's encryption key report and the others' (see
+/// `storage::encryption::replicas`), refreshed until the server stops.
+struct RunningKeyReports {
+    gate: Arc<crate::storage::encryption::replicas::WriteGate>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningKeyReports {
+    /// The heartbeat is the HA StorageState protocol's, every --discovery-interval.
+    async fn start(
+        args: &ServeArgs,
+        handle: &crate::storage::encryption::EncryptionConfigHandle,
+    ) -> anyhow::Result<RunningKeyReports> {
+        use crate::storage::encryption::key_reports::KeyReporter;
+        let client = args.etcd.connect().await?;
+        let replica = crate::scheduler::election::identity();
+        let interval = args.triggers.storage_version.discovery_interval;
+        let reporter = KeyReporter::start(client, &args.etcd.prefix, &replica, handle, interval).await?;
+        Ok(RunningKeyReports { gate: reporter.gate(), task: reporter.spawn() })
+    }
+
+    /// Stops the heartbeat. The report is not withdrawn: it keeps counting until it expires, so that a replica
+    /// restarted with its old config (a rolling restart) is never missed by the others in between.
+    fn stop(self) {
+        self.task.abort();
+    }
 }
 
 /// Refuses to start when stored values use a key the config no longer holds, unless
@@ -454,6 +497,7 @@ pub(super) async fn start_scheduler(
     app: &axum::Router,
     identity: &str,
     encryption: Option<EncryptionConfigHandle>,
+    replica_writes: Option<Arc<crate::storage::encryption::replicas::WriteGate>>,
 ) -> anyhow::Result<RunningScheduler> {
     use crate::scheduler::election;
     use crate::scheduler::triggers::{TriggerContext, Triggers};
@@ -479,7 +523,7 @@ pub(super) async fn start_scheduler(
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
     // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
     let encryption = encryption.filter(|_| cluster.is_none());
-    let ctx = TriggerContext { config, target, own, encryption };
+    let ctx = TriggerContext { config, target, own, encryption, replica_writes };
     let triggers = Triggers::new(args.triggers.triggers());
     let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.

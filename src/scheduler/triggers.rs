@@ -20,6 +20,8 @@ pub struct TriggerContext {
     /// This server's own encrypted store, when it has one and is the target (standalone): for the key-rotation
     /// trigger.
     pub encryption: Option<crate::storage::encryption::EncryptionConfigHandle>,
+    /// With several replicas on etcd: the key each live replica writes with (for the key-rotation trigger).
+    pub replica_writes: Option<std::sync::Arc<crate::storage::encryption::replicas::WriteGate>>,
 }
 
 /// A migration trigger.

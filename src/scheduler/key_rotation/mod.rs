@@ -85,6 +85,7 @@ impl Trigger for KeyRotationTrigger {
             target: ctx.target.clone(),
             timeout: ctx.config.request_timeout,
             encryption,
+            replica_writes: ctx.replica_writes.clone(),
             events: events.clone(),
         };
         Some(tokio::spawn(rotator.run(self.interval)))
@@ -98,6 +99,8 @@ struct Rotator {
     target: kube::Client,
     timeout: Duration,
     encryption: EncryptionConfigHandle,
+    /// With several replicas on etcd: what each live replica writes with (else only this one's config counts).
+    replica_writes: Option<std::sync::Arc<crate::storage::encryption::replicas::WriteGate>>,
     events: EventRecorder,
 }
 
@@ -120,6 +123,15 @@ impl Rotator {
         }
     }
 
+    /// The key each live replica writes `resource` with; without several replicas, this one's configured key.
+    fn live_writers(&self, resource: &str, configured: &str) -> Vec<String> {
+        let key = crate::storage::encryption::resource_key_prefix(resource);
+        match &self.replica_writes {
+            Some(gate) => gate.writers_of(&key),
+            None => vec![configured.to_string()],
+        }
+    }
+
     /// One decision per StorageState of a resource the target serves.
     async fn round(&mut self, now: Timestamp) -> Result<(), RoundError> {
         let config = self.encryption.current();
@@ -137,7 +149,7 @@ impl Rotator {
             };
             let configured = config.write_key_for_resource(&r.state_name());
             let of = of_resource(&migrations, &r.group, &r.resource);
-            let replicas = [configured.clone()];
+            let replicas = self.live_writers(&r.state_name(), &configured);
             let observed = Observed {
                 configured: &configured,
                 replicas: &replicas,

@@ -18,6 +18,8 @@ mod handle;
 pub use handle::{EncryptionConfigHandle, KeyInUse, ReloadError};
 mod pattern;
 use pattern::Pattern;
+pub mod key_reports;
+pub mod replicas;
 
 use super::{CorruptValue, KeyValue, Result, StorageError};
 use aes_gcm::aead::rand_core::RngCore;
@@ -339,11 +341,14 @@ struct Transformer {
     writer: Option<Arc<DataKey>>,
     /// By `<provider>:v1:<name>`.
     readers: HashMap<String, Arc<DataKey>>,
+    /// Every key's label (`identity` for plaintext) in config order, the writer first: what the replica reports
+    /// to the others ([`replicas`]).
+    order: Vec<String>,
 }
 
 impl Transformer {
     fn identity() -> Self {
-        Self { writer: None, readers: HashMap::new() }
+        Self { writer: None, readers: HashMap::new(), order: Vec::new() }
     }
 }
 
@@ -461,6 +466,20 @@ impl EncryptionConfig {
         match &self.transformer(key).writer {
             None => Ok(Bytes::copy_from_slice(plaintext)),
             Some(w) => w.encrypt(key, plaintext).map(Bytes::from),
+        }
+    }
+
+    /// The stored form of `plaintext` under `key` written with the key labelled `writer` (`identity`: plaintext),
+    /// one of this config's keys for `key` that every replica reads ([`replicas::WriteGate`]); the configured writer
+    /// when the config has no such key for `key`.
+    pub fn encrypt_with(&self, key: &str, plaintext: &[u8], writer: &str) -> Result<Bytes> {
+        let t = self.transformer(key);
+        if writer == replicas::IDENTITY && t.order.iter().any(|k| k == writer) {
+            return Ok(Bytes::copy_from_slice(plaintext));
+        }
+        match t.readers.get(writer) {
+            Some(dk) => dk.encrypt(key, plaintext).map(Bytes::from),
+            None => self.encrypt(key, plaintext),
         }
     }
 
@@ -588,7 +607,10 @@ fn add_provider(
         (Some(k), _, _) => (Provider::AesGcm, k),
         (_, Some(k), _) => (Provider::AesCbc, k),
         (_, _, Some(k)) => (Provider::Secretbox, k),
-        _ => return Ok(()),
+        _ => {
+            t.order.push(replicas::IDENTITY.to_string());
+            return Ok(());
+        }
     };
     let field = format!("{field}.{}.keys", provider.name());
     if keys.keys.is_empty() {
@@ -599,6 +621,7 @@ fn add_provider(
         if first && k == 0 {
             t.writer = Some(dk.clone());
         }
+        t.order.push(dk.label());
         t.readers.insert(dk.label(), dk);
     }
     Ok(())

@@ -2,7 +2,8 @@
 //! kube-apiserver's transformer sits between its registry and etcd. Each request reads the config in use when it
 //! starts ([`EncryptionConfigHandle::current`]), so a reload applies from the next request on.
 
-use super::{EncryptionConfig, EncryptionConfigHandle};
+use super::replicas::WriteGate;
+use super::{Encoding, EncryptionConfig, EncryptionConfigHandle};
 use crate::storage::{Event, KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, WatchItem};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -17,17 +18,26 @@ const WATCH_BUFFER: usize = 128;
 pub struct EncryptedStorage {
     inner: Arc<dyn Storage>,
     config: EncryptionConfigHandle,
+    /// With several replicas: which of the config's keys writes, so that every live replica reads what this one
+    /// writes ([`super::replicas`]). None: the configured writer.
+    gate: Option<Arc<WriteGate>>,
 }
 
 impl EncryptedStorage {
     pub fn new(inner: Arc<dyn Storage>, config: EncryptionConfig) -> Self {
         let config = EncryptionConfigHandle::new(config, inner.clone());
-        Self { inner, config }
+        Self { inner, config, gate: None }
     }
 
     /// Over `inner`, with the config of `handle` (whose store must be `inner`).
     pub fn with_handle(inner: Arc<dyn Storage>, handle: EncryptionConfigHandle) -> Self {
-        Self { inner, config: handle }
+        Self { inner, config: handle, gate: None }
+    }
+
+    /// Writes with the key `gate` says every live replica reads.
+    pub fn with_gate(mut self, gate: Arc<WriteGate>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// The config in use now.
@@ -39,12 +49,37 @@ impl EncryptedStorage {
     pub fn handle(&self) -> &EncryptionConfigHandle {
         &self.config
     }
+
+    fn encrypt(&self, config: &EncryptionConfig, key: &str, value: &[u8]) -> Result<Bytes> {
+        match &self.gate {
+            Some(gate) => config.encrypt_with(key, value, &gate.writer_in(config, key)),
+            None => config.encrypt(key, value),
+        }
+    }
+
+    /// The value decrypted; with a gate, stale means "not written with the key this replica writes now" (a value
+    /// under the new key while the others cannot read it yet is not rewritten back, nor one under the old key
+    /// forward).
+    fn decrypt_kv(
+        &self,
+        config: &EncryptionConfig,
+        kv: KeyValue,
+    ) -> std::result::Result<KeyValue, crate::storage::CorruptValue> {
+        let Some(gate) = &self.gate else { return config.try_decrypt_kv(kv) };
+        let was_stale = kv.stale;
+        let written_with = Encoding::of(&kv.value).label();
+        let mut out = config.try_decrypt_kv(kv)?;
+        out.stale = was_stale || written_with != gate.writer_in(config, &out.key);
+        Ok(out)
+    }
 }
 
 #[async_trait]
 impl Storage for EncryptedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        self.inner.get(key).await?.map(|kv| self.config().decrypt_kv(kv)).transpose()
+        let config = self.config();
+        let corrupt = |v| StorageError::Corrupt(vec![v]);
+        self.inner.get(key).await?.map(|kv| self.decrypt_kv(&config, kv).map_err(corrupt)).transpose()
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
@@ -54,7 +89,7 @@ impl Storage for EncryptedStorage {
         let config = self.config();
         result.items = std::mem::take(&mut result.items)
             .into_iter()
-            .filter_map(|kv| config.try_decrypt_kv(kv).map_err(|v| corrupt.push(v)).ok())
+            .filter_map(|kv| self.decrypt_kv(&config, kv).map_err(|v| corrupt.push(v)).ok())
             .collect();
         match corrupt.is_empty() {
             true => Ok(result),
@@ -63,13 +98,13 @@ impl Storage for EncryptedStorage {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let stored = self.config().encrypt(key, &value)?;
+        let stored = self.encrypt(&self.config(), key, &value)?;
         let kv = self.inner.create(key, stored).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let stored = self.config().encrypt(key, &value)?;
+        let stored = self.encrypt(&self.config(), key, &value)?;
         let kv = self.inner.update(key, stored, expected).await?;
         Ok(KeyValue { value, stale: false, ..kv })
     }
