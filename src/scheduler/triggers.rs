@@ -58,6 +58,7 @@ macro_rules! triggers {
 
 triggers! {
     storage_version: super::trigger::StorageVersionFlags,
+    cluster_key_rotation: super::cluster_encryption::ClusterKeyRotationFlags,
 }
 
 /// The running triggers of this process.
