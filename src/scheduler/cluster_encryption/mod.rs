@@ -28,7 +28,6 @@ use crate::scheduler::events::{reference_to, EventRecorder, EventType};
 use crate::scheduler::trigger::{discover, resolve_resource, start_migration, OwnObjects};
 use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
 use config::ConfigCopy;
-use decide::Recorded;
 use k8s_openapi::jiff::Timestamp;
 use record::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -102,6 +101,15 @@ impl Trigger for ClusterKeyRotation {
     }
 }
 
+/// A resource the trigger watches: its StorageState's name, resource and group, and the StorageState as read this
+/// round (None before the first record).
+struct Watched {
+    name: String,
+    resource: String,
+    group: String,
+    state: Option<crate::api::storage_state::StorageState>,
+}
+
 /// `<resource>.<group>` -> (resource, group).
 fn split(name: &str) -> (String, String) {
     let (r, g) = name.split_once('.').unwrap_or((name, ""));
@@ -125,7 +133,7 @@ impl ClusterKeyRotation {
         if let Some(Ok(c)) = &copy {
             names.extend(c.named_resources());
         }
-        let mut states = BTreeMap::new();
+        let mut watched = Vec::new();
         let mut resources = BTreeMap::new();
         for name in names {
             let state = match ctx.own.get_state(&name).await {
@@ -136,8 +144,8 @@ impl ClusterKeyRotation {
                 }
             };
             let (resource, group) = split(&name);
-            resources.insert(name.clone(), (resource, group, recorded(state.as_ref())));
-            states.insert(name, state);
+            resources.insert(name.clone(), (resource.clone(), group.clone(), recorded(state.as_ref())));
+            watched.push(Watched { name, resource, group, state });
         }
         let plan = decide::plan(&obs, copy.as_ref().map(|c| c.as_ref().map_err(Clone::clone)), &resources);
         if plan.observed != *last {
@@ -148,31 +156,27 @@ impl ClusterKeyRotation {
             }
             *last = plan.observed.clone();
         }
-        for (name, (resource, group, rec)) in &resources {
-            let state = states.get(name).and_then(Option::as_ref);
-            let step = plan.steps.get(name);
-            if let Err(e) = self.act(ctx, events, name, (resource, group), rec, state, step, &plan.observed).await {
-                tracing::warn!(storagestate = %name, error = %e, "cluster key rotation: retrying next round");
+        for w in &watched {
+            let step = plan.steps.get(&w.name);
+            if let Err(e) = self.act(ctx, events, w, step, &plan.observed).await {
+                tracing::warn!(storagestate = %w.name, error = %e, "cluster key rotation: retrying next round");
             }
         }
     }
 
     /// Migrates one resource when the plan says so, and records the outcome on its StorageState.
-    #[allow(clippy::too_many_arguments)]
     async fn act(
         &self,
         ctx: &TriggerContext,
         events: &EventRecorder,
-        name: &str,
-        (resource, group): (&str, &str),
-        rec: &Recorded,
-        state: Option<&crate::api::storage_state::StorageState>,
+        w: &Watched,
         step: Option<&decide::Step>,
         observed: &str,
     ) -> anyhow::Result<()> {
+        let (name, state) = (w.name.as_str(), w.state.as_ref());
         let mut annotations = BTreeMap::from([(ANNOTATION_OBSERVED, observed.to_string())]);
         let mut migration = requested_migration(state);
-        let mut write_key = rec.write_key.clone();
+        let mut write_key = recorded(state).write_key;
         if let Some(step) = step {
             if let Some(why) = &step.migrate {
                 let created = migrate(&ctx.own, &ctx.target, name, why, ctx.config.request_timeout).await?;
@@ -197,7 +201,7 @@ impl ClusterKeyRotation {
                 annotations.insert(ANNOTATION_ROTATION, rotation(&svm, write_key.as_deref()));
             }
         }
-        annotate(&ctx.own, state, name, (resource, group), &annotations).await?;
+        annotate(&ctx.own, state, name, (&w.resource, &w.group), &annotations).await?;
         Ok(())
     }
 }
