@@ -118,6 +118,10 @@ pub struct InspectArgs {
     /// the ones to remove with `ignoreStoreReadErrorWithClusterBreakingPotential` (see the README).
     #[arg(long)]
     pub unreadable: bool,
+    /// Print only how many values each resource has under each provider and key (RESOURCE, PROVIDER, KEY, VALUES):
+    /// after a key rotation, a key no resource lists holds no data and can be removed from the config.
+    #[arg(long, conflicts_with = "unreadable")]
+    pub summary: bool,
 }
 
 /// `storage inspect`.
@@ -133,10 +137,12 @@ pub async fn storage(command: StorageCommand) -> anyhow::Result<()> {
             if a.unreadable {
                 entries.retain(|e| e.error.is_some());
             }
-            let text = match (a.output, a.unreadable) {
-                (InspectOutput::Table, false) => inspect::table(&entries),
-                (InspectOutput::Table, true) => inspect::unreadable_table(&entries),
-                (InspectOutput::Json, _) => inspect::json(&entries),
+            let text = match (a.summary, a.output, a.unreadable) {
+                (true, InspectOutput::Table, _) => inspect::summary_table(&inspect::summary(&entries)),
+                (true, InspectOutput::Json, _) => inspect::summary_json(&inspect::summary(&entries)),
+                (false, InspectOutput::Table, false) => inspect::table(&entries),
+                (false, InspectOutput::Table, true) => inspect::unreadable_table(&entries),
+                (false, InspectOutput::Json, _) => inspect::json(&entries),
             };
             print!("{text}");
             Ok(())

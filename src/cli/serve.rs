@@ -4,6 +4,7 @@ use crate::api::kinds;
 use crate::auth::certs::{ensure_dev_certs, DevCertOptions};
 use crate::duration::parse_duration;
 use crate::registry::{Registry, RegistryConfig};
+use crate::scheduler::key_rotation::OwnEncryption;
 use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
@@ -215,7 +216,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The store next: like the port, it is one process's, and a second server on the same --data-dir stops here,
     // before it rewrites the certificate directory's admin.kubeconfig for its own port.
-    let (storage, etcd) = open_storage(&args, encryption).await?;
+    let (storage, etcd, own_encryption) = open_storage(&args, encryption).await?;
     let dev = ensure_dev_certs(&DevCertOptions {
         cert_dir: args.cert_dir.clone(),
         namespaces: vec![args.service_namespace.clone(), "kube-system".into(), "default".into()],
@@ -230,7 +231,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
     let state = app_state(&args, storage, etcd.as_ref(), &auth).await?;
     let app = router(state.clone());
-    let scheduler = if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app).await?) };
+    let scheduler =
+        if args.disable_scheduler { None } else { Some(start_scheduler(&args, &state, &app, own_encryption).await?) };
     match args.etcd.enabled() {
         true => tracing::info!(address = %addr, etcd = %args.etcd.servers.join(","), "serving"),
         false => tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "serving"),
@@ -248,7 +250,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 async fn open_storage(
     args: &ServeArgs,
     encryption: Option<EncryptionConfig>,
-) -> anyhow::Result<(Arc<dyn Storage>, Option<Arc<EtcdStorage>>)> {
+) -> anyhow::Result<(Arc<dyn Storage>, Option<Arc<EtcdStorage>>, Option<OwnEncryption>)> {
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
     let history = HistoryLimit { events: args.watch_history, bytes: args.watch_history_bytes };
     let mut etcd = None;
@@ -267,14 +269,19 @@ async fn open_storage(
         };
         EmbeddedStorage::open(&args.data_dir, opts)?
     };
+    let mut own_encryption = None;
     let storage: Arc<dyn Storage> = match encryption {
         Some(config) => {
             tracing::info!(resources = ?config.describe(), "encryption at rest enabled");
-            Arc::new(EncryptedStorage::new(storage, config))
+            let encrypted = EncryptedStorage::new(storage.clone(), config);
+            // The key-rotation trigger's view: the config in effect and the store below the encryption layer.
+            let (_, config) = tokio::sync::watch::channel(encrypted.config_arc());
+            own_encryption = Some(OwnEncryption { config, raw: storage });
+            Arc::new(encrypted)
         }
         None => storage,
     };
-    Ok((storage, etcd))
+    Ok((storage, etcd, own_encryption))
 }
 
 /// The registry of the served kinds over `storage`, the metrics, and what the HTTP layer needs.
@@ -393,6 +400,7 @@ pub(super) async fn start_scheduler(
     args: &ServeArgs,
     state: &Arc<AppState>,
     app: &axum::Router,
+    own_encryption: Option<OwnEncryption>,
 ) -> anyhow::Result<RunningScheduler> {
     use crate::scheduler::election;
     use crate::scheduler::triggers::{TriggerContext, Triggers};
@@ -416,7 +424,9 @@ pub(super) async fn start_scheduler(
         econfig.validate()?;
     }
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
-    let ctx = TriggerContext { config, target, own };
+    // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
+    let encryption = own_encryption.filter(|_| cluster.is_none());
+    let ctx = TriggerContext { config, target, own, encryption };
     let triggers = Triggers::new(args.triggers.triggers());
     let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.

@@ -129,6 +129,7 @@ mod tests {
                 "2026-01-02T03:04:05Z".parse().expect("time"),
             )),
             current_storage_version_hashes: Vec::new(),
+            ..Default::default()
         });
         s
     }

@@ -17,6 +17,9 @@ pub struct TriggerContext {
     pub target: kube::Client,
     /// Our own StorageStates and StorageVersionMigrations.
     pub own: OwnObjects,
+    /// This server's own encrypted store, when it has one and is the target (standalone): for the key-rotation
+    /// trigger.
+    pub encryption: Option<super::key_rotation::OwnEncryption>,
 }
 
 /// A migration trigger.
@@ -58,6 +61,7 @@ macro_rules! triggers {
 
 triggers! {
     storage_version: super::trigger::StorageVersionFlags,
+    key_rotation: super::key_rotation::KeyRotationFlags,
     cluster_key_rotation: super::cluster_encryption::ClusterKeyRotationFlags,
 }
 

@@ -175,6 +175,72 @@ pub fn json(entries: &[InspectEntry]) -> String {
     serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
 }
 
+/// How many stored values of one resource one key encrypts (`storage inspect --summary`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryRow {
+    /// `<resource>.<group>`, `<resource>` for the core group.
+    pub resource: String,
+    /// `identity`, `aesgcm`, `aescbc`, `secretbox`, or `malformed`.
+    pub provider: String,
+    /// The key name (empty for identity and malformed values).
+    pub key: String,
+    pub values: u64,
+}
+
+/// The resource a storage key belongs to: `/registry/<group>/<resource>/...` (a group has a dot) or
+/// `/registry/<resource>/...` (the core group).
+fn resource_of(key: &str) -> String {
+    let mut parts = key.strip_prefix("/registry/").unwrap_or(key).split('/');
+    let first = parts.next().unwrap_or_default();
+    match (first.contains('.'), parts.next()) {
+        (true, Some(resource)) => format!("{resource}.{first}"),
+        _ => first.to_string(),
+    }
+}
+
+/// Counts per resource, provider and key, sorted.
+pub fn summary(entries: &[InspectEntry]) -> Vec<SummaryRow> {
+    let mut counts: std::collections::BTreeMap<(String, String, String), u64> = Default::default();
+    for e in entries {
+        let (provider, key) = match e.encryption.split(':').collect::<Vec<_>>()[..] {
+            [provider, _version, key] => (provider.to_string(), key.to_string()),
+            _ => (e.encryption.clone(), String::new()),
+        };
+        *counts.entry((resource_of(&e.key), provider, key)).or_insert(0) += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((resource, provider, key), values)| SummaryRow { resource, provider, key, values })
+        .collect()
+}
+
+/// The summary as a kubectl-style table: RESOURCE, PROVIDER, KEY, VALUES.
+pub fn summary_table(rows: &[SummaryRow]) -> String {
+    let header = ["RESOURCE", "PROVIDER", "KEY", "VALUES"].map(String::from);
+    let cells: Vec<[String; 4]> =
+        rows.iter().map(|r| [r.resource.clone(), r.provider.clone(), r.key.clone(), r.values.to_string()]).collect();
+    let mut widths = header.clone().map(|h| h.len());
+    for r in &cells {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in std::iter::once(&header).chain(&cells) {
+        let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `{"items": [...]}` of the summary as pretty JSON.
+pub fn summary_json(rows: &[SummaryRow]) -> String {
+    let v = serde_json::json!({ "items": rows });
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +313,47 @@ resources:
         assert!(e[0].error.as_deref().is_some_and(|m| m.contains("aesgcm:v1:key1")), "{:?}", e[0].error);
 
         assert!(inspect(&dir.path().join("missing"), None, "/").is_err());
+    }
+
+    #[test]
+    fn summary_counts_per_resource_provider_and_key() {
+        let entry = |key: &str, encryption: &str| InspectEntry {
+            key: key.into(),
+            revision: 1,
+            encryption: encryption.into(),
+            api_version: String::new(),
+            size: 0,
+            stale: None,
+            error: None,
+        };
+        let entries = [
+            entry("/registry/core.gardener.cloud/shootstates/ns/a", "aesgcm:v1:key2"),
+            entry("/registry/core.gardener.cloud/shootstates/ns/b", "aesgcm:v1:key1"),
+            entry("/registry/core.gardener.cloud/shootstates/ns/c", "aesgcm:v1:key2"),
+            entry("/registry/namespaces/ns", "identity"),
+        ];
+        let rows = summary(&entries);
+        let row = |r: &str, p: &str, k: &str, n| SummaryRow {
+            resource: r.into(),
+            provider: p.into(),
+            key: k.into(),
+            values: n,
+        };
+        assert_eq!(
+            rows,
+            [
+                row("namespaces", "identity", "", 1),
+                row("shootstates.core.gardener.cloud", "aesgcm", "key1", 1),
+                row("shootstates.core.gardener.cloud", "aesgcm", "key2", 2),
+            ]
+        );
+        let table = summary_table(&rows);
+        let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0], ["RESOURCE", "PROVIDER", "KEY", "VALUES"]);
+        assert_eq!(lines[3], ["shootstates.core.gardener.cloud", "aesgcm", "key2", "2"]);
+        let json: serde_json::Value = serde_json::from_str(&summary_json(&rows)).expect("json");
+        assert_eq!(json["items"][2]["values"], 2);
+        assert_eq!(json["items"][0]["key"], "");
     }
 
     #[tokio::test]

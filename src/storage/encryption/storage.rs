@@ -26,6 +26,11 @@ impl EncryptedStorage {
     pub fn config(&self) -> &EncryptionConfig {
         &self.config
     }
+
+    /// The config, shared.
+    pub fn config_arc(&self) -> Arc<EncryptionConfig> {
+        self.config.clone()
+    }
 }
 
 #[async_trait]

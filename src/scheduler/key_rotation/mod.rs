@@ -1,0 +1,321 @@
+//! The key-rotation trigger: when the write key of a resource of this server's own store changes (the first key of
+//! the first provider of its `resources` entry in `--encryption-provider-config`), at a reload or at a restart, it
+//! migrates that resource, so that every stored value is rewritten with the new key, and then counts the stored
+//! values per key to say, in the resource's StorageState, that no value uses any other key: the old key can go.
+//!
+//! Any other edit of the config (a read key added or removed, whitespace) changes the config's hash but not a
+//! write key, and starts nothing. The migration is a StorageVersionMigration like any other (the migrator runs
+//! it, with its progress and Events), requested through [`start_migration`] with the reason
+//! [`WHY_KEY_CHANGED`] in `migration.k8s.io/reason`.
+//!
+//! What it records per resource, in the StorageState's status (optional fields added to upstream's shape):
+//! `encryptionWriteKey` (and since when), `persistedEncryptionKeys` (the keys values may still use: a new write key
+//! is appended at the change; after the migration, exactly the counted ones), `encryptionKeyCounts` and
+//! `encryptionKeyRotation` (`Rotating`, `Finished`, `Incomplete`). The decisions are pure ([`decide`]); with several
+//! replicas the write key every live replica uses is an input of [`decide`], and a rotation waits until they agree.
+//!
+//! It runs on the leader, and only for this server's own store (standalone, not with a cluster as the target,
+//! whose stores are not ours), and only for resources the storage-version trigger keeps StorageStates for.
+
+mod decide;
+pub use decide::*;
+
+use crate::api::storage_state::{StorageState, StorageStateStatus};
+use crate::api::storage_version_migration::StorageVersionMigration;
+use crate::scheduler::events::{reference_to, EventRecorder, EventType};
+use crate::scheduler::trigger::{discover, is_finished, of_resource, start_migration, OwnObjects, StoreError};
+use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
+use crate::storage::encryption::{Encoding, EncryptionConfig};
+use crate::storage::{ListOptions, Storage, StorageError};
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// `migration.k8s.io/reason` of the migrations this trigger requests.
+pub const WHY_KEY_CHANGED: &str = "encryption write key changed";
+/// Event reason on the StorageState: a migration was requested for a new write key.
+pub const EVENT_ROTATION_STARTED: &str = "EncryptionKeyRotationStarted";
+/// Event reason on the StorageState: the count after the migration found every value under the write key.
+pub const EVENT_ROTATION_FINISHED: &str = "EncryptionKeyRotationFinished";
+/// Event reason on the StorageState: values under other keys were left after the migration.
+pub const EVENT_ROTATION_INCOMPLETE: &str = "EncryptionKeyRotationIncomplete";
+/// Resources never migrated (their objects expire anyway), as the storage-version trigger's list.
+const NEVER_MIGRATED: &[&str] = &["events"];
+/// Values per page when counting.
+const COUNT_PAGE: usize = 1000;
+/// Conflicting status writes (the reporter writes the same StorageStates) are retried this often.
+const STATE_WRITE_ATTEMPTS: usize = 10;
+
+/// This server's own encrypted store, as the trigger sees it: the encryption config in effect (a new value at
+/// each accepted reload) and the store below the encryption layer (to count values per key).
+#[derive(Clone)]
+pub struct OwnEncryption {
+    pub config: watch::Receiver<Arc<EncryptionConfig>>,
+    pub raw: Arc<dyn Storage>,
+}
+
+/// The key-rotation trigger's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KeyRotationFlags {
+    /// Do not migrate resources whose encryption write key changed (the key-rotation trigger).
+    #[arg(long)]
+    pub disable_key_rotation_trigger: bool,
+    /// How often the key-rotation trigger checks every resource even without a reload or a finished migration.
+    #[arg(long, default_value = "1m", value_parser = crate::duration::parse_duration)]
+    pub key_rotation_interval: Duration,
+}
+
+impl TriggerFlags for KeyRotationFlags {
+    fn trigger(&self) -> Option<Box<dyn Trigger>> {
+        (!self.disable_key_rotation_trigger)
+            .then(|| Box::new(KeyRotationTrigger { interval: self.key_rotation_interval }) as Box<dyn Trigger>)
+    }
+}
+
+pub struct KeyRotationTrigger {
+    interval: Duration,
+}
+
+impl Trigger for KeyRotationTrigger {
+    fn name(&self) -> &'static str {
+        "key-rotation"
+    }
+
+    fn start_replica(&self, _ctx: &TriggerContext) -> Option<tokio::task::JoinHandle<()>> {
+        None
+    }
+
+    fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<tokio::task::JoinHandle<()>> {
+        let encryption = ctx.encryption.clone()?;
+        let rotator = Rotator {
+            own: ctx.own.clone(),
+            target: ctx.target.clone(),
+            timeout: ctx.config.request_timeout,
+            encryption,
+            events: events.clone(),
+        };
+        Some(tokio::spawn(rotator.run(self.interval)))
+    }
+}
+
+/// The leader's part: a round over every StorageState at start, at each new config, when a migration finishes,
+/// and every interval.
+struct Rotator {
+    own: OwnObjects,
+    target: kube::Client,
+    timeout: Duration,
+    encryption: OwnEncryption,
+    events: EventRecorder,
+}
+
+impl Rotator {
+    async fn run(mut self, interval: Duration) {
+        let mut finished = watcher(self.own.migrations.clone(), watcher::Config::default())
+            .default_backoff()
+            .filter(|e| std::future::ready(matches!(e, Ok(Event::Apply(m)) if is_finished(m))))
+            .boxed();
+        let mut config = self.encryption.config.clone();
+        let mut reloads = true;
+        loop {
+            if let Err(e) = self.round(Timestamp::now()).await {
+                tracing::warn!(error = %e, "key rotation: reading storagestates and storageversionmigrations failed; retrying");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                Some(_) = finished.next() => {}
+                changed = config.changed(), if reloads => {
+                    // No sender: the config is never reloaded (no --encryption-provider-config-automatic-reload).
+                    reloads = changed.is_ok();
+                }
+            }
+        }
+    }
+
+    /// One decision per StorageState of a resource the target serves.
+    async fn round(&mut self, now: Timestamp) -> Result<(), RoundError> {
+        let config = self.encryption.config.borrow().clone();
+        let discovery = discover(&self.target, self.timeout).await?;
+        let states = self.own.list_states().await?;
+        let migrations = self.own.list_migrations().await?;
+        for state in &states {
+            let r = &state.spec.resource;
+            if NEVER_MIGRATED.contains(&r.resource.as_str()) {
+                continue;
+            }
+            let Some(served) = discovery.resources.iter().find(|d| d.group == r.group && d.resource == r.resource)
+            else {
+                continue;
+            };
+            let prefix = storage_prefix(&r.group, &r.resource);
+            let configured = config.writer_for(&prefix);
+            let of = of_resource(&migrations, &r.group, &r.resource);
+            let replicas = [configured.clone()];
+            let observed = Observed {
+                configured: &configured,
+                replicas: &replicas,
+                status: state.status.as_ref(),
+                migrations: &of,
+            };
+            let decision = decide(&observed);
+            let name = state.metadata.name.clone().unwrap_or_default();
+            if let Err(e) = self.act(state, decision, &configured, &prefix, served, &of, now).await {
+                tracing::warn!(storagestate = %name, error = %e, "key rotation: acting on the decision failed; retrying next round");
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn act(
+        &self,
+        state: &StorageState,
+        decision: Decision,
+        configured: &str,
+        prefix: &str,
+        served: &crate::scheduler::trigger::DiscoveredResource,
+        migrations: &[StorageVersionMigration],
+        now: Timestamp,
+    ) -> Result<(), RoundError> {
+        let name = state.metadata.name.as_deref().unwrap_or_default();
+        match decision {
+            Decision::Record => {
+                let counts = count_keys(self.encryption.raw.as_ref(), prefix).await?;
+                let written = self.write_status(name, |s| counted_status(s, configured, &counts, now)).await?;
+                tracing::info!(storagestate = %name, write_key = configured, counts = ?counts, "key rotation: write key recorded");
+                self.note_count(&written, configured, &counts);
+            }
+            Decision::Rotate { from, to } => {
+                self.write_status(name, |s| rotating_status(s, &to, now)).await?;
+                let why = format!("{WHY_KEY_CHANGED} from {from} to {to}");
+                self.migrate(state, served, migrations, &why, now).await?;
+            }
+            Decision::Migrate => {
+                let why = format!("{WHY_KEY_CHANGED} to {configured}");
+                self.migrate(state, served, migrations, &why, now).await?;
+            }
+            Decision::Count => {
+                let counts = count_keys(self.encryption.raw.as_ref(), prefix).await?;
+                let written = self.write_status(name, |s| counted_status(s, configured, &counts, now)).await?;
+                self.note_count(&written, configured, &counts);
+            }
+            Decision::Failed { migration } => {
+                tracing::warn!(storagestate = %name, migration = %migration, write_key = configured,
+                    "key rotation: the migration failed; values may still use other keys until a migration of the resource succeeds");
+            }
+            Decision::WaitForReplicas | Decision::Wait | Decision::Nothing => {}
+        }
+        Ok(())
+    }
+
+    async fn migrate(
+        &self,
+        state: &StorageState,
+        served: &crate::scheduler::trigger::DiscoveredResource,
+        migrations: &[StorageVersionMigration],
+        why: &str,
+        now: Timestamp,
+    ) -> Result<(), RoundError> {
+        // The reason annotation is a fixed text (filterable); the keys go to the log and the Event.
+        let (created, superseded) =
+            start_migration(&self.own, &served.gvr(), served.hash.as_deref(), WHY_KEY_CHANGED, migrations, now).await?;
+        let name = state.metadata.name.as_deref().unwrap_or_default();
+        tracing::info!(storagestate = %name, migration = %created.metadata.name.as_deref().unwrap_or_default(), superseded = ?superseded, why,
+            "key rotation: migration requested");
+        let note = format!(
+            "Requested StorageVersionMigration {}: {why}",
+            created.metadata.name.as_deref().unwrap_or_default()
+        );
+        self.events.record(&reference_to(state), EventType::Normal, EVENT_ROTATION_STARTED, "RequestMigration", &note);
+        Ok(())
+    }
+
+    /// The Event after a count: Finished (the old keys can go) or Incomplete.
+    fn note_count(&self, state: &StorageState, write_key: &str, counts: &BTreeMap<String, u64>) {
+        let status = state.status.clone().unwrap_or_default();
+        let total: u64 = counts.values().sum();
+        let (reason, note) = match status.encryption_key_rotation.as_deref() {
+            Some(FINISHED) => (
+                EVENT_ROTATION_FINISHED,
+                format!("All {total} stored values are encrypted with {write_key}; no other key is in use for this resource"),
+            ),
+            _ => (
+                EVENT_ROTATION_INCOMPLETE,
+                format!("Stored values still use other keys than {write_key}: {}", describe_counts(counts)),
+            ),
+        };
+        tracing::info!(storagestate = ?state.metadata.name, counts = %describe_counts(counts), "key rotation: {note}");
+        self.events.record(&reference_to(state), EventType::Normal, reason, "CountEncryptionKeys", &note);
+    }
+
+    /// Writes `change(status)` into the StorageState `name` through /status, from a fresh read on conflicts.
+    async fn write_status(
+        &self,
+        name: &str,
+        change: impl Fn(&StorageStateStatus) -> StorageStateStatus,
+    ) -> Result<StorageState, RoundError> {
+        for _ in 0..STATE_WRITE_ATTEMPTS {
+            let Some(mut state) = self.own.get_state(name).await? else {
+                return Err(RoundError::Gone(name.to_string()));
+            };
+            state.status = Some(change(&state.status.clone().unwrap_or_default()));
+            match self.own.update_state_status(&state).await {
+                Ok(written) => return Ok(written),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(RoundError::Conflicts(name.to_string()))
+    }
+}
+
+/// Why a round, or one resource's decision, did not complete.
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error(transparent)]
+    Own(#[from] StoreError),
+    #[error(transparent)]
+    Discovery(#[from] crate::scheduler::trigger::DiscoveryError),
+    #[error("counting stored values: {0}")]
+    Count(#[from] StorageError),
+    #[error("storagestate {0} was deleted")]
+    Gone(String),
+    #[error("storagestate {0}: too many conflicting writes")]
+    Conflicts(String),
+}
+
+/// Where the values of a resource are stored: `/registry/<group>/<resource>/`, `/registry/<resource>/` for the
+/// core group (kube-apiserver's keys, which the config's resource patterns match).
+pub fn storage_prefix(group: &str, resource: &str) -> String {
+    match group {
+        "" => format!("/registry/{resource}/"),
+        g => format!("/registry/{g}/{resource}/"),
+    }
+}
+
+/// Stored values under `prefix` per encoding label (`aesgcm:v1:key1`, `identity`, `malformed`), read below the
+/// encryption layer page by page. Reads every value once: for 10^5 values of a few KiB, a few hundred MiB read in
+/// pages of [`COUNT_PAGE`], off the request path.
+pub async fn count_keys(raw: &dyn Storage, prefix: &str) -> Result<BTreeMap<String, u64>, StorageError> {
+    let mut counts = BTreeMap::new();
+    let (mut start_after, mut revision) = (None, None);
+    loop {
+        let page = raw.list(prefix, ListOptions { start_after, limit: COUNT_PAGE, revision }).await?;
+        for kv in &page.items {
+            *counts.entry(Encoding::of(&kv.value).label()).or_insert(0) += 1;
+        }
+        match (page.more, page.items.last()) {
+            (true, Some(last)) => (start_after, revision) = (Some(last.key.clone()), Some(page.revision)),
+            _ => return Ok(counts),
+        }
+    }
+}
+
+/// `aesgcm:v1:key1=3, identity=1`
+fn describe_counts(counts: &BTreeMap<String, u64>) -> String {
+    counts.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(", ")
+}
