@@ -179,6 +179,15 @@ async fn rotation_waits_for_every_live_apiserver_and_migrates_once_per_write_key
     assert!(after[1].2, "{after:?}");
     let rotation = annotation(&s, "migration.k8s.io/encryption-rotation");
     assert!(rotation.contains(&after[1].0) && rotation.contains("can be removed"), "{rotation}");
+    // The StorageState's key fields, as the own store's key rotation writes them: only key2 is in use.
+    let s = eventually("the rotation Finished in the status", WAIT, || {
+        let s = storage_state(&m)?;
+        (s["status"]["encryptionKeyRotation"] == "Finished").then_some(s)
+    });
+    assert_eq!(s["status"]["encryptionWriteKey"], "aescbc:v1:key2");
+    assert_eq!(s["status"]["persistedEncryptionKeys"], json!(["aescbc:v1:key2"]));
+    let table = m.kubectl_ok(&["get", "storagestates", RESOURCE]);
+    assert!(table.contains("aescbc:v1:key2") && table.contains("Finished"), "{table}");
     // Later rounds request nothing more.
     let scrapes = apiservers.scrapes();
     eventually("several more rounds", WAIT, || (apiservers.scrapes() > scrapes + 9).then_some(()));
@@ -231,4 +240,5 @@ async fn without_a_copy_every_new_shared_hash_migrates_the_encrypted_resources()
     let s = observed(&m, "agreement", |o| o == "all 3 live kube-apiservers report sha256:bbbb");
     assert_eq!(annotation(&s, "migration.k8s.io/encryption-config-hash"), "sha256:bbbb");
     assert_eq!(annotation(&s, "migration.k8s.io/encryption-write-key"), "", "no write key without a copy");
+    assert!(s["status"]["encryptionWriteKey"].is_null(), "{s:#}");
 }

@@ -195,13 +195,21 @@ impl ClusterKeyRotation {
             }
             write_key = step.record.write_key.clone();
         }
+        let mut svm = None;
         if let Some(m) = &migration {
             annotations.insert(ANNOTATION_MIGRATION, m.clone());
-            if let Some(svm) = ctx.own.get_migration(m).await? {
-                annotations.insert(ANNOTATION_ROTATION, rotation(&svm, write_key.as_deref()));
+            svm = ctx.own.get_migration(m).await?;
+            if let Some(svm) = &svm {
+                annotations.insert(ANNOTATION_ROTATION, rotation(svm, write_key.as_deref()));
             }
         }
         annotate(&ctx.own, state, name, (&w.resource, &w.group), &annotations).await?;
+        // With a copy the write key is known: the StorageState's key fields show the rotation in `kubectl get ss`.
+        if let Some(key) = &write_key {
+            let previous = recorded(state).write_key.filter(|p| p != key);
+            let now = Timestamp::now();
+            update_status(&ctx.own, name, |s| key_status(s, key, previous.as_deref(), svm.as_ref(), now)).await?;
+        }
         Ok(())
     }
 }

@@ -2,10 +2,12 @@
 //! the storage-version trigger has not created it yet).
 
 use super::decide::Recorded;
-use crate::api::storage_state::{GroupResource, StorageState, StorageStateSpec};
+use crate::api::storage_state::{GroupResource, StorageState, StorageStateSpec, StorageStateStatus};
 use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_FAILED, CONDITION_SUCCEEDED};
+use crate::error::StatusReason;
 use crate::scheduler::trigger::{OwnObjects, StoreError};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 
@@ -73,11 +75,111 @@ pub async fn annotate(
         };
         match own.states.create(&PostParams::default(), &new).await {
             Ok(_) => {}
-            Err(e) if crate::scheduler::api_reason(&e) == Some(crate::error::StatusReason::AlreadyExists) => {}
+            Err(e) if crate::scheduler::api_reason(&e) == Some(StatusReason::AlreadyExists) => {}
             Err(e) => return Err(e.into()),
         }
     }
     let patch = serde_json::json!({"metadata": {"annotations": annotations}});
     own.states.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(())
+}
+
+/// `encryptionKeyRotation` while a resource's objects may still be written with an older key, and once its
+/// migration rewrote them all (the values the own store's key-rotation trigger uses).
+pub const ROTATING: &str = "Rotating";
+pub const FINISHED: &str = "Finished";
+
+/// The StorageState status fields for encryption keys (shared with the own store's key-rotation trigger), for a
+/// cluster resource whose write key in the copy is `key`, `previous` before it: `encryptionWriteKey` (and since when),
+/// `persistedEncryptionKeys` (the keys objects may still use: the previous ones and the write key until the
+/// migration requested for it Succeeded, then the write key alone) and `encryptionKeyRotation`. The cluster's
+/// values cannot be counted from here (no access to its etcd): the migration's success is what says they were
+/// rewritten, as in kube-apiserver's documented procedure; `encryptionKeyCounts` stays empty.
+pub fn key_status(
+    mut s: StorageStateStatus,
+    key: &str,
+    previous: Option<&str>,
+    migration: Option<&StorageVersionMigration>,
+    now: Timestamp,
+) -> StorageStateStatus {
+    if s.encryption_write_key.as_deref() != Some(key) {
+        s.encryption_write_key = Some(key.to_string());
+        s.encryption_write_key_time = Some(Time(now));
+    }
+    if migration.is_some_and(|m| m.is_true(CONDITION_SUCCEEDED)) {
+        s.persisted_encryption_keys = vec![key.to_string()];
+        s.encryption_key_rotation = Some(FINISHED.into());
+    } else {
+        for k in previous.into_iter().chain([key]) {
+            if !s.persisted_encryption_keys.iter().any(|p| p == k) {
+                s.persisted_encryption_keys.push(k.to_string());
+            }
+        }
+        s.encryption_key_rotation = Some(ROTATING.into());
+    }
+    s
+}
+
+/// Applies `f` to the status of the StorageState `name` through `/status`, re-reading on conflicts (the
+/// storage-version reporter writes the same StorageStates); nothing is written when `f` changes nothing.
+pub async fn update_status(
+    own: &OwnObjects,
+    name: &str,
+    f: impl Fn(StorageStateStatus) -> StorageStateStatus,
+) -> Result<(), StoreError> {
+    for _ in 0..STATUS_WRITE_ATTEMPTS {
+        let Some(mut state) = own.get_state(name).await? else { return Ok(()) };
+        let before = state.status.clone().unwrap_or_default();
+        let after = f(before.clone());
+        if after == before {
+            return Ok(());
+        }
+        state.status = Some(after);
+        match own.update_state_status(&state).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError {
+        reason: Some(StatusReason::Conflict),
+        message: format!("storagestate {name}: too many conflicting writes"),
+    })
+}
+
+const STATUS_WRITE_ATTEMPTS: usize = 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::storage_version_migration::MigrationCondition;
+
+    fn svm(succeeded: bool) -> StorageVersionMigration {
+        let mut m: StorageVersionMigration = serde_json::from_value(serde_json::json!({
+            "apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration",
+            "metadata": {"name": "secrets-x"}, "spec": {"resource": {"group": "", "version": "v1", "resource": "secrets"}}
+        }))
+        .expect("svm");
+        if succeeded {
+            let c: MigrationCondition =
+                serde_json::from_value(serde_json::json!({"type": "Succeeded", "status": "True"})).expect("condition");
+            m.status = Some(serde_json::from_value(serde_json::json!({"conditions": [c]})).expect("status"));
+        }
+        m
+    }
+
+    #[test]
+    fn keys_in_use_until_the_migration_succeeded() {
+        let now = Timestamp::from_second(1_000).expect("time");
+        let s =
+            key_status(StorageStateStatus::default(), "aescbc:v1:key2", Some("aescbc:v1:key1"), Some(&svm(false)), now);
+        assert_eq!(s.encryption_write_key.as_deref(), Some("aescbc:v1:key2"));
+        assert_eq!(s.persisted_encryption_keys, ["aescbc:v1:key1", "aescbc:v1:key2"]);
+        assert_eq!(s.encryption_key_rotation.as_deref(), Some(ROTATING));
+        let later = Timestamp::from_second(2_000).expect("time");
+        let done = key_status(s.clone(), "aescbc:v1:key2", None, Some(&svm(true)), later);
+        assert_eq!(done.persisted_encryption_keys, ["aescbc:v1:key2"]);
+        assert_eq!(done.encryption_key_rotation.as_deref(), Some(FINISHED));
+        assert_eq!(done.encryption_write_key_time, s.encryption_write_key_time, "the key did not change");
+    }
 }
