@@ -926,6 +926,10 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // Cluster safety (src/server/cluster_check.rs): whether one of our APIServices hides a group the cluster
     // serves itself.
     ("apiregistration.k8s.io", "apiservices", "list", "src/server/cluster_check.rs", "api.list("),
+    // Cluster key rotation (src/scheduler/cluster_encryption/observe.rs): the kube-apiservers' identity Leases in
+    // kube-system, listed by label, and /metrics (a nonResourceURL: group "", the URL as the resource).
+    ("coordination.k8s.io", "leases", "list", "src/scheduler/cluster_encryption/observe.rs", "api.list("),
+    ("", "/metrics", "get", "src/scheduler/cluster_encryption/observe.rs", "Request::get(\"/metrics\")"),
 ];
 
 /// The merge patch the migrator sends (the patch verb, not update): kube-core's `Patch::Merge`, sent as
@@ -948,6 +952,8 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
             "PersistentVolumeClaim",
             "PodDisruptionBudget",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "RoleBinding",
             "Service",
@@ -963,7 +969,12 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
             for field in ["apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"] {
                 assert!(!strings(&rule[field]).iter().any(|v| v.contains('*')), "wildcard in {field}: {rule}");
             }
-            assert!(rule.get("nonResourceURLs").is_none(), "discovery needs no rule (system:discovery): {rule}");
+            // Discovery needs no rule (system:discovery); /metrics is the one nonResourceURL, in the table.
+            for u in strings(&rule["nonResourceURLs"]) {
+                for v in strings(&rule["verbs"]) {
+                    assert!(granted.insert((String::new(), u.clone(), v)), "duplicate grant in {rule}");
+                }
+            }
             for g in strings(&rule["apiGroups"]) {
                 for r in strings(&rule["resources"]) {
                     for v in strings(&rule["verbs"]) {
@@ -1010,6 +1021,7 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
             "extension-apiserver-authentication-reader",
         ),
         ("RoleBinding", "migration-apiserver-leader-election", "Role", "migration-apiserver-leader-election"),
+        ("RoleBinding", "migration-apiserver-apiserver-identities", "Role", "migration-apiserver-apiserver-identities"),
     ] {
         let b = find(&docs, kind, name);
         assert_eq!(b["roleRef"], json!({"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role}));
@@ -1019,6 +1031,12 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
     assert_eq!(
         find(&docs, "RoleBinding", "migration-apiserver:extension-apiserver-authentication-reader")["metadata"]
             ["namespace"],
+        "kube-system"
+    );
+    let identities = find(&docs, "Role", "migration-apiserver-apiserver-identities");
+    assert_eq!(identities["metadata"]["namespace"], "kube-system", "only kube-system's Leases");
+    assert_eq!(
+        find(&docs, "RoleBinding", "migration-apiserver-apiserver-identities")["metadata"]["namespace"],
         "kube-system"
     );
 

@@ -5,6 +5,7 @@
 //! registry or storage: authentication, validation, resourceVersions and watch events apply to its own writes as
 //! to any client's, and kube-runtime's watchers follow them.
 
+pub mod cluster_encryption;
 pub mod election;
 pub mod events;
 pub mod key_rotation;

@@ -64,6 +64,7 @@ macro_rules! triggers {
 triggers! {
     storage_version: super::trigger::StorageVersionFlags,
     key_rotation: super::key_rotation::KeyRotationFlags,
+    cluster_key_rotation: super::cluster_encryption::ClusterKeyRotationFlags,
 }
 
 /// The running triggers of this process.

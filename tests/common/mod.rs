@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod admission;
+pub mod apiservers;
 pub mod etcd;
 pub mod manifests;
 pub mod objects;

@@ -74,6 +74,8 @@ pub type Rule = Box<dyn FnMut(&RequestInfo) -> Option<Fault> + Send>;
 /// Endpoints the proxy serves itself (a stand-in for kube-apiserver's, e.g. apiextensions): the answer's code and
 /// JSON body, or None to forward.
 pub type Local = Box<dyn FnMut(&RequestInfo, &[u8]) -> Option<(u16, serde_json::Value)> + Send>;
+/// Endpoints the proxy serves itself with a text body (e.g. `/metrics`): code, content type and body, or None.
+pub type TextLocal = Box<dyn FnMut(&RequestInfo) -> Option<(u16, &'static str, String)> + Send>;
 
 /// One request seen by the proxy.
 #[derive(Clone, Debug)]
@@ -90,6 +92,7 @@ pub struct Record {
 struct State {
     rules: Mutex<Vec<Rule>>,
     local: Mutex<Option<Local>>,
+    text_local: Mutex<Option<TextLocal>>,
     records: Mutex<Vec<Record>>,
     seq: AtomicU64,
     upstream: Upstream,
@@ -182,6 +185,7 @@ impl Proxy {
         let state = Arc::new(State {
             rules: Mutex::new(Vec::new()),
             local: Mutex::new(None),
+            text_local: Mutex::new(None),
             records: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             upstream: Upstream { tls: tokio_rustls::TlsConnector::from(Arc::new(client)), port: target.port },
@@ -230,6 +234,14 @@ impl Proxy {
         local: impl FnMut(&RequestInfo, &[u8]) -> Option<(u16, serde_json::Value)> + Send + 'static,
     ) {
         *self.state.local.lock().unwrap() = Some(Box::new(local));
+    }
+
+    /// Serves some endpoints here with a text body (checked before [`Proxy::serve_locally`]'s).
+    pub fn serve_text_locally(
+        &self,
+        local: impl FnMut(&RequestInfo) -> Option<(u16, &'static str, String)> + Send + 'static,
+    ) {
+        *self.state.text_local.lock().unwrap() = Some(Box::new(local));
     }
 
     pub fn clear_rules(&self) {
@@ -357,6 +369,12 @@ async fn handle(
         return Err(Dropped);
     };
     if fault.is_none() {
+        let text = state.text_local.lock().unwrap().as_mut().and_then(|local| local(&info));
+        if let Some((code, content_type, body)) = text {
+            record(code, false);
+            let answer = Response::builder().status(code).header("content-type", content_type);
+            return Ok(answer.body(Full::new(Bytes::from(body))).expect("response"));
+        }
         let answer = state.local.lock().unwrap().as_mut().and_then(|local| local(&info, &body));
         if let Some((code, json)) = answer {
             record(code, false);

@@ -1,0 +1,244 @@
+//! The cluster key-rotation trigger (cluster mode) against the kube-apiserver stand-in (`common::apiservers`,
+//! served by the proxy in front of a target server): three kube-apiservers load a new EncryptionConfiguration one
+//! after the other; the trigger migrates once all of them report the mounted copy's hash, and only when the write
+//! key changed; a lagging apiserver is waited for (bounded scrapes, a status naming it) and one whose Lease
+//! disappears no longer is.
+
+mod common;
+use common::apiservers::{sha256_label, Apiservers};
+use common::proxy::Proxy;
+use common::*;
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+const RESOURCE: &str = "shootstates.core.gardener.cloud";
+const IDS: [&str; 3] = [
+    "apiserver-5qyo3ypfpdaxslhy6l4rbsbwbq",
+    "apiserver-7s4ngdmbnesdnnj2i5o5i4wuqe",
+    "apiserver-zr4d5pqkx6oxegxbgkqkbwsbfq",
+];
+const KEY1: &str = "dGhpcyBpcyBhIDMyIGJ5dGUgdGVzdCBrZXkgISEhISE=";
+const KEY2: &str = "YW5vdGhlciAzMiBieXRlIHRlc3Qga2V5ICEhISEhISE=";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// An EncryptionConfiguration covering Secrets and ShootStates with these aescbc keys, in this order.
+fn config(keys: &[(&str, &str)]) -> String {
+    let keys: String =
+        keys.iter().map(|(n, s)| format!("            - name: {n}\n              secret: {s}\n")).collect();
+    format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources:\n      - secrets\n      - {RESOURCE}\n    providers:\n      - aescbc:\n          keys:\n{keys}      - identity: {{}}\n"
+    )
+}
+
+/// Writes the copy and returns its hash as kube-apiserver reports it.
+fn write_copy(path: &Path, text: &str) -> String {
+    std::fs::write(path, text).expect("write copy");
+    sha256_label(text.as_bytes())
+}
+
+/// A target with a few ShootStates behind the proxy serving the apiservers, and a migrating server with `extra`.
+async fn setup(apiservers: &Apiservers, extra: &[&str]) -> (Server, Proxy, Server) {
+    let target = Server::start(&["--disable-scheduler"]);
+    let client = target.client().await;
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        client,
+        "garden",
+        &kube::discovery::ApiResource {
+            group: "core.gardener.cloud".into(),
+            version: "v1beta1".into(),
+            api_version: "core.gardener.cloud/v1beta1".into(),
+            kind: "ShootState".into(),
+            plural: "shootstates".into(),
+        },
+    );
+    for i in 0..5 {
+        let o: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
+            "metadata": {"name": format!("s-{i}"), "namespace": "garden"}, "spec": {}
+        }))
+        .expect("object");
+        api.create(&Default::default(), &o).await.expect("create");
+    }
+    let proxy = Proxy::start(&target);
+    apiservers.install(&proxy);
+    let mut args =
+        vec!["--migration-qps", "0", "--encrypted-resources", RESOURCE, "--cluster-key-rotation-interval", "300ms"];
+    args.extend_from_slice(extra);
+    let m = migrating_server(&proxy.kubeconfig(), &args);
+    (target, proxy, m)
+}
+
+fn annotation(state: &Value, key: &str) -> String {
+    state["metadata"]["annotations"][key].as_str().unwrap_or_default().to_string()
+}
+
+fn storage_state(m: &Server) -> Option<Value> {
+    let out = m.kubectl(&["get", "storagestates", RESOURCE, "-o", "json"]);
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Waits until the StorageState's observation satisfies `f`; returns the StorageState.
+fn observed(m: &Server, what: &str, f: impl Fn(&str) -> bool) -> Value {
+    eventually(what, WAIT, || {
+        let s = storage_state(m)?;
+        f(&annotation(&s, "migration.k8s.io/encryption-observed")).then_some(s)
+    })
+}
+
+/// The migrations of the resource, oldest first: (name, reason, Succeeded).
+fn migrations(m: &Server) -> Vec<(String, String, bool)> {
+    let list = m.kubectl_json(&["get", "svm", "-l", &format!("migration.k8s.io/resource={RESOURCE}"), "-o", "json"]);
+    let mut out: Vec<(String, String, String, bool)> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|s| {
+            let done = s["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Succeeded" && c["status"] == "True"));
+            (
+                annotation(s, "migration.k8s.io/requested-at"),
+                s["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                annotation(s, "migration.k8s.io/reason"),
+                done,
+            )
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, n, r, d)| (n, r, d)).collect()
+}
+
+/// Waits until the rotation recorded on the StorageState is Done with `key`; returns the StorageState.
+fn rotation_done(m: &Server, key: &str) -> Value {
+    eventually(&format!("the rotation to {key} to be done"), WAIT, || {
+        let s = storage_state(m)?;
+        let r = annotation(&s, "migration.k8s.io/encryption-rotation");
+        (r.starts_with("Done:") && annotation(&s, "migration.k8s.io/encryption-write-key") == key).then_some(s)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_waits_for_every_live_apiserver_and_migrates_once_per_write_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    let copy = dir.path().join("encryption-config.yaml");
+    let h1 = write_copy(&copy, &config(&[("key1", KEY1)]));
+    let apiservers = Apiservers::new(&IDS, &h1);
+    let copy_arg = copy.to_str().expect("path");
+    let (_t, _p, m) =
+        setup(&apiservers, &["--cluster-encryption-provider-config", copy_arg, "--cluster-key-rotation-scrapes", "12"])
+            .await;
+
+    // First sight: every object is rewritten with the current write key once.
+    let s = rotation_done(&m, "aescbc:v1:key1");
+    assert_eq!(annotation(&s, "migration.k8s.io/encryption-config-hash"), h1);
+    let first = migrations(&m);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].1, "encryption key rotation: write key aescbc:v1:key1 first observed");
+    assert!(apiservers.lease_lists() > 0 && apiservers.scrapes() >= 3);
+
+    // key2 added second, loaded one apiserver after the other: a new hash, the same write key: nothing to migrate.
+    let h2 = write_copy(&copy, &config(&[("key1", KEY1), ("key2", KEY2)]));
+    for (i, id) in IDS.iter().enumerate() {
+        apiservers.load(id, &h2);
+        if i + 1 < IDS.len() {
+            let loaded = format!("{h2} ({})", IDS[..=i].join(", "));
+            observed(&m, "the apiservers to disagree", |o| {
+                o.contains("report different encryption configs") && o.contains(&loaded)
+            });
+            assert_eq!(migrations(&m).len(), 1);
+        }
+    }
+    let s = eventually("the new hash recorded", WAIT, || {
+        let s = storage_state(&m)?;
+        (annotation(&s, "migration.k8s.io/encryption-config-hash") == h2).then_some(s)
+    });
+    assert_eq!(
+        annotation(&s, "migration.k8s.io/encryption-observed"),
+        format!("all 3 live kube-apiservers report {h2}, the mounted copy's hash")
+    );
+    assert_eq!(migrations(&m).len(), 1, "adding a read key migrates nothing");
+
+    // key2 first: no migration while any apiserver still reports the old file.
+    let h3 = write_copy(&copy, &config(&[("key2", KEY2), ("key1", KEY1)]));
+    for (i, id) in IDS[..2].iter().enumerate() {
+        apiservers.load(id, &h3);
+        let loaded = format!("{h3} ({})", IDS[..=i].join(", "));
+        let o = observed(&m, "the apiservers to disagree on the write key", |o| o.contains(&loaded));
+        assert!(annotation(&o, "migration.k8s.io/encryption-observed")
+            .contains(&format!("{h2} ({})", IDS[i + 1..].join(", "))));
+        assert_eq!(migrations(&m).len(), 1);
+    }
+    apiservers.load(IDS[2], &h3);
+    let s = rotation_done(&m, "aescbc:v1:key2");
+    assert_eq!(annotation(&s, "migration.k8s.io/encryption-config-hash"), h3);
+    let after = migrations(&m);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(after[1].1, "encryption key rotation: write key changed from aescbc:v1:key1 to aescbc:v1:key2");
+    assert!(after[1].2, "{after:?}");
+    let rotation = annotation(&s, "migration.k8s.io/encryption-rotation");
+    assert!(rotation.contains(&after[1].0) && rotation.contains("can be removed"), "{rotation}");
+    // The StorageState's key fields, as the own store's key rotation writes them: only key2 is in use.
+    let s = eventually("the rotation Finished in the status", WAIT, || {
+        let s = storage_state(&m)?;
+        (s["status"]["encryptionKeyRotation"] == "Finished").then_some(s)
+    });
+    assert_eq!(s["status"]["encryptionWriteKey"], "aescbc:v1:key2");
+    assert_eq!(s["status"]["persistedEncryptionKeys"], json!(["aescbc:v1:key2"]));
+    let table = m.kubectl_ok(&["get", "storagestates", RESOURCE]);
+    assert!(table.contains("aescbc:v1:key2") && table.contains("Finished"), "{table}");
+    // Later rounds request nothing more.
+    let scrapes = apiservers.scrapes();
+    eventually("several more rounds", WAIT, || (apiservers.scrapes() > scrapes + 9).then_some(()));
+    assert_eq!(migrations(&m).len(), 2);
+
+    // key1 removed while one apiserver does not export the metric: it is waited for, by name, after 12 scrapes.
+    apiservers.exports(IDS[2], false);
+    let h4 = write_copy(&copy, &config(&[("key2", KEY2)]));
+    apiservers.load(IDS[0], &h4);
+    apiservers.load(IDS[1], &h4);
+    let s = observed(&m, "the lagging apiserver named", |o| o.contains("did not answer"));
+    assert_eq!(
+        annotation(&s, "migration.k8s.io/encryption-observed"),
+        format!("1 of 3 live kube-apiservers did not answer in 12 scrapes of /metrics (or export no apiserver_encryption_config_controller_last_config_info): {}", IDS[2])
+    );
+    assert_eq!(annotation(&s, "migration.k8s.io/encryption-config-hash"), h3);
+    assert!(m.log().contains("did not answer"), "the waiting is logged");
+
+    // Its Lease disappears: the two others are all there is.
+    apiservers.remove(IDS[2]);
+    let s = observed(&m, "the two remaining apiservers to agree", |o| {
+        o == format!("all 2 live kube-apiservers report {h4}, the mounted copy's hash")
+    });
+    eventually("the new hash recorded", WAIT, || {
+        let s = storage_state(&m)?;
+        (annotation(&s, "migration.k8s.io/encryption-config-hash") == h4).then_some(())
+    });
+    assert_eq!(annotation(&s, "migration.k8s.io/encryption-write-key"), "aescbc:v1:key2");
+    assert_eq!(migrations(&m).len(), 2, "removing a read key migrates nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_copy_every_new_shared_hash_migrates_the_encrypted_resources() {
+    let apiservers = Apiservers::new(&IDS, "sha256:aaaa");
+    let (_t, _p, m) = setup(&apiservers, &["--cluster-key-rotation"]).await;
+    eventually("the first migration", WAIT, || (migrations(&m).len() == 1).then_some(()));
+    observed(&m, "the hash recorded", |o| o == "all 3 live kube-apiservers report sha256:aaaa");
+    apiservers.load(IDS[0], "sha256:bbbb");
+    apiservers.load(IDS[1], "sha256:bbbb");
+    observed(&m, "the apiservers to disagree", |o| {
+        o.contains("sha256:bbbb (") && o.contains(&format!("sha256:aaaa ({})", IDS[2]))
+    });
+    assert_eq!(migrations(&m).len(), 1);
+    apiservers.load(IDS[2], "sha256:bbbb");
+    let all = eventually("the second migration", WAIT, || {
+        let all = migrations(&m);
+        (all.len() == 2).then_some(all)
+    });
+    assert_eq!(all[1].1, "encryption key rotation: encryption config sha256:bbbb loaded by all 3 kube-apiservers");
+    let s = observed(&m, "agreement", |o| o == "all 3 live kube-apiservers report sha256:bbbb");
+    assert_eq!(annotation(&s, "migration.k8s.io/encryption-config-hash"), "sha256:bbbb");
+    assert_eq!(annotation(&s, "migration.k8s.io/encryption-write-key"), "", "no write key without a copy");
+    assert!(s["status"]["encryptionWriteKey"].is_null(), "{s:#}");
+}
