@@ -395,14 +395,22 @@ fn migrate_command_requests_migrations() {
     let by_label = s.kubectl_ok(&["get", "svm", "-l", &format!("migration.k8s.io/resource={SS}"), "-o", "name"]);
     assert_eq!(by_label.trim(), format!("storageversionmigration.migration.k8s.io/{first}"));
 
-    // --all: only shootstates is served in two versions here. It supersedes the unfinished first one.
+    // --all: the resources served in two or more group-versions here, counted by resource name over all groups as
+    // upstream's initializer counts: shootstates (v1alpha1, v1beta1) and storageversionmigrations
+    // (migration.k8s.io/v1alpha1, storagemigration.k8s.io/v1 and v1beta1), the latter at its first group in
+    // discovery order. It supersedes the unfinished first one.
     let out = migrate_cli(&s, &["--all", "--target-kubeconfig", s.kubeconfig().to_str().expect("path")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "{stdout}");
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{stdout}");
     assert!(
         lines[0].starts_with("storageversionmigration.migration.k8s.io/shootstates.core.gardener.cloud-"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("storageversionmigration.migration.k8s.io/storageversionmigrations.migration.k8s.io-"),
         "{stdout}"
     );
     let second = name(migrations(&s, SS).last().expect("second"));
