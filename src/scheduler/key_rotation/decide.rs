@@ -26,7 +26,7 @@ pub struct Observed<'a> {
     /// The StorageState's status (None before the first report).
     pub status: Option<&'a StorageStateStatus>,
     /// The migrations of the resource.
-    pub migrations: &'a [StorageVersionMigration],
+    pub migrations: &'a [&'a StorageVersionMigration],
 }
 
 /// What to do about one resource.
@@ -74,8 +74,8 @@ pub fn decide(o: &Observed) -> Decision {
     let since = status.encryption_write_key_time.as_ref().map(|t| t.0.as_second()).unwrap_or(i64::MIN);
     // Every migration requested since the key changed rewrites every value with it (the write path encrypts
     // with the current key); Time has whole seconds, so the second of the change counts.
-    let since_change: Vec<StorageVersionMigration> =
-        o.migrations.iter().filter(|m| requested_at(m).is_some_and(|r| r.as_second() >= since)).cloned().collect();
+    let since_change: Vec<&StorageVersionMigration> =
+        o.migrations.iter().copied().filter(|m| requested_at(m).is_some_and(|r| r.as_second() >= since)).collect();
     match latest(&since_change) {
         None => Decision::Migrate,
         Some(m) if !is_finished(m) => Decision::Wait,
@@ -178,7 +178,8 @@ mod tests {
         ms: &[StorageVersionMigration],
     ) -> Decision {
         let replicas: Vec<String> = replicas.iter().map(|s| s.to_string()).collect();
-        decide(&Observed { configured, replicas: &replicas, status, migrations: ms })
+        let ms: Vec<&StorageVersionMigration> = ms.iter().collect();
+        decide(&Observed { configured, replicas: &replicas, status, migrations: &ms })
     }
 
     #[test]

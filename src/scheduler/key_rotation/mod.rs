@@ -172,7 +172,7 @@ impl Rotator {
         decision: Decision,
         configured: &str,
         served: &crate::scheduler::trigger::DiscoveredResource,
-        migrations: &[StorageVersionMigration],
+        migrations: &[&StorageVersionMigration],
         now: Timestamp,
     ) -> Result<(), RoundError> {
         let name = state.metadata.name.as_deref().unwrap_or_default();
@@ -210,7 +210,7 @@ impl Rotator {
         &self,
         state: &StorageState,
         served: &crate::scheduler::trigger::DiscoveredResource,
-        migrations: &[StorageVersionMigration],
+        migrations: &[&StorageVersionMigration],
         why: &str,
         now: Timestamp,
     ) -> Result<(), RoundError> {
