@@ -28,6 +28,8 @@ mod encryption;
 use encryption::*;
 mod migration;
 use migration::*;
+mod rotation;
+use rotation::*;
 mod etcd;
 use etcd::*;
 mod scale;
@@ -81,7 +83,12 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Scenario groups to run, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "core,admission,encryption,migration,scale,etcd")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "core,admission,encryption,migration,rotation,scale,etcd"
+    )]
     only: Vec<Group>,
     /// An extra argument for every migration-apiserver the bench starts, after the bench's own; repeatable, one
     /// argument each: --server-arg=--storage-cache-size=8Mi. A flag that a row sets itself (the Scale memory rows'
@@ -105,6 +112,9 @@ enum Group {
     Encryption,
     /// The migrator: 10^4 and 10^5 objects of another server (starts its own servers).
     Migration,
+    /// Key rotation (issue 31): a rotation of 10^5 ShootStates next to a storage-version migration of them, and GET
+    /// idle and during a rotation, on one server of its own.
+    Rotation,
     /// LIST page cost, migration and memory up to 10^6 objects (starts its own servers).
     Scale,
     /// Only the LIST page rows of the Scale group (one server grown to 10^6 objects, 10^5 with --quick).
@@ -195,6 +205,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         match bin {
             Some(bin) => rows.extend(migration_rows(bin, args.quick).await),
             None => needs_server("migration"),
+        }
+    }
+    if on(Group::Rotation) {
+        match bin {
+            Some(bin) => rows.extend(rotation_rows(bin, args.quick, duration).await),
+            None => needs_server("rotation"),
         }
     }
     if on(Group::Scale) || on(Group::ScalePages) {
