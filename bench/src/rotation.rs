@@ -384,8 +384,7 @@ fn migrator_seconds(server: &ServerProcess, migration: &str) -> anyhow::Result<f
     let log = std::fs::read_to_string(server.dir.join("server.log"))?;
     let line = log
         .lines()
-        .filter(|l| l.contains("migration ended") && l.contains(migration))
-        .last()
+        .rfind(|l| l.contains("migration ended") && l.contains(migration))
         .with_context(|| format!("no \"migration ended\" line of {migration} in the server's log"))?;
     line.split_whitespace()
         .find_map(|field| field.strip_prefix("seconds=")?.parse::<f64>().ok())
