@@ -17,6 +17,10 @@ const SHOOTSTATES: &str = "shootstates.core.gardener.cloud";
 const ROTATION_REASON: &str = "encryption write key changed";
 /// Connections of the GET load, idle and during the rotation: a few clients reading while the store is rewritten.
 const GET_CONNS: usize = 4;
+/// Each GET connection sends one request per period (4 x 250/s = 1,000 GET/s), idle and during the rotation: a
+/// latency measurement at the same offered load, not a throughput one. A closed loop would saturate both cores
+/// by itself, so its p99 would measure the queue, not what a reader sees (see BENCHMARKS.md).
+const GET_PERIOD: Duration = Duration::from_millis(4);
 /// The request number that stops the background GET load's workers (they stop at their `limit`).
 const STOP_LOAD: u64 = 1 << 62;
 
@@ -186,16 +190,21 @@ async fn get_rows(
     duration: Duration,
 ) -> anyhow::Result<Vec<Row>> {
     let pid = Some(server.child.id());
-    eprintln!("bench: rotation: ShootState GET idle ({GET_CONNS} connections, {duration:?})");
-    let idle = run_load(target, pid, GET_CONNS, Some(duration), u64::MAX, shootstate_gets(n)).await;
-    let idle_name = format!("ShootState GET, idle (the same server, 10^{} stored)", n.ilog10());
+    let rate = GET_CONNS as f64 / GET_PERIOD.as_secs_f64();
+    eprintln!("bench: rotation: ShootState GET idle ({} GET/s, {duration:?})", thousands(rate));
+    let idle = BackgroundLoad::start(target, pid, GET_CONNS, shootstate_gets(n));
+    tokio::time::sleep(duration).await;
+    let idle = idle.finish().await;
+    let idle_name =
+        format!("ShootState GET at {} GET/s, idle (the same server, 10^{} stored)", thousands(rate), n.ilog10());
     let idle_row = idle.row(&idle_name, GET_CONNS, Goal::None, "");
     eprintln!("bench: rotation: ShootState GET during a key rotation (key2 -> key3)");
     let load = BackgroundLoad::start(target, pid, GET_CONNS, shootstate_gets(n));
     let during = rotate(target, server, config, &["key3", "key2"], "aesgcm:v1:key3", n).await;
     let load = load.finish().await;
     let during = during?;
-    let mut during_row = load.row("ShootState GET during a key rotation", GET_CONNS, Goal::None, "");
+    let during_name = format!("ShootState GET at {} GET/s during a key rotation", thousands(rate));
+    let mut during_row = load.row(&during_name, GET_CONNS, Goal::None, "");
     let p99_ratio = match (during_row.p99_v, idle_row.p99_v) {
         (Some(d), Some(i)) if i > 0.0 => d / i,
         _ => bail!("no GET answered idle or during the rotation"),
@@ -434,7 +443,8 @@ fn shootstate_gets(n: u64) -> MakeReq {
     })
 }
 
-/// Closed-loop load that runs until `finish` (for as long as something else takes), with the workers of `run_load`.
+/// Load at a fixed rate ([`GET_PERIOD`] per connection) that runs until `finish` (for as long as something else
+/// takes).
 struct BackgroundLoad {
     next: Arc<AtomicU64>,
     workers: Vec<tokio::task::JoinHandle<Stats>>,
@@ -447,9 +457,8 @@ impl BackgroundLoad {
     fn start(target: &Target, pid: Option<u32>, conns: usize, make: MakeReq) -> BackgroundLoad {
         let next = Arc::new(AtomicU64::new(0));
         let cpu0 = CpuTicks::now(pid);
-        let workers = (0..conns)
-            .map(|_| tokio::spawn(worker(target.clone(), next.clone(), STOP_LOAD, None, make.clone(), None)))
-            .collect();
+        let workers =
+            (0..conns).map(|_| tokio::spawn(paced_worker(target.clone(), next.clone(), make.clone()))).collect();
         BackgroundLoad { next, workers, started: Instant::now(), cpu0, pid }
     }
 
@@ -467,4 +476,50 @@ impl BackgroundLoad {
         stats.samples.sort_unstable();
         Load { stats, elapsed, cpu: self.cpu0.usage_since(self.pid, elapsed) }
     }
+}
+
+/// One connection sending one request every [`GET_PERIOD`] until the request number reaches [`STOP_LOAD`]. A
+/// request's latency counts from when it was due, so that a slow answer also counts for the requests it held up
+/// (no coordinated omission).
+async fn paced_worker(target: Target, next: Arc<AtomicU64>, make: MakeReq) -> Stats {
+    let mut stats = Stats::default();
+    let mut conn: Option<LeanConn> = None;
+    let mut tick = tokio::time::interval(GET_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    loop {
+        let due = tick.tick().await;
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= STOP_LOAD {
+            break;
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => match target.connect_lean().await {
+                Ok(c) => conn.insert(c),
+                Err(e) => {
+                    stats.error(format!("connect: {e:#}"), None);
+                    break;
+                }
+            },
+        };
+        let answer = c.call(&make(i)).await;
+        if c.closed {
+            conn = None;
+        }
+        match answer {
+            Ok((status, _)) if status.is_success() => {
+                stats.ok += 1;
+                stats.samples.push(micros(due.elapsed()));
+            }
+            Ok((status, body)) => stats.error(
+                format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
+                Some(status.as_u16()),
+            ),
+            Err(e) => {
+                stats.error(format!("{e:#}"), None);
+                conn = None;
+            }
+        }
+    }
+    stats
 }
