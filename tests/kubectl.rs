@@ -81,7 +81,9 @@ fn apply_get_patch_wait_delete() {
     assert!(table.contains("deployments.v1.apps") && table.contains("Pending"), "{table}");
     let table = s.kubectl_ok(&["get", "ss"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "CURRENT", "PERSISTED", "HEARTBEAT", "AGE"], "{table}");
+    // Split on whitespace: "WRITE KEY" and "KEYS IN USE" are one column each.
+    let columns = ["NAME", "CURRENT", "PERSISTED", "HEARTBEAT", "WRITE", "KEY", "KEYS", "IN", "USE", "ROTATION", "AGE"];
+    assert_eq!(header, columns, "{table}");
     assert!(table.contains("deployments.apps") && table.contains("Unknown"), "{table}");
 
     let yaml = s.kubectl_ok(&["get", "ss", "deployments.apps", "-o", "yaml"]);
