@@ -14,16 +14,14 @@ pub enum CopyError {
     Parse { path: String, message: String },
 }
 
-/// The hash kube-apiserver 1.34+ reports in `apiserver_encryption_config_controller_last_config_info{hash}`:
-/// `sha256:` and the hex SHA-256 of the file's bytes, as k8s.io/apiserver computes the config content hash it hands
-/// to pkg/server/options/encryptionconfig/metrics (RecordEncryptionConfigLastConfigInfo; see its metrics_test.go:
-/// `sha256:6bc9f4…` for testdata/ec_config.yaml).
-pub fn config_hash(bytes: &[u8]) -> String {
+/// `sha256:` and the hex SHA-256 of `bytes`: the form of the `apiserver_id_hash` label (k8s.io/apiserver
+/// pkg/server/options/encryptionconfig/metrics `getHash`).
+pub fn sha256_label(bytes: &[u8]) -> String {
     format!("sha256:{}", hex(&Sha256::digest(bytes)))
 }
 
-/// The hex digest of a reported hash, whatever its prefix: releases before the metric's `sha256:` form used
-/// `k8s:enc:unstable:1:<hex>` internally, and comparing the digests keeps a copy matching either.
+/// The hex digest of a reported hash, whatever its prefix (`k8s:enc:unstable:1:`, none in earlier releases, or
+/// `sha256:`): comparing digests keeps a copy matching any of them.
 pub fn digest_of(hash: &str) -> &str {
     hash.rsplit(':').next().unwrap_or(hash)
 }
@@ -68,7 +66,8 @@ impl ConfigCopy {
             let first = e.providers.first().ok_or_else(|| format!("resources[{i}]: no providers"))?;
             entries.push((e.resources.clone(), write_key(first).map_err(|m| format!("resources[{i}]: {m}"))?));
         }
-        Ok(ConfigCopy { hash: config_hash(bytes), entries })
+        // The `hash` label kube-apiserver reports in `..._last_config_info` for this file (the same hash as ours).
+        Ok(ConfigCopy { hash: crate::storage::encryption::content_hash(bytes), entries })
     }
 
     /// What writes `resource` of `group`: `identity`, `aescbc:v1:key2`, `kms:v2:vault`…; the first entry whose
@@ -152,7 +151,7 @@ resources:
     fn the_hash_is_sha256_of_the_bytes_with_its_prefix() {
         // k8s.io/apiserver metrics_test.go: testAPIServerID's hash.
         assert_eq!(
-            config_hash(b"testAPIServerID"),
+            sha256_label(b"testAPIServerID"),
             "sha256:14f9d63e669337ac6bfda2e2162915ee6a6067743eddd4e5c374b572f951ff37"
         );
         assert_eq!(digest_of("k8s:enc:unstable:1:abc"), "abc");
