@@ -32,17 +32,21 @@ pub enum RequestApi {
     InTree { version: String },
 }
 
+/// An `--api` value other than the three served.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unsupported API {0:?}: one of migration.k8s.io/v1alpha1, storagemigration.k8s.io/v1, storagemigration.k8s.io/v1beta1"
+)]
+pub struct UnsupportedApi(String);
+
 /// `--api`'s values.
-pub fn parse_api(s: &str) -> Result<RequestApi, String> {
+pub fn parse_api(s: &str) -> Result<RequestApi, UnsupportedApi> {
     match s {
         "migration.k8s.io/v1alpha1" => Ok(RequestApi::Ours),
         "storagemigration.k8s.io/v1" | "storagemigration.k8s.io/v1beta1" => {
             Ok(RequestApi::InTree { version: s.trim_start_matches("storagemigration.k8s.io/").to_string() })
         }
-        _ => Err(format!(
-            "unsupported API {s:?}: one of migration.k8s.io/v1alpha1, storagemigration.k8s.io/v1, \
-             storagemigration.k8s.io/v1beta1"
-        )),
+        _ => Err(UnsupportedApi(s.to_string())),
     }
 }
 

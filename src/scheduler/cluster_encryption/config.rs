@@ -8,10 +8,36 @@ use std::path::Path;
 /// The copy could not be read or is not an EncryptionConfiguration.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
-    #[error("reading the EncryptionConfiguration copy {path}: {message}")]
-    Read { path: String, message: String },
-    #[error("the EncryptionConfiguration copy {path} is not valid: {message}")]
-    Parse { path: String, message: String },
+    #[error("reading the EncryptionConfiguration copy {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("the EncryptionConfiguration copy {path} is not valid: {problem}")]
+    Parse { path: String, problem: CopyProblem },
+}
+
+/// What is wrong with a copy's content.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyProblem {
+    #[error("{0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error("resources[{index}]: no providers")]
+    NoProviders { index: usize },
+    #[error("resources[{index}]: {problem}")]
+    Provider { index: usize, problem: ProviderProblem },
+}
+
+/// What is wrong with the first provider of an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderProblem {
+    #[error("an empty provider")]
+    Empty,
+    #[error("a provider name must be a string")]
+    NameNotString,
+    #[error("{0}: no first key name")]
+    NoKeyName(String),
+    #[error("kms: no name")]
+    NoKmsName,
+    #[error("unknown provider {0:?}")]
+    Unknown(String),
 }
 
 /// `sha256:` and the hex SHA-256 of `bytes`: the form of the `apiserver_id_hash` label (k8s.io/apiserver
@@ -54,17 +80,18 @@ pub struct ConfigCopy {
 
 impl ConfigCopy {
     pub fn read(path: &Path) -> Result<ConfigCopy, CopyError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| CopyError::Read { path: path.display().to_string(), message: e.to_string() })?;
-        Self::parse(&bytes).map_err(|message| CopyError::Parse { path: path.display().to_string(), message })
+        let bytes =
+            std::fs::read(path).map_err(|source| CopyError::Read { path: path.display().to_string(), source })?;
+        Self::parse(&bytes).map_err(|problem| CopyError::Parse { path: path.display().to_string(), problem })
     }
 
-    fn parse(bytes: &[u8]) -> Result<ConfigCopy, String> {
-        let file: File = serde_yaml_ng::from_slice(bytes).map_err(|e| e.to_string())?;
+    fn parse(bytes: &[u8]) -> Result<ConfigCopy, CopyProblem> {
+        let file: File = serde_yaml_ng::from_slice(bytes)?;
         let mut entries = Vec::new();
-        for (i, e) in file.resources.iter().enumerate() {
-            let first = e.providers.first().ok_or_else(|| format!("resources[{i}]: no providers"))?;
-            entries.push((e.resources.clone(), write_key(first).map_err(|m| format!("resources[{i}]: {m}"))?));
+        for (index, e) in file.resources.iter().enumerate() {
+            let first = e.providers.first().ok_or(CopyProblem::NoProviders { index })?;
+            let key = write_key(first).map_err(|problem| CopyProblem::Provider { index, problem })?;
+            entries.push((e.resources.clone(), key));
         }
         // The `hash` label kube-apiserver reports in `..._last_config_info` for this file (the same hash as ours).
         Ok(ConfigCopy { hash: crate::storage::encryption::content_hash(bytes), entries })
@@ -96,21 +123,21 @@ fn pattern_matches(pattern: &str, resource: &str, group: &str) -> bool {
 }
 
 /// The write key of one provider, in the label form of stored values' prefixes (`k8s:enc:aescbc:v1:key2:`).
-fn write_key(provider: &serde_yaml_ng::Mapping) -> Result<String, String> {
-    let (name, config) = provider.iter().next().ok_or("an empty provider")?;
-    let name = name.as_str().ok_or("a provider name must be a string")?;
+fn write_key(provider: &serde_yaml_ng::Mapping) -> Result<String, ProviderProblem> {
+    let (name, config) = provider.iter().next().ok_or(ProviderProblem::Empty)?;
+    let name = name.as_str().ok_or(ProviderProblem::NameNotString)?;
     match name {
         "identity" => Ok("identity".into()),
         "aesgcm" | "aescbc" | "secretbox" => {
-            let key = config["keys"][0]["name"].as_str().ok_or_else(|| format!("{name}: no first key name"))?;
+            let key = config["keys"][0]["name"].as_str().ok_or_else(|| ProviderProblem::NoKeyName(name.into()))?;
             Ok(format!("{name}:v1:{key}"))
         }
         "kms" => {
-            let kms = config["name"].as_str().ok_or("kms: no name")?;
+            let kms = config["name"].as_str().ok_or(ProviderProblem::NoKmsName)?;
             let version = config["apiVersion"].as_str().unwrap_or("v1");
             Ok(format!("kms:{version}:{kms}"))
         }
-        other => Err(format!("unknown provider {other:?}")),
+        other => Err(ProviderProblem::Unknown(other.into())),
     }
 }
 
