@@ -111,7 +111,7 @@ pub struct ServeArgs {
     /// The triggers' flags: --disable-trigger, --discovery-interval, --migration-history (see
     /// `scheduler::triggers`).
     #[command(flatten)]
-    pub triggers: crate::scheduler::triggers::TriggerArgs,
+    pub triggers: crate::scheduler::registered_triggers::TriggerArgs,
     /// Objects per LIST chunk when migrating.
     #[arg(long, default_value_t = 500)]
     pub migration_chunk_size: u32,

@@ -55,7 +55,8 @@ pub(super) async fn start_scheduler(
     replica_writes: Option<Arc<crate::storage::encryption::replicas::WriteGate>>,
 ) -> anyhow::Result<RunningScheduler> {
     use crate::scheduler::election;
-    use crate::scheduler::triggers::{TriggerContext, Triggers};
+    use crate::scheduler::registered_triggers::Triggers;
+    use crate::scheduler::triggers::TriggerContext;
     let cluster = cluster_client(args).await?;
     let target = cluster.clone().unwrap_or_else(|| crate::scheduler::in_process_client(app.clone()));
     let identity = identity.to_string();
