@@ -9,8 +9,10 @@
 #     this cluster, with spec.caBundle = base64($CERT_DIR/ca.crt). It asks the cluster (/version, APIServices) and
 #     skips, saying why, our APIServices of a group the cluster serves itself (storagemigration.k8s.io from 1.37, or
 #     turned on with --runtime-config); IN_TREE_GROUPS=register|skip decides without asking (default auto);
-#     FORM=crds: manifests/crds/ and manifests/webhooks/ with clientConfig.caBundle filled the same way, and
-#     manifests/webhook-caller/ (RBAC for kube-apiserver's webhook client);
+#     FORM=crds: the CRDs and webhook configurations `migration-apiserver deploy-check --form crds` writes for this
+#     cluster (those of manifests/crds/ and manifests/webhooks/, without a group the cluster serves itself, decided
+#     as for the APIServices), with clientConfig.caBundle filled the same way, the CSI webhooks of
+#     manifests/webhooks/, and manifests/webhook-caller/ (RBAC for kube-apiserver's webhook client);
 #   - IMAGE=<ref>: the container image (default: migration-apiserver:dev as in manifests/deployment.yaml).
 # The manifests that name our kinds (CRDs, roles, APIServices, webhook configurations, our kinds' RBAC) are generated
 # by `make manifests`; this script only composes them. DRY_RUN=1 prints the rendered objects instead of applying them.
@@ -51,6 +53,11 @@ if [ "$FORM" = aggregated ]; then
     cp "$root/apiservice/$name.yaml" "$overlay/apiservice/"
     apiservices+=("apiservice/$name.yaml")
   done
+else
+  # crds/ and webhooks/ (the two generated configurations); the CSI webhooks and the kustomization listing them
+  # all come from manifests/webhooks/.
+  "$MIGRATION_APISERVER" deploy-check --form crds --in-tree-groups "$IN_TREE_GROUPS" --output-dir "$overlay" > /dev/null
+  cp "$root"/manifests/webhooks/csi-migration-*.yaml "$root/manifests/webhooks/kustomization.yaml" "$overlay/webhooks/"
 fi
 
 {
@@ -63,8 +70,8 @@ fi
   if [ "$FORM" = aggregated ]; then
     for a in "${apiservices[@]}"; do echo "  - $a"; done
   else
-    echo "  - $rel/manifests/crds"
-    echo "  - $rel/manifests/webhooks"
+    echo "  - crds"
+    echo "  - webhooks"
     echo "  - $rel/manifests/webhook-caller"
   fi
   echo "secretGenerator:"

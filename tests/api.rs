@@ -1553,7 +1553,10 @@ async fn tables_and_partial_metadata() {
     let t = get_accept(&c, SS_PATH, TABLE_ACCEPT).await.ok(200);
     let col_names: Vec<&str> =
         t["columnDefinitions"].as_array().expect("columns").iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(col_names, ["Name", "Current", "Persisted", "Heartbeat", "Age", "Reporters"]);
+    assert_eq!(
+        col_names,
+        ["Name", "Current", "Persisted", "Heartbeat", "Write Key", "Keys In Use", "Rotation", "Age", "Reporters"]
+    );
     assert_eq!(cells(&t["rows"][0])[..3], [json!("jobs.batch"), json!(""), json!("Unknown")]);
 
     // The metadata client of the garbage collector and namespace controller.

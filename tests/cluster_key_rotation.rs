@@ -5,7 +5,7 @@
 //! disappears no longer is.
 
 mod common;
-use common::apiservers::{sha256_label, Apiservers};
+use common::apiservers::{config_hash_label, Apiservers};
 use common::proxy::Proxy;
 use common::*;
 
@@ -35,7 +35,7 @@ fn config(keys: &[(&str, &str)]) -> String {
 /// Writes the copy and returns its hash as kube-apiserver reports it.
 fn write_copy(path: &Path, text: &str) -> String {
     std::fs::write(path, text).expect("write copy");
-    sha256_label(text.as_bytes())
+    config_hash_label(text.as_bytes())
 }
 
 /// A target with a few ShootStates behind the proxy serving the apiservers, and a migrating server with `extra`.

@@ -17,7 +17,7 @@ fn create_svm(s: &Server, name: &str) -> String {
          spec: {{resource: {{group: apps, version: v1, resource: deployments}}}}\n"
     );
     s.kubectl_ok_stdin(&["create", "-f", "-"], &manifest);
-    s.kubectl_ok(&["get", "storageversionmigrations", name, "-o", "jsonpath={.metadata.uid}"])
+    s.kubectl_ok(&["get", "storageversionmigrations.migration.k8s.io", name, "-o", "jsonpath={.metadata.uid}"])
 }
 
 /// An events.k8s.io/v1 Event about the migration `svm` (`uid`), valid for the new API.
@@ -93,7 +93,7 @@ print(json.dumps({
     assert!(wide.contains("migration.k8s.io/storage-version-migrator, replica-1"), "{wide}");
 
     // kubectl describe finds a cluster-scoped object's events (in namespace default) by its field selector.
-    let described = s.kubectl_ok(&["describe", "storageversionmigrations", "svm-a"]);
+    let described = s.kubectl_ok(&["describe", "storageversionmigrations.migration.k8s.io", "svm-a"]);
     let events = described.split("Events:").nth(1).unwrap_or_else(|| panic!("no Events section: {described}"));
     assert!(events.contains("Succeeded") && events.contains("migrated 7 objects"), "{described}");
     assert!(!events.contains(" b\n"), "only svm-a's events: {described}");
@@ -344,7 +344,7 @@ async fn kube_runtime_recorder_publishes_a_series() {
     for _ in 0..3 {
         recorder.publish(&event, &reference).await.expect("published");
     }
-    let described = s.kubectl_ok(&["describe", "storageversionmigrations", "svm-k"]);
+    let described = s.kubectl_ok(&["describe", "storageversionmigrations.migration.k8s.io", "svm-k"]);
     let events = described.split("Events:").nth(1).unwrap_or_else(|| panic!("no Events section: {described}"));
     assert!(
         events.contains("Retrying") && events.contains("(x3 over") && events.contains("the target answered 503"),

@@ -36,7 +36,7 @@ fn has_event(described: &str, type_: &str, reason: &str) -> bool {
 
 fn condition_status(s: &Server, name: &str, type_: &str) -> String {
     let path = format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}");
-    s.kubectl_ok(&["get", "storageversionmigrations", name, "-o", &path]).trim().to_string()
+    s.kubectl_ok(&["get", "storageversionmigrations.migration.k8s.io", name, "-o", &path]).trim().to_string()
 }
 
 fn wait_condition(s: &Server, name: &str, type_: &str) {
@@ -66,19 +66,19 @@ fn standalone_trigger_and_migration_events() {
     s.restart_with(&["--discovery-interval", "30s"]);
     let selector = format!("migration.k8s.io/resource={SS}");
     let name = eventually("the migration after the reset", TIMEOUT, || {
-        let list = s.kubectl_json(&["get", "storageversionmigrations", "-l", &selector, "-o", "json"]);
+        let list = s.kubectl_json(&["get", "storageversionmigrations.migration.k8s.io", "-l", &selector, "-o", "json"]);
         list["items"][0]["metadata"]["name"].as_str().map(str::to_string)
     });
     wait_condition(&s, &name, "Succeeded");
 
     // kubectl describe (core/v1 events, found by involvedObject) of the migration and of the StorageState.
     let described = eventually("start and success under Events:", TIMEOUT, || {
-        let d = described_events(&s, "storageversionmigrations", &name);
+        let d = described_events(&s, "storageversionmigrations.migration.k8s.io", &name);
         (has_event(&d, "Normal", "MigrationStarted") && has_event(&d, "Normal", "MigrationSucceeded")).then_some(d)
     });
     assert!(described.contains("Migrating shootstates.v1beta1.core.gardener.cloud"), "{described}");
     assert!(!described.contains("MigrationRetrying"), "nothing was retried: {described}");
-    eprintln!("kubectl describe storageversionmigrations {name}, Events:{described}");
+    eprintln!("kubectl describe storageversionmigrations.migration.k8s.io {name}, Events:{described}");
     let described = eventually("the trigger's decisions under Events:", TIMEOUT, || {
         let d = described_events(&s, "storagestates", SS);
         (has_event(&d, "Normal", "StaleStorageStateReset") && has_event(&d, "Normal", "MigrationRequested"))

@@ -86,7 +86,7 @@ fn wait_rotating_then_finished(s: &Server, name: &str, key: &str) -> Value {
 
 /// The migrations the key-rotation trigger requested, as `<resource>.<group>`.
 fn rotation_migrations(s: &Server) -> Vec<String> {
-    let list = s.kubectl_json(&["get", "storageversionmigrations", "-o", "json"]);
+    let list = s.kubectl_json(&["get", "storageversionmigrations.migration.k8s.io", "-o", "json"]);
     list["items"]
         .as_array()
         .into_iter()

@@ -219,7 +219,7 @@ async fn a_dead_replica_stops_counting_when_its_heartbeat_expires() {
 
 /// The key-rotation trigger's migrations (its reason annotation), as `<resource>.<group>`.
 fn rotation_migrations(s: &Server) -> Vec<String> {
-    let list = s.kubectl_json(&["get", "storageversionmigrations", "-o", "json"]);
+    let list = s.kubectl_json(&["get", "storageversionmigrations.migration.k8s.io", "-o", "json"]);
     let items = list["items"].as_array().cloned().unwrap_or_default();
     items
         .iter()

@@ -75,13 +75,21 @@ fn apply_get_patch_wait_delete() {
         "storage"
     );
 
-    let table = s.kubectl_ok(&["get", "storageversionmigrations"]);
+    // A bare name is the in-tree group's, first in /apis as through the aggregator (groupPriorityMinimum 15800);
+    // `svm` stays migration.k8s.io's.
+    let bare = s.kubectl_ok(&["get", "storageversionmigrations", "-o", "name"]);
+    assert!(bare.is_empty(), "no storagemigration.k8s.io objects yet: {bare}");
+    let short = s.kubectl_ok(&["get", "svm", "-o", "name"]);
+    assert!(short.starts_with("storageversionmigration.migration.k8s.io/"), "{short}");
+    let table = s.kubectl_ok(&["get", "storageversionmigrations.migration.k8s.io"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
     assert_eq!(header, ["NAME", "RESOURCE", "STATUS", "MIGRATED", "PROGRESS", "REMAINING", "AGE"], "{table}");
     assert!(table.contains("deployments.v1.apps") && table.contains("Pending"), "{table}");
     let table = s.kubectl_ok(&["get", "ss"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "CURRENT", "PERSISTED", "HEARTBEAT", "AGE"], "{table}");
+    // Split on whitespace: "WRITE KEY" and "KEYS IN USE" are one column each.
+    let columns = ["NAME", "CURRENT", "PERSISTED", "HEARTBEAT", "WRITE", "KEY", "KEYS", "IN", "USE", "ROTATION", "AGE"];
+    assert_eq!(header, columns, "{table}");
     assert!(table.contains("deployments.apps") && table.contains("Unknown"), "{table}");
 
     let yaml = s.kubectl_ok(&["get", "ss", "deployments.apps", "-o", "yaml"]);

@@ -192,7 +192,7 @@ fn create_shootstates(s: &Server, namespace: &str, n: usize) {
 }
 
 fn svm(s: &Server, name: &str) -> Value {
-    let out = s.kubectl_ok(&["get", "storageversionmigration", name, "-o", "json"]);
+    let out = s.kubectl_ok(&["get", "storageversionmigrations.migration.k8s.io", name, "-o", "json"]);
     serde_json::from_str(&out).expect("JSON")
 }
 
@@ -224,7 +224,8 @@ fn replicas_report_into_shared_storagestates_and_the_leader_requests_one_migrati
     // Agreement of a stable set of reporters: the leader requests the migration, once.
     let requested = |s: &Server| {
         let all: Value =
-            serde_json::from_str(&s.kubectl_ok(&["get", "storageversionmigrations", "-o", "json"])).ok()?;
+            serde_json::from_str(&s.kubectl_ok(&["get", "storageversionmigrations.migration.k8s.io", "-o", "json"]))
+                .ok()?;
         let ms: Vec<Value> = all["items"]
             .as_array()?
             .iter()

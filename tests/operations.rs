@@ -87,7 +87,7 @@ async fn shutdown_ends_open_watches_at_once_and_lets_in_flight_writes_finish() {
 
     // The write was stored.
     s.restart();
-    s.kubectl_ok(&["get", "storageversionmigrations", "in-flight"]);
+    s.kubectl_ok(&["get", "storageversionmigrations.migration.k8s.io", "in-flight"]);
 
     // Ctrl-C (SIGINT) with kubectl's watch open: the same.
     let cache = s.dir.join("kube-cache");
@@ -96,7 +96,7 @@ async fn shutdown_ends_open_watches_at_once_and_lets_in_flight_writes_finish() {
         .arg(s.kubeconfig())
         .arg("--cache-dir")
         .arg(&cache)
-        .args(["get", "storageversionmigrations", "-w", "-o", "name"])
+        .args(["get", "storageversionmigrations.migration.k8s.io", "-w", "-o", "name"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -279,7 +279,7 @@ async fn v1_client_certificates_are_accepted_as_kube_apiserver_accepts_them() {
         std::fs::write(&path, config).expect("write");
         path
     };
-    let out = kubectl_with(&kubeconfig("admin", &admin), &["get", "storageversionmigrations"], None);
+    let out = kubectl_with(&kubeconfig("admin", &admin), &["get", "storageversionmigrations.migration.k8s.io"], None);
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), s.log());
     // ... and anyone else is who the certificate says: the 403 names the user.
     let viewer = issue("v1-viewer", &[]);

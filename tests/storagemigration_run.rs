@@ -7,7 +7,6 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -44,23 +43,8 @@ fn stale_server(n: usize, stored_as: &str, current: &str, extra: &[&str]) -> Ser
     s
 }
 
-/// Stops the server; `namespace/name` -> stored apiVersion of every ShootState (`storage inspect`).
-fn stored_versions(s: &mut Server) -> BTreeMap<String, String> {
-    s.stop();
-    let v = s.storage_inspect(&["--prefix", "/registry/core.gardener.cloud/shootstates/"]);
-    v["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|e| {
-            let key = e["key"].as_str().unwrap_or("");
-            (key.rsplit('/').take(2).collect::<Vec<_>>().join("/"), e["apiVersion"].as_str().unwrap_or("").into())
-        })
-        .collect()
-}
-
 fn assert_all_stored_as(s: &mut Server, n: usize, api_version: &str) {
-    let stored = stored_versions(s);
+    let stored = s.stored_shootstate_versions();
     assert_eq!(stored.len(), n, "{stored:?}");
     let stale: Vec<_> = stored.iter().filter(|(_, v)| *v != api_version).collect();
     assert!(stale.is_empty(), "not stored as {api_version}: {stale:?}");

@@ -90,6 +90,18 @@ fn cluster(minor: u32, apiservices: Vec<Value>) -> Cluster {
 
 /// `DRY_RUN=1 scripts/deploy.sh` against the cluster: the APIServices it would apply, and its stderr.
 fn deploy_dry_run(cluster: &Cluster) -> (Vec<String>, String) {
+    let (docs, stderr) = render(cluster, "aggregated");
+    let mut names: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "APIService")
+        .map(|d| d["metadata"]["name"].as_str().expect("name").to_string())
+        .collect();
+    names.sort();
+    (names, stderr)
+}
+
+/// `DRY_RUN=1 FORM=<form> scripts/deploy.sh` against the cluster: the objects it would apply, and its stderr.
+fn render(cluster: &Cluster, form: &str) -> (Vec<Value>, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("certs");
     let out = Command::new(BIN).args(["certs", "--cert-dir"]).arg(&certs).output().expect("certs");
@@ -100,20 +112,69 @@ fn deploy_dry_run(cluster: &Cluster) -> (Vec<String>, String) {
         .env("DRY_RUN", "1")
         .env("KUBECONFIG", cluster.proxy.kubeconfig())
         .env("MIGRATION_APISERVER", BIN)
+        .env("FORM", form)
         .env_remove("IN_TREE_GROUPS")
         .output()
         .expect("deploy.sh");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "deploy.sh: {stderr}");
     let stdout = String::from_utf8(out.stdout).expect("utf8");
-    let mut names: Vec<String> = stdout
-        .split("\n---\n")
-        .map(|d| serde_yaml_ng::from_str::<Value>(d).expect("YAML"))
-        .filter(|d| d["kind"] == "APIService")
+    let docs = stdout.split("\n---\n").map(|d| serde_yaml_ng::from_str::<Value>(d).expect("YAML")).collect();
+    (docs, stderr)
+}
+
+/// The CRDs a CRD-form rendering installs, and the groups its webhook configurations' rules name.
+fn crds_and_webhook_groups(docs: &[Value]) -> (Vec<String>, Vec<String>) {
+    let mut crds: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
         .map(|d| d["metadata"]["name"].as_str().expect("name").to_string())
         .collect();
-    names.sort();
-    (names, stderr)
+    crds.sort();
+    let mut groups: Vec<String> = docs
+        .iter()
+        .filter(|d| d["metadata"]["name"] == "migration-apiserver")
+        .filter(|d| d["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")))
+        .flat_map(|d| d["webhooks"].as_array().cloned().unwrap_or_default())
+        .flat_map(|w| w["rules"].as_array().cloned().unwrap_or_default())
+        .flat_map(|r| r["apiGroups"].as_array().cloned().unwrap_or_default())
+        .filter_map(|g| g.as_str().map(String::from))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    (crds, groups)
+}
+
+#[test]
+fn the_crd_form_leaves_out_the_group_where_the_cluster_serves_it() {
+    let all = ["core.gardener.cloud", "migration.k8s.io", "storagemigration.k8s.io"];
+    // 1.34: every CRD, and webhook rules for every group.
+    let (docs, stderr) = render(&cluster(34, vec![]), "crds");
+    let (crds, groups) = crds_and_webhook_groups(&docs);
+    assert_eq!(crds.len(), 4, "{crds:?}");
+    assert!(crds.contains(&format!("storageversionmigrations.{GROUP}")), "{crds:?}");
+    assert_eq!(groups, all, "{stderr}");
+    assert!(!stderr.contains("skipping"), "{stderr}");
+    // ... also when our CRDs are already there (kube-apiserver keeps an APIService labelled for CRDs).
+    let mut crd_apiservice = local_apiservice("v1", 1000, 15);
+    crd_apiservice["metadata"]["labels"] = json!({"kube-aggregator.kubernetes.io/automanaged": "true"});
+    let (docs, stderr) = render(&cluster(34, vec![crd_apiservice]), "crds");
+    assert_eq!(crds_and_webhook_groups(&docs), (crds.clone(), groups.clone()), "{stderr}");
+    // 1.37 serving the group: neither its CRD nor webhook rules that would sit in the way of the built-in API.
+    let c = cluster(37, vec![local_apiservice("v1", 15800, 15)]);
+    let (docs, stderr) = render(&c, "crds");
+    let (crds_37, groups_37) = crds_and_webhook_groups(&docs);
+    assert_eq!(crds_37.len(), 3, "{crds_37:?}");
+    assert!(!crds_37.iter().any(|c| c.ends_with(GROUP)), "{crds_37:?}");
+    assert_eq!(groups_37, all[..2], "{stderr}");
+    assert!(
+        stderr.contains(
+            "skipping CustomResourceDefinition storageversionmigrations.storagemigration.k8s.io and its webhook \
+             rules: the cluster serves storagemigration.k8s.io itself (APIService v1.storagemigration.k8s.io is local"
+        ),
+        "{stderr}"
+    );
+    assert_asked_version_and_apiservices(&c);
 }
 
 /// The deploy kit asked the cluster exactly what its RBAC-free and RBAC'd reads are: /version and a list.

@@ -36,7 +36,7 @@ fn heartbeat(st: &Value) -> String {
 /// The migrations of `qualified` (`<resource>.<group>`), oldest first by our sub-second annotation.
 fn migrations(s: &Server, qualified: &str) -> Vec<Value> {
     let (resource, group) = qualified.split_once('.').unwrap_or((qualified, ""));
-    let all = s.kubectl_json(&["get", "storageversionmigrations", "-o", "json"]);
+    let all = s.kubectl_json(&["get", "storageversionmigrations.migration.k8s.io", "-o", "json"]);
     let mut ms: Vec<Value> = all["items"]
         .as_array()
         .cloned()
@@ -382,7 +382,7 @@ fn migrate_command_requests_migrations() {
 
     let out = migrate_cli(&s, &["--resource", SS]);
     let first = created_migration(&out);
-    let m = s.kubectl_json(&["get", "storageversionmigration", &first, "-o", "json"]);
+    let m = s.kubectl_json(&["get", "storageversionmigrations.migration.k8s.io", &first, "-o", "json"]);
     assert!(first.starts_with("shootstates.core.gardener.cloud-"), "{first}");
     assert_eq!(
         m["spec"]["resource"],
@@ -398,7 +398,7 @@ fn migrate_command_requests_migrations() {
     // --all: the resources served in two or more group-versions here, counted by resource name over all groups as
     // upstream's initializer counts: shootstates (v1alpha1, v1beta1) and storageversionmigrations
     // (migration.k8s.io/v1alpha1, storagemigration.k8s.io/v1 and v1beta1), the latter at its first group in
-    // discovery order. It supersedes the unfinished first one.
+    // discovery order (storagemigration.k8s.io: highest groupPriorityMinimum). It supersedes the unfinished first one.
     let out = migrate_cli(&s, &["--all", "--target-kubeconfig", s.kubeconfig().to_str().expect("path")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -410,12 +410,13 @@ fn migrate_command_requests_migrations() {
         "{stdout}"
     );
     assert!(
-        lines[1].starts_with("storageversionmigration.migration.k8s.io/storageversionmigrations.migration.k8s.io-"),
+        lines[1]
+            .starts_with("storageversionmigration.migration.k8s.io/storageversionmigrations.storagemigration.k8s.io-"),
         "{stdout}"
     );
     let second = name(migrations(&s, SS).last().expect("second"));
     assert_ne!(second, first);
-    let old = s.kubectl_json(&["get", "storageversionmigration", &first, "-o", "json"]);
+    let old = s.kubectl_json(&["get", "storageversionmigrations.migration.k8s.io", &first, "-o", "json"]);
     let (reason, message) = condition(&old, "Failed").unwrap_or_else(|| panic!("not superseded: {old}"));
     assert_eq!(reason, "Superseded");
     assert!(message.contains(&second), "{message}");

@@ -6,12 +6,11 @@ use crate::api::storagemigration::{
 };
 use crate::scheduler::migrator::{Migration, MigrationApi, MigrationKey};
 use crate::scheduler::trigger::{
-    discover, migratable_resources, request_migrations, resolve_resource, DiscoveredResource, MigrateRequest,
-    OwnObjects, ANNOTATION_REASON, WHY_BY_HAND,
+    request_migrations, wanted_resources, MigrateRequest, OwnObjects, ANNOTATION_REASON, WHY_BY_HAND,
 };
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use kube::api::{Api, PostParams};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -20,8 +19,6 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(500);
 /// How often `--wait` prints a line per migration when the output is not a terminal (and at every phase change).
 const LINE_EVERY: Duration = Duration::from_secs(5);
-/// Discovery reads of `migrate --api storagemigration.k8s.io/...`.
-const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The API `migrate` requests migrations through.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,17 +29,21 @@ pub enum RequestApi {
     InTree { version: String },
 }
 
+/// An `--api` value other than the three served.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unsupported API {0:?}: one of migration.k8s.io/v1alpha1, storagemigration.k8s.io/v1, storagemigration.k8s.io/v1beta1"
+)]
+pub struct UnsupportedApi(String);
+
 /// `--api`'s values.
-pub fn parse_api(s: &str) -> Result<RequestApi, String> {
+pub fn parse_api(s: &str) -> Result<RequestApi, UnsupportedApi> {
     match s {
         "migration.k8s.io/v1alpha1" => Ok(RequestApi::Ours),
         "storagemigration.k8s.io/v1" | "storagemigration.k8s.io/v1beta1" => {
             Ok(RequestApi::InTree { version: s.trim_start_matches("storagemigration.k8s.io/").to_string() })
         }
-        _ => Err(format!(
-            "unsupported API {s:?}: one of migration.k8s.io/v1alpha1, storagemigration.k8s.io/v1, \
-             storagemigration.k8s.io/v1beta1"
-        )),
+        _ => Err(UnsupportedApi(s.to_string())),
     }
 }
 
@@ -129,26 +130,7 @@ async fn request_in_tree(
     version: &str,
     request: &MigrateRequest,
 ) -> anyhow::Result<Vec<MigrationKey>> {
-    let discovery = discover(target, DISCOVERY_TIMEOUT).await?;
-    let wanted: Vec<DiscoveredResource> = match request {
-        MigrateRequest::Resources(names) => {
-            let mut out = Vec::new();
-            for n in names {
-                out.push(resolve_resource(&discovery, n)?.clone());
-            }
-            out
-        }
-        MigrateRequest::All => {
-            if !discovery.failed.is_empty() {
-                anyhow::bail!(
-                    "discovery failed for some groups, refusing to guess what to migrate: {:?}",
-                    discovery.failed
-                );
-            }
-            let (crds, aggregated) = crd_and_aggregated_groups(target).await?;
-            migratable_resources(&discovery, &crds, &aggregated)
-        }
-    };
+    let wanted = wanted_resources(target, request).await?;
     // Created through the version asked for: the server converts to its storage version.
     let url =
         format!("/apis/{}/{version}/{}", crate::api::storagemigration::GROUP, crate::api::storagemigration::PLURAL);
@@ -169,26 +151,6 @@ async fn request_in_tree(
         created.push(MigrationKey { api: MigrationApi::InTree, name });
     }
     Ok(created)
-}
-
-/// Groups of the target's CRDs and of its aggregated APIs (an APIService with spec.service): `--all` leaves them
-/// out, as the trigger's initializer does.
-async fn crd_and_aggregated_groups(target: &kube::Client) -> anyhow::Result<(BTreeSet<String>, BTreeSet<String>)> {
-    let list = |path: &'static str| async move {
-        let req = kube::core::Request::new(path).list(&Default::default())?;
-        match target.request::<serde_json::Value>(req).await {
-            Ok(v) => Ok(v["items"].as_array().cloned().unwrap_or_default()),
-            Err(e) if crate::scheduler::api_reason(&e) == Some(crate::error::StatusReason::NotFound) => Ok(Vec::new()),
-            Err(e) => Err(anyhow::Error::from(e)),
-        }
-    };
-    let crds = list("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").await?;
-    let services = list("/apis/apiregistration.k8s.io/v1/apiservices").await?;
-    let group = |v: &serde_json::Value, at: &str| v[at]["group"].as_str().map(str::to_string);
-    Ok((
-        crds.iter().filter_map(|c| group(c, "spec")).collect(),
-        services.iter().filter(|s| s["spec"]["service"].is_object()).filter_map(|s| group(s, "spec")).collect(),
-    ))
 }
 
 /// Both APIs' migrations, as `--wait` reads them.

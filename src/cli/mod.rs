@@ -205,7 +205,7 @@ pub struct ManifestsArgs {
 /// `manifests`: every generated file (see `server::manifests`), written and its path printed.
 pub fn manifests(args: ManifestsArgs) -> anyhow::Result<()> {
     let kinds = kinds(&HashMap::new())?;
-    for (path, content) in crate::server::manifests::all(&kinds)? {
+    for (path, content) in crate::server::manifests::generate::all(&kinds)? {
         let path = args.output_dir.join(path);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;

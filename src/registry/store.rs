@@ -6,7 +6,7 @@
 use super::managed::shape::Shape;
 use super::strategy::{
     kind_schemas, note_unknown, path_string, Admit, Column, Defaulted, Kind, KindInfo, KindStatus, Strategy,
-    Subresource, Validated,
+    Subresource, Validated, WithTypeMeta,
 };
 use super::{
     check_namespace, decode, steps, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation,
@@ -15,7 +15,6 @@ use super::{
 use crate::error::{ApiError, ApiResult};
 use crate::storage::{KeyValue, Storage, StorageError};
 use bytes::Bytes;
-use serde::Serialize;
 use serde_json::Value;
 use std::marker::PhantomData;
 
@@ -32,16 +31,6 @@ impl<K: Kind> Store<K> {
         let (root, defs) = kind_schemas::<K>();
         Store { storage_version: storage_version.to_string(), shape: Shape::of_kind(&root, &defs), _k: PhantomData }
     }
-}
-
-/// An object with its apiVersion and kind (the typed structs do not carry them), as it is encoded.
-#[derive(Serialize)]
-pub(super) struct WithTypeMeta<'a, K> {
-    #[serde(rename = "apiVersion")]
-    pub(super) api_version: &'a str,
-    pub(super) kind: &'a str,
-    #[serde(flatten)]
-    pub(super) object: &'a K,
 }
 
 /// A request's object decoded into the kind's type, and the fields the decoder did not know, sorted; a value of

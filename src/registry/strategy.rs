@@ -215,11 +215,7 @@ impl<K: Kind> StoredAs<K> {
                 let info = S::info();
                 let api_version = info.api_version(info.versions[0]);
                 let stored = S::from(obj.clone());
-                serde_json::to_vec(&super::store::WithTypeMeta {
-                    api_version: &api_version,
-                    kind: info.kind,
-                    object: &stored,
-                })
+                serde_json::to_vec(&WithTypeMeta { api_version: &api_version, kind: info.kind, object: &stored })
             },
         }
     }
@@ -405,4 +401,14 @@ pub(super) fn kind_schemas<K: Kind>() -> (String, Map<String, Value>) {
     let _ = generator.subschema_for::<DeleteOptions>();
     let defs = generator.take_definitions(true);
     (K::schema_name().to_string(), defs)
+}
+
+/// An object with its apiVersion and kind (the typed structs do not carry them), as it is encoded.
+#[derive(serde::Serialize)]
+pub(super) struct WithTypeMeta<'a, K> {
+    #[serde(rename = "apiVersion")]
+    pub(super) api_version: &'a str,
+    pub(super) kind: &'a str,
+    #[serde(flatten)]
+    pub(super) object: &'a K,
 }

@@ -12,6 +12,7 @@ pub mod key_rotation;
 pub mod metrics;
 pub mod migrator;
 pub mod ratelimit;
+pub mod registered_triggers;
 pub mod report;
 pub mod state_metrics;
 pub mod trigger;
@@ -125,7 +126,7 @@ pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Resu
 /// Starts the part of the scheduler every replica runs: the triggers' replica parts (none with
 /// `--disable-trigger`).
 pub fn start_replica(
-    triggers: &triggers::Triggers,
+    triggers: &registered_triggers::Triggers,
     ctx: &triggers::TriggerContext,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     triggers.start_replicas(ctx)
@@ -135,7 +136,7 @@ pub fn start_replica(
 /// process ends or the returned tasks are aborted, as a replica that loses leadership does at once. Events go to
 /// the target: this server standalone, the cluster's kube-apiserver in cluster mode (our APIService serves none).
 pub fn start(
-    triggers: &triggers::Triggers,
+    triggers: &registered_triggers::Triggers,
     ctx: &triggers::TriggerContext,
     metrics: std::sync::Arc<metrics::SchedulerMetrics>,
 ) -> Vec<tokio::task::JoinHandle<()>> {

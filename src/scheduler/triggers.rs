@@ -1,7 +1,7 @@
 //! Triggers: what requests StorageVersionMigrations. A trigger is one module that says what it watches (its
 //! replica part, run on every replica: observing the target and reporting into StorageStates) and what it decides
 //! (its leader part, run by the elected leader only), and brings its own `serve` flags; it is registered by one
-//! line in [`triggers!`] below. The migrator runs whatever migrations the triggers request.
+//! line in `registered_triggers.rs`. The migrator runs whatever migrations the triggers request.
 
 use super::events::EventRecorder;
 use super::trigger::OwnObjects;
@@ -38,62 +38,4 @@ pub trait Trigger: Send + Sync {
 /// A trigger's own flags: the trigger they configure, `None` when they disable it.
 pub trait TriggerFlags {
     fn trigger(&self) -> Option<Box<dyn Trigger>>;
-}
-
-/// Declares the registered triggers: each one's flags (a `clap::Args`), flattened into `serve`'s.
-macro_rules! triggers {
-    ($($field:ident: $flags:ty),* $(,)?) => {
-        /// Every registered trigger's flags.
-        #[derive(clap::Args, Debug, Clone)]
-        pub struct TriggerArgs {
-            $(
-                #[command(flatten)]
-                pub $field: $flags,
-            )*
-        }
-
-        impl TriggerArgs {
-            /// The triggers the flags enable, in registration order.
-            pub fn triggers(&self) -> Vec<Box<dyn Trigger>> {
-                [$(TriggerFlags::trigger(&self.$field)),*].into_iter().flatten().collect()
-            }
-        }
-    };
-}
-
-triggers! {
-    storage_version: super::trigger::StorageVersionFlags,
-    key_rotation: super::key_rotation::KeyRotationFlags,
-    cluster_key_rotation: super::cluster_encryption::ClusterKeyRotationFlags,
-}
-
-/// The running triggers of this process.
-pub struct Triggers(Vec<std::sync::Arc<dyn Trigger>>);
-
-impl Triggers {
-    pub fn new(triggers: Vec<Box<dyn Trigger>>) -> Self {
-        Triggers(triggers.into_iter().map(std::sync::Arc::from).collect())
-    }
-
-    /// Starts every trigger's replica part.
-    pub fn start_replicas(&self, ctx: &TriggerContext) -> Vec<JoinHandle<()>> {
-        self.0.iter().filter_map(|t| t.start_replica(ctx)).collect()
-    }
-
-    /// Starts every trigger's leader part.
-    pub fn start_leaders(&self, ctx: &TriggerContext, events: &EventRecorder) -> Vec<JoinHandle<()>> {
-        self.0
-            .iter()
-            .filter_map(|t| {
-                tracing::debug!(trigger = t.name(), "trigger: leader part started");
-                t.start_leader(ctx, events)
-            })
-            .collect()
-    }
-}
-
-impl Clone for Triggers {
-    fn clone(&self) -> Self {
-        Triggers(self.0.clone())
-    }
 }

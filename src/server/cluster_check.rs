@@ -100,6 +100,10 @@ impl ClusterVersion {
 pub enum Backend {
     /// No `spec.service`: kube-apiserver serves the group version itself.
     Local,
+    /// No `spec.service`, labelled `kube-aggregator.kubernetes.io/automanaged: "true"`: kube-apiserver's
+    /// crdregistration controller keeps it for a group of CustomResourceDefinitions (the built-in groups' are
+    /// `onstart`; kubernetes `staging/src/k8s.io/kube-aggregator/pkg/controllers/autoregister`).
+    CustomResources,
     Service {
         namespace: String,
         name: String,
@@ -111,6 +115,11 @@ impl Backend {
         Backend::Service { namespace: namespace.to_string(), name: name.to_string() }
     }
 }
+
+/// The label kube-apiserver's autoregister controller puts on the APIServices it manages, and its value for the
+/// ones kept for CustomResourceDefinitions.
+const AUTOMANAGED_LABEL: &str = "kube-aggregator.kubernetes.io/automanaged";
+const MANAGED_CONTINUOUSLY: &str = "true";
 
 /// An APIService of the cluster, as far as the decision goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,6 +136,11 @@ impl From<&APIService> for ExistingApiService {
         let backend = match spec.service {
             Some(s) => {
                 Backend::Service { namespace: s.namespace.unwrap_or_default(), name: s.name.unwrap_or_default() }
+            }
+            None if a.metadata.labels.as_ref().and_then(|l| l.get(AUTOMANAGED_LABEL)).map(String::as_str)
+                == Some(MANAGED_CONTINUOUSLY) =>
+            {
+                Backend::CustomResources
             }
             None => Backend::Local,
         };
@@ -148,12 +162,14 @@ pub enum Claimed {
     Release { group: String, version: String, git_version: String, since: (u32, u32) },
     /// Another aggregated server is registered for a version of the group.
     OtherServer { group: String, apiservice: String, namespace: String, service: String },
+    /// CustomResourceDefinitions serve the group (ours in the CRD form, or someone else's).
+    CustomResources { group: String, apiservice: String },
 }
 
 impl Claimed {
     /// kube-apiserver itself serves the group (not another aggregated server).
     pub fn by_the_cluster(&self) -> bool {
-        !matches!(self, Claimed::OtherServer { .. })
+        !matches!(self, Claimed::OtherServer { .. } | Claimed::CustomResources { .. })
     }
 }
 
@@ -171,6 +187,11 @@ impl fmt::Display for Claimed {
             Claimed::OtherServer { group, apiservice, namespace, service } => {
                 write!(f, "APIService {apiservice} registers {group} for another server (Service {namespace}/{service})")
             }
+            Claimed::CustomResources { group, apiservice } => write!(
+                f,
+                "CustomResourceDefinitions serve {group} (APIService {apiservice} is kube-apiserver's for CRDs; \
+                 delete the group's CRDs first to serve it aggregated)"
+            ),
         }
     }
 }
@@ -200,12 +221,15 @@ impl ClusterFacts {
         }))
     }
 
-    /// Whether `group` is claimed by the cluster or another server; our own APIServices (`ours`) never count.
-    /// A concrete APIService goes first: it names what is there.
+    /// Whether `group` is claimed by the cluster, another server or CRDs; our own APIServices (`ours`) never
+    /// count. A concrete APIService goes first: it names what is there.
     pub fn claimed(&self, group: &InTreeGroup, ours: &Backend) -> Option<Claimed> {
         let in_group = || self.apiservices.iter().filter(|a| a.group == group.group);
         if let Some(local) = in_group().find(|a| a.backend == Backend::Local) {
             return Some(Claimed::LocalApiService { group: group.group.into(), apiservice: local.name.clone() });
+        }
+        if let Some(crds) = in_group().find(|a| a.backend == Backend::CustomResources) {
+            return Some(Claimed::CustomResources { group: group.group.into(), apiservice: crds.name.clone() });
         }
         if let Some(other) = in_group().find(|a| &a.backend != ours) {
             let Backend::Service { namespace, name } = &other.backend else { return None };
@@ -227,6 +251,17 @@ impl ClusterFacts {
     /// The deploy kit's decision for our APIService of `group`: None to register it, else why not.
     pub fn skip_reason(&self, group: &str, ours: &Backend) -> Option<Claimed> {
         in_tree_group(group).and_then(|g| self.claimed(g, ours))
+    }
+
+    /// The deploy kit's decision for our CRDs of `group` (the CRD form): None to install them, else why not.
+    /// CRDs serving the group already are taken for ours (installing again updates them).
+    pub fn crd_skip_reason(&self, group: &str, ours: &Backend) -> Option<Claimed> {
+        let g = in_tree_group(group)?;
+        let others = ClusterFacts {
+            version: self.version.clone(),
+            apiservices: self.apiservices.iter().filter(|a| a.backend != Backend::CustomResources).cloned().collect(),
+        };
+        others.claimed(g, ours)
     }
 
     /// Our APIServices that hide a group the cluster serves itself, with why.
@@ -394,6 +429,34 @@ mod tests {
         let other = facts(34, vec![apiservice("v1", Backend::service("x", "other"))]);
         assert!(matches!(other.skip_reason(GROUP, &ours()), Some(Claimed::OtherServer { .. })));
         assert!(other.hidden_by_ours(&ours()).is_empty(), "another server's APIService is not ours to delete");
+    }
+
+    #[test]
+    fn crds_of_the_group_are_neither_the_cluster_nor_in_the_way_of_our_crds() {
+        let crds = facts(34, vec![apiservice("v1", Backend::CustomResources)]);
+        let why = crds.skip_reason(GROUP, &ours()).expect("our APIServices would hide the CRDs");
+        assert!(matches!(why, Claimed::CustomResources { .. }) && !why.by_the_cluster(), "{why}");
+        assert_eq!(crds.crd_skip_reason(GROUP, &ours()), None, "installing our CRDs again updates them");
+        // The CRD form still steps aside for the cluster's own API.
+        assert!(matches!(facts(37, vec![]).crd_skip_reason(GROUP, &ours()), Some(Claimed::Release { .. })));
+        let local = facts(35, vec![apiservice("v1beta1", Backend::Local), apiservice("v1", Backend::CustomResources)]);
+        assert!(matches!(local.crd_skip_reason(GROUP, &ours()), Some(Claimed::LocalApiService { .. })));
+    }
+
+    #[test]
+    fn the_crd_label_tells_crd_apiservices_from_built_in_ones() {
+        let api = |label: Option<&str>| {
+            let labels = label.map(|v| [(AUTOMANAGED_LABEL.to_string(), v.to_string())].into());
+            let a = APIService {
+                metadata: kube::api::ObjectMeta { name: Some(format!("v1.{GROUP}")), labels, ..Default::default() },
+                spec: Some(Default::default()),
+                status: None,
+            };
+            ExistingApiService::from(&a).backend
+        };
+        assert_eq!(api(Some("true")), Backend::CustomResources);
+        assert_eq!(api(Some("onstart")), Backend::Local);
+        assert_eq!(api(None), Backend::Local);
     }
 
     #[test]

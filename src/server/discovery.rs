@@ -3,6 +3,7 @@
 
 use crate::api::storage_version_hash;
 use crate::registry::strategy::{Strategy, Subresource};
+use crate::server::manifests::apiservice::group_priority_minimum;
 use crate::server::negotiate::parse_accept;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery, ListMeta, ObjectMeta,
@@ -253,13 +254,17 @@ impl Discovery {
         let mut gv = group_versions(kinds);
         // The core group is discovered under /api, never listed in /apis.
         let core = gv.remove("").unwrap_or_default();
+        // Groups in the aggregator's order (groupPriorityMinimum of our APIServices, highest first, then by name),
+        // so that a bare resource name means the same group standalone as through a cluster's aggregator.
+        let mut gv: Vec<_> = gv.into_iter().collect();
+        gv.sort_by_key(|(g, _)| (std::cmp::Reverse(group_priority_minimum(g)), *g));
         let group_list = Doc::new(&APIGroupList { groups: gv.iter().map(|(g, vs)| api_group(g, vs)).collect() });
         let mut groups = BTreeMap::new();
         let mut resource_lists = BTreeMap::new();
         for (g, vs) in &gv {
             groups.insert(g.to_string(), Doc::new(&api_group(g, vs)));
         }
-        for (g, vs) in gv.iter().chain((!core.is_empty()).then_some((&"", &core))) {
+        for (g, vs) in gv.iter().chain((!core.is_empty()).then_some(&("", core.clone()))) {
             for v in vs {
                 resource_lists.insert((g.to_string(), v.to_string()), Doc::new(&resource_list(kinds, g, v)));
             }

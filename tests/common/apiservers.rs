@@ -17,8 +17,17 @@ const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-system/l
 /// `sha256:` and the hex SHA-256 of `bytes`: kube-apiserver's `apiserver_id_hash` of an ID, and the `hash` of an
 /// EncryptionConfiguration file's bytes.
 pub fn sha256_label(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    format!("sha256:{}", d.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!("sha256:{}", hex_sha256(bytes))
+}
+
+/// The `hash` label of `apiserver_encryption_config_controller_last_config_info` for a config file's bytes, as
+/// k8s.io/apiserver's `computeEncryptionConfigHash` makes it.
+pub fn config_hash_label(bytes: &[u8]) -> String {
+    format!("k8s:enc:unstable:1:{}", hex_sha256(bytes))
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[derive(Clone, Debug)]

@@ -212,6 +212,22 @@ impl Server {
         });
     }
 
+    /// Stops the server; `namespace/name` -> stored apiVersion of every ShootState (`storage inspect`).
+    pub fn stored_shootstate_versions(&mut self) -> std::collections::BTreeMap<String, String> {
+        const PREFIX: &str = "/registry/core.gardener.cloud/shootstates/";
+        self.stop();
+        let v = self.storage_inspect(&["--prefix", PREFIX]);
+        v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|e| {
+                let key = e["key"].as_str().unwrap_or("");
+                (key.trim_start_matches(PREFIX).to_string(), e["apiVersion"].as_str().unwrap_or("").to_string())
+            })
+            .collect()
+    }
+
     /// `storage inspect <args> -o json` of this (stopped) server's embedded store; it must succeed; its answer.
     pub fn storage_inspect(&self, args: &[&str]) -> serde_json::Value {
         let out = Command::new(BIN)

@@ -126,22 +126,9 @@ fn parse_group_version(gv: &str) -> Result<(&str, &str), UnexpectedGroupVersion<
 struct UnexpectedGroupVersion<'a>(&'a str);
 
 /// A reference as apimachinery puts a struct in an Invalid message: `encoding/json` of the Go struct (field order
-/// kind, name, apiVersion; apiVersion omitted when empty), which escapes HTML characters and the JavaScript line
-/// separators that serde_json leaves as they are. Those can only occur inside strings here, so replacing them is safe.
+/// kind, name, apiVersion; apiVersion omitted when empty, as the struct's serde attributes give).
 fn go_json(reference: &CrossVersionObjectReference) -> String {
-    let json = serde_json::to_string(reference).unwrap_or_default();
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::error::go_json(reference)
 }
 
 #[cfg(test)]

@@ -179,9 +179,7 @@ struct GoCondition<'a> {
     message: &'a str,
 }
 
-/// The conditions as apimachinery puts them in an Invalid message: `encoding/json` of the Go slice, which also
-/// escapes HTML characters and the JavaScript line separators that serde_json leaves as they are (only inside
-/// strings here, so replacing them is safe).
+/// The conditions as apimachinery puts them in an Invalid message: `encoding/json` of the Go slice.
 fn go_json_conditions(conditions: &[Condition]) -> String {
     let go: Vec<GoCondition<'_>> = conditions
         .iter()
@@ -194,18 +192,7 @@ fn go_json_conditions(conditions: &[Condition]) -> String {
             message: &c.message,
         })
         .collect();
-    let json = serde_json::to_string(&go).unwrap_or_default();
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
+    let out = crate::error::go_json(&go);
     if out == "[]" && conditions.is_empty() {
         // A nil Go slice.
         return "null".into();

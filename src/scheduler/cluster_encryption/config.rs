@@ -8,22 +8,46 @@ use std::path::Path;
 /// The copy could not be read or is not an EncryptionConfiguration.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
-    #[error("reading the EncryptionConfiguration copy {path}: {message}")]
-    Read { path: String, message: String },
-    #[error("the EncryptionConfiguration copy {path} is not valid: {message}")]
-    Parse { path: String, message: String },
+    #[error("reading the EncryptionConfiguration copy {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("the EncryptionConfiguration copy {path} is not valid: {problem}")]
+    Parse { path: String, problem: CopyProblem },
 }
 
-/// The hash kube-apiserver 1.34+ reports in `apiserver_encryption_config_controller_last_config_info{hash}`:
-/// `sha256:` and the hex SHA-256 of the file's bytes, as k8s.io/apiserver computes the config content hash it hands
-/// to pkg/server/options/encryptionconfig/metrics (RecordEncryptionConfigLastConfigInfo; see its metrics_test.go:
-/// `sha256:6bc9f4…` for testdata/ec_config.yaml).
-pub fn config_hash(bytes: &[u8]) -> String {
+/// What is wrong with a copy's content.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyProblem {
+    #[error("{0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error("resources[{index}]: no providers")]
+    NoProviders { index: usize },
+    #[error("resources[{index}]: {problem}")]
+    Provider { index: usize, problem: ProviderProblem },
+}
+
+/// What is wrong with the first provider of an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderProblem {
+    #[error("an empty provider")]
+    Empty,
+    #[error("a provider name must be a string")]
+    NameNotString,
+    #[error("{0}: no first key name")]
+    NoKeyName(String),
+    #[error("kms: no name")]
+    NoKmsName,
+    #[error("unknown provider {0:?}")]
+    Unknown(String),
+}
+
+/// `sha256:` and the hex SHA-256 of `bytes`: the form of the `apiserver_id_hash` label (k8s.io/apiserver
+/// pkg/server/options/encryptionconfig/metrics `getHash`).
+pub fn sha256_label(bytes: &[u8]) -> String {
     format!("sha256:{}", hex(&Sha256::digest(bytes)))
 }
 
-/// The hex digest of a reported hash, whatever its prefix: releases before the metric's `sha256:` form used
-/// `k8s:enc:unstable:1:<hex>` internally, and comparing the digests keeps a copy matching either.
+/// The hex digest of a reported hash, whatever its prefix (`k8s:enc:unstable:1:`, none in earlier releases, or
+/// `sha256:`): comparing digests keeps a copy matching any of them.
 pub fn digest_of(hash: &str) -> &str {
     hash.rsplit(':').next().unwrap_or(hash)
 }
@@ -56,19 +80,21 @@ pub struct ConfigCopy {
 
 impl ConfigCopy {
     pub fn read(path: &Path) -> Result<ConfigCopy, CopyError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| CopyError::Read { path: path.display().to_string(), message: e.to_string() })?;
-        Self::parse(&bytes).map_err(|message| CopyError::Parse { path: path.display().to_string(), message })
+        let bytes =
+            std::fs::read(path).map_err(|source| CopyError::Read { path: path.display().to_string(), source })?;
+        Self::parse(&bytes).map_err(|problem| CopyError::Parse { path: path.display().to_string(), problem })
     }
 
-    fn parse(bytes: &[u8]) -> Result<ConfigCopy, String> {
-        let file: File = serde_yaml_ng::from_slice(bytes).map_err(|e| e.to_string())?;
+    fn parse(bytes: &[u8]) -> Result<ConfigCopy, CopyProblem> {
+        let file: File = serde_yaml_ng::from_slice(bytes)?;
         let mut entries = Vec::new();
-        for (i, e) in file.resources.iter().enumerate() {
-            let first = e.providers.first().ok_or_else(|| format!("resources[{i}]: no providers"))?;
-            entries.push((e.resources.clone(), write_key(first).map_err(|m| format!("resources[{i}]: {m}"))?));
+        for (index, e) in file.resources.iter().enumerate() {
+            let first = e.providers.first().ok_or(CopyProblem::NoProviders { index })?;
+            let key = write_key(first).map_err(|problem| CopyProblem::Provider { index, problem })?;
+            entries.push((e.resources.clone(), key));
         }
-        Ok(ConfigCopy { hash: config_hash(bytes), entries })
+        // The `hash` label kube-apiserver reports in `..._last_config_info` for this file (the same hash as ours).
+        Ok(ConfigCopy { hash: crate::storage::encryption::content_hash(bytes), entries })
     }
 
     /// What writes `resource` of `group`: `identity`, `aescbc:v1:key2`, `kms:v2:vault`…; the first entry whose
@@ -97,21 +123,21 @@ fn pattern_matches(pattern: &str, resource: &str, group: &str) -> bool {
 }
 
 /// The write key of one provider, in the label form of stored values' prefixes (`k8s:enc:aescbc:v1:key2:`).
-fn write_key(provider: &serde_yaml_ng::Mapping) -> Result<String, String> {
-    let (name, config) = provider.iter().next().ok_or("an empty provider")?;
-    let name = name.as_str().ok_or("a provider name must be a string")?;
+fn write_key(provider: &serde_yaml_ng::Mapping) -> Result<String, ProviderProblem> {
+    let (name, config) = provider.iter().next().ok_or(ProviderProblem::Empty)?;
+    let name = name.as_str().ok_or(ProviderProblem::NameNotString)?;
     match name {
         "identity" => Ok("identity".into()),
         "aesgcm" | "aescbc" | "secretbox" => {
-            let key = config["keys"][0]["name"].as_str().ok_or_else(|| format!("{name}: no first key name"))?;
+            let key = config["keys"][0]["name"].as_str().ok_or_else(|| ProviderProblem::NoKeyName(name.into()))?;
             Ok(format!("{name}:v1:{key}"))
         }
         "kms" => {
-            let kms = config["name"].as_str().ok_or("kms: no name")?;
+            let kms = config["name"].as_str().ok_or(ProviderProblem::NoKmsName)?;
             let version = config["apiVersion"].as_str().unwrap_or("v1");
             Ok(format!("kms:{version}:{kms}"))
         }
-        other => Err(format!("unknown provider {other:?}")),
+        other => Err(ProviderProblem::Unknown(other.into())),
     }
 }
 
@@ -152,7 +178,7 @@ resources:
     fn the_hash_is_sha256_of_the_bytes_with_its_prefix() {
         // k8s.io/apiserver metrics_test.go: testAPIServerID's hash.
         assert_eq!(
-            config_hash(b"testAPIServerID"),
+            sha256_label(b"testAPIServerID"),
             "sha256:14f9d63e669337ac6bfda2e2162915ee6a6067743eddd4e5c374b572f951ff37"
         );
         assert_eq!(digest_of("k8s:enc:unstable:1:abc"), "abc");

@@ -1,7 +1,7 @@
 //! The trigger's decisions, pure: from what the Leases and scrapes showed, the mounted copy, and what was recorded
 //! per resource, what to record and which resources to migrate.
 
-use super::config::ConfigCopy;
+use super::config::{ConfigCopy, CopyError};
 use super::observe::{same_hash, Observation};
 use std::collections::BTreeMap;
 
@@ -34,7 +34,7 @@ pub struct Plan {
 }
 
 /// The copy, as read this round: `None` without `--cluster-encryption-provider-config`.
-pub type CopyRead<'a> = Option<Result<&'a ConfigCopy, String>>;
+pub type CopyRead<'a> = Option<Result<&'a ConfigCopy, &'a CopyError>>;
 
 fn wait(observed: String) -> Plan {
     Plan { observed, waiting: true, steps: BTreeMap::new() }
@@ -84,7 +84,7 @@ pub fn plan(obs: &Observation, copy: CopyRead<'_>, resources: &BTreeMap<String, 
                 })
                 .collect(),
         },
-        Some(Err(e)) => wait(e),
+        Some(Err(e)) => wait(e.to_string()),
         Some(Ok(c)) if !same_hash(&c.hash, shared) => wait(format!(
             "all {n} live kube-apiservers report {shared}, the mounted copy is {}: waiting until they load the copy",
             c.hash

@@ -128,7 +128,7 @@ impl ClusterKeyRotation {
         };
         let live = observe::live_identities(&leases, Timestamp::now());
         let obs = observe::scrape(&ctx.target, &live, self.scrapes, ctx.config.request_timeout).await;
-        let copy = self.copy.as_deref().map(|p| ConfigCopy::read(p).map_err(|e| e.to_string()));
+        let copy = self.copy.as_deref().map(ConfigCopy::read);
         let mut names = self.resources.clone();
         if let Some(Ok(c)) = &copy {
             names.extend(c.named_resources());
@@ -147,7 +147,7 @@ impl ClusterKeyRotation {
             resources.insert(name.clone(), (resource.clone(), group.clone(), recorded(state.as_ref())));
             watched.push(Watched { name, resource, group, state });
         }
-        let plan = decide::plan(&obs, copy.as_ref().map(|c| c.as_ref().map_err(Clone::clone)), &resources);
+        let plan = decide::plan(&obs, copy.as_ref().map(Result::as_ref), &resources);
         if plan.observed != *last {
             if plan.waiting {
                 tracing::warn!(observed = %plan.observed, "cluster key rotation: waiting");

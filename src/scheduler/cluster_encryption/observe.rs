@@ -1,7 +1,7 @@
 //! Which kube-apiservers are live (their identity Leases) and which encryption config each one has loaded (its
 //! `/metrics`).
 
-use super::config::{config_hash, digest_of};
+use super::config::{digest_of, sha256_label};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -44,7 +44,7 @@ pub fn live_identities(leases: &[Lease], now: Timestamp) -> BTreeSet<String> {
 /// The `apiserver_id_hash` label kube-apiserver puts on its metrics for its ID: `sha256:` and the hex SHA-256 of
 /// the ID (k8s.io/apiserver pkg/server/options/encryptionconfig/metrics getHash).
 pub fn id_hash(apiserver_id: &str) -> String {
-    config_hash(apiserver_id.as_bytes())
+    sha256_label(apiserver_id.as_bytes())
 }
 
 /// The `(apiserver_id_hash, hash)` pairs of every `last_config_info` sample with value 1 in a Prometheus text

@@ -38,17 +38,14 @@ pub(super) fn items(list: &Option<Value>) -> impl Iterator<Item = &Value> {
     list.iter().flat_map(|l| l["items"].as_array().into_iter().flatten())
 }
 
-/// Requests migrations by hand: resolves the resources against `target`'s discovery (preferred version, current
-/// hash) and creates them in `store` exactly as the trigger would, superseding unfinished ones. Returns the names
-/// created.
-pub async fn request_migrations(
+/// The resources a request names, resolved against `target`'s discovery (preferred version, current hash).
+pub async fn wanted_resources(
     target: &kube::Client,
-    store: &OwnObjects,
     request: &MigrateRequest,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<DiscoveredResource>> {
     let timeout = Duration::from_secs(30);
     let discovery = discover(target, timeout).await?;
-    let wanted: Vec<DiscoveredResource> = match request {
+    Ok(match request {
         MigrateRequest::Resources(names) => {
             let mut out = Vec::new();
             for n in names {
@@ -67,7 +64,17 @@ pub async fn request_migrations(
             let aggregated = aggregated_groups(target, timeout).await?;
             migratable_resources(&discovery, &crds, &aggregated)
         }
-    };
+    })
+}
+
+/// Requests migrations by hand: resolves the resources ([`wanted_resources`]) and creates them in `store` exactly
+/// as the trigger would, superseding unfinished ones. Returns the names created.
+pub async fn request_migrations(
+    target: &kube::Client,
+    store: &OwnObjects,
+    request: &MigrateRequest,
+) -> anyhow::Result<Vec<String>> {
+    let wanted = wanted_resources(target, request).await?;
     let mut existing = store.list_migrations().await?;
     let mut created = Vec::new();
     for r in wanted {

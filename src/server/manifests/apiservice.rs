@@ -21,6 +21,11 @@ const GROUP_PRIORITY_MINIMUM: i32 = 1000;
 const IN_TREE_PRIORITIES: &[(&str, &str, i32, i32)] =
     &[("storagemigration.k8s.io", "v1", 15800, 15), ("storagemigration.k8s.io", "v1beta1", 15800, 9)];
 
+/// The groupPriorityMinimum of `group`'s APIServices, by which the aggregator orders groups in discovery.
+pub fn group_priority_minimum(group: &str) -> i32 {
+    IN_TREE_PRIORITIES.iter().find(|(g, ..)| *g == group).map_or(GROUP_PRIORITY_MINIMUM, |(_, _, p, _)| *p)
+}
+
 /// (groupPriorityMinimum, versionPriority) of `version`, the `index`th preferred of `count` versions of `group`.
 fn priorities(group: &str, version: &str, index: usize, count: usize) -> (i32, i32) {
     match IN_TREE_PRIORITIES.iter().find(|(g, v, _, _)| *g == group && *v == version) {

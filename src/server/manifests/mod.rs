@@ -15,14 +15,13 @@
 //! CSI webhooks) stays hand-written YAML.
 
 pub mod apiservice;
+pub mod generate;
 pub mod rbac;
 pub mod webhooks;
 
 use crate::registry::strategy::{Strategy, Subresource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
-use std::path::PathBuf;
-use std::sync::Arc;
 
 /// The first line of every generated file; a committed file starting with it must be among the generated ones.
 pub const GENERATED_HEADER: &str =
@@ -45,17 +44,6 @@ pub fn ca_injected_metadata(name: String) -> ObjectMeta {
         annotations: Some([(INJECT_CA_FROM.0.to_string(), INJECT_CA_FROM.1.to_string())].into()),
         ..Default::default()
     }
-}
-
-/// Why a manifest could not be generated.
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    #[error(transparent)]
-    Crd(#[from] super::crd::CrdError),
-    #[error(transparent)]
-    Yaml(#[from] serde_yaml_ng::Error),
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
 }
 
 /// The generated files of one directory: (file name, content).
@@ -89,39 +77,4 @@ pub fn resources_with_status(kind: &dyn Strategy) -> Vec<String> {
         resources.push(format!("{plural}/status"));
     }
     resources
-}
-
-/// Every generated file, by its path under the repository root.
-pub fn all(kinds: &[Arc<dyn Strategy>]) -> Result<Vec<(PathBuf, String)>, ManifestError> {
-    let dirs: [(&str, Files); 5] = [
-        ("manifests/crds", super::crd::files(kinds)?),
-        ("manifests/roles", super::roles::files(kinds)?),
-        ("apiservice", apiservice::files(kinds)?),
-        ("manifests/webhooks", webhooks::files(kinds)?),
-        ("manifests", rbac::files(kinds)?),
-    ];
-    let mut out = Vec::new();
-    for (dir, files) in dirs {
-        out.extend(files.into_iter().map(|(name, content)| (PathBuf::from(dir).join(name), content)));
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Generated files never clash, and each starts with the header the staleness check looks for.
-    #[test]
-    fn every_file_once_with_the_header() {
-        let kinds = crate::api::kinds(&Default::default()).expect("kinds");
-        let files = all(&kinds).expect("generate");
-        let mut paths: Vec<&PathBuf> = files.iter().map(|(p, _)| p).collect();
-        paths.sort();
-        paths.dedup();
-        assert_eq!(paths.len(), files.len());
-        for (path, content) in &files {
-            assert!(content.starts_with(GENERATED_HEADER), "{}", path.display());
-        }
-    }
 }

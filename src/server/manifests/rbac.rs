@@ -50,8 +50,17 @@ fn patch(kinds: &[Arc<dyn Strategy>]) -> Result<Patch, serde_json::Error> {
     Ok(Patch(ops))
 }
 
+/// Why the patch file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RbacFileError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+}
+
 /// The generated file of `manifests/`.
-pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Files, super::ManifestError> {
+pub fn files(kinds: &[Arc<dyn Strategy>]) -> Result<Files, RbacFileError> {
     Ok(vec![(FILE.into(), yaml_file(COMMENT, &patch(kinds)?)?)])
 }
 
