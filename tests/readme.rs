@@ -160,31 +160,10 @@ fn the_makefile_runs_the_server_as_this_test_does() {
 fn the_walkthrough_works_as_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
-    // The release binary `make run` built, here the test build of the same code.
-    std::fs::create_dir_all(dir.join("target/release")).expect("target dir");
-    std::os::unix::fs::symlink(
-        Path::new(BIN).canonicalize().expect("binary"),
-        dir.join("target/release/migration-apiserver"),
-    )
-    .expect("symlink");
-    let mut server = MakeRun { dir: dir.clone(), port: free_port(), child: None };
-    server.start(&[]);
     let blocks = blocks("walkthrough");
     assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
-    let mut terminal = Terminal::open(&dir);
-    let mut outputs = Vec::new();
-    for (kind, text) in &blocks {
-        match kind.as_str() {
-            "server" => {
-                server.stop();
-                server.start(&make_run_args(text));
-            }
-            _ => {
-                let before = terminal.output().len();
-                outputs.push(terminal.run(text)[before..].to_string());
-            }
-        }
-    }
+    // The set-up's `make run` serves before the first block.
+    let (outputs, mut server) = run_walkthrough(&dir, &blocks, true);
     let log = server.log();
     // First block: discovery, explain, the chunked list of the 200 ShootStates.
     assert!(outputs[0].contains("storageversionmigrations"), "{}", outputs[0]);
@@ -241,8 +220,10 @@ fn the_walkthrough_works_as_written() {
 }
 
 /// Runs a walk-through's blocks in a directory laid out as the repository is after `make run`; the server is started
-/// by its server blocks only. Returns the outputs of the client blocks, and the server (still running).
-fn run_walkthrough(dir: &Path, blocks: &[(String, String)]) -> (Vec<String>, MakeRun) {
+/// with `make run`'s defaults first when `started`, and by the server blocks. Returns the outputs of the client
+/// blocks, and the server (still running).
+fn run_walkthrough(dir: &Path, blocks: &[(String, String)], started: bool) -> (Vec<String>, MakeRun) {
+    // The release binary `make run` built, here the test build of the same code.
     std::fs::create_dir_all(dir.join("target/release")).expect("target dir");
     std::os::unix::fs::symlink(
         Path::new(BIN).canonicalize().expect("binary"),
@@ -250,6 +231,9 @@ fn run_walkthrough(dir: &Path, blocks: &[(String, String)]) -> (Vec<String>, Mak
     )
     .expect("symlink");
     let mut server = MakeRun { dir: dir.to_path_buf(), port: free_port(), child: None };
+    if started {
+        server.start(&[]);
+    }
     let mut terminal = Terminal::open(dir);
     let mut outputs = Vec::new();
     for (kind, text) in blocks {
@@ -273,7 +257,7 @@ fn the_key_rotation_walkthrough_works_as_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let blocks = blocks("rotation");
     assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
-    let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks);
+    let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks, false);
     let log = server.log();
     let out = &outputs[1];
     // The watch showed the rotation's migration of ShootStates to its end.
