@@ -286,25 +286,6 @@ pub struct ApiError {
 }
 
 /// `<resource>.<group>` (just `<resource>` for the core group), as in kube-apiserver's messages.
-/// A value as apimachinery puts it in an Invalid message: Go's `encoding/json` output, which escapes HTML characters
-/// and the JavaScript line separators that serde_json leaves as they are. Those can only occur inside strings, so
-/// replacing them in serde_json's output is safe.
-pub fn go_json(value: &impl Serialize) -> String {
-    let json = serde_json::to_string(value).unwrap_or_default();
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 pub fn qualified(resource: &str, group: &str) -> String {
     if group.is_empty() {
         resource.to_string()

@@ -128,7 +128,7 @@ struct UnexpectedGroupVersion<'a>(&'a str);
 /// A reference as apimachinery puts a struct in an Invalid message: `encoding/json` of the Go struct (field order
 /// kind, name, apiVersion; apiVersion omitted when empty, as the struct's serde attributes give).
 fn go_json(reference: &CrossVersionObjectReference) -> String {
-    crate::error::go_json(reference)
+    crate::api::go_json(reference)
 }
 
 #[cfg(test)]

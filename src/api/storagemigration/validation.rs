@@ -192,7 +192,7 @@ fn go_json_conditions(conditions: &[Condition]) -> String {
             message: &c.message,
         })
         .collect();
-    let out = crate::error::go_json(&go);
+    let out = crate::api::go_json(&go);
     if out == "[]" && conditions.is_empty() {
         // A nil Go slice.
         return "null".into();
