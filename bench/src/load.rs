@@ -78,20 +78,17 @@ pub(super) async fn worker(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let c = match conn.as_mut() {
-            Some(c) => c,
-            None => match target.connect_lean().await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    stats.error(format!("connect: {e:#}"), None);
-                    failed_connects += 1;
-                    if failed_connects >= 5 {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
+        let c = match reuse_or_connect(&mut conn, &target).await {
+            Ok(c) => c,
+            Err(e) => {
+                stats.error(format!("connect: {e:#}"), None);
+                failed_connects += 1;
+                if failed_connects >= 5 {
+                    break;
                 }
-            },
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let i = next.fetch_add(1, Ordering::Relaxed);
         if i >= limit {
@@ -114,10 +111,7 @@ pub(super) async fn worker(
                     Err(e) => stats.error(format!("wrong answer: {e}"), Some(WRONG_ANSWER)),
                 }
             }
-            Ok((status, body)) => stats.error(
-                format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
-                Some(status.as_u16()),
-            ),
+            Ok((status, body)) => stats.refused(status, &body),
             Err(e) => {
                 stats.error(format!("{e:#}"), None);
                 conn = None; // reconnect
@@ -125,6 +119,17 @@ pub(super) async fn worker(
         }
     }
     stats
+}
+
+/// The worker's connection: `conn` when it is open, else a new one (kept in `conn`).
+pub(super) async fn reuse_or_connect<'a>(
+    conn: &'a mut Option<LeanConn>,
+    target: &Target,
+) -> anyhow::Result<&'a mut LeanConn> {
+    if conn.is_none() {
+        *conn = Some(target.connect_lean().await?);
+    }
+    Ok(conn.as_mut().expect("connected above"))
 }
 
 /// The `Stats::by_status` key of answers that had a success status but failed their check.
@@ -145,6 +150,14 @@ impl Stats {
         self.errors += 1;
         *self.by_status.entry(status.unwrap_or(0)).or_default() += 1;
         self.first_error.get_or_insert(msg);
+    }
+
+    /// An answer with a status that is not the one expected, with the start of its body.
+    pub(super) fn refused(&mut self, status: hyper::StatusCode, body: &[u8]) {
+        self.error(
+            format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
+            Some(status.as_u16()),
+        );
     }
 
     pub(super) fn merge(&mut self, o: Stats) {

@@ -524,15 +524,12 @@ async fn paced_worker(target: Target, next: Arc<AtomicU64>, make: MakeReq) -> St
         if i >= STOP_LOAD {
             break;
         }
-        let c = match conn.as_mut() {
-            Some(c) => c,
-            None => match target.connect_lean().await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    stats.error(format!("connect: {e:#}"), None);
-                    break;
-                }
-            },
+        let c = match reuse_or_connect(&mut conn, &target).await {
+            Ok(c) => c,
+            Err(e) => {
+                stats.error(format!("connect: {e:#}"), None);
+                break;
+            }
         };
         let answer = c.call(&make(i)).await;
         previous_answer = Some(tokio::time::Instant::now());
@@ -544,10 +541,7 @@ async fn paced_worker(target: Target, next: Arc<AtomicU64>, make: MakeReq) -> St
                 stats.ok += 1;
                 stats.samples.push(micros(start.elapsed()));
             }
-            Ok((status, body)) => stats.error(
-                format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
-                Some(status.as_u16()),
-            ),
+            Ok((status, body)) => stats.refused(status, &body),
             Err(e) => {
                 stats.error(format!("{e:#}"), None);
                 conn = None;
