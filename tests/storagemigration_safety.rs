@@ -91,13 +91,18 @@ fn cluster(minor: u32, apiservices: Vec<Value>) -> Cluster {
 /// `DRY_RUN=1 scripts/deploy.sh` against the cluster: the APIServices it would apply, and its stderr.
 fn deploy_dry_run(cluster: &Cluster) -> (Vec<String>, String) {
     let (docs, stderr) = render(cluster, "aggregated");
+    (names_of_kind(&docs, "APIService"), stderr)
+}
+
+/// The sorted names of the objects of `kind` in `docs`.
+fn names_of_kind(docs: &[Value], kind: &str) -> Vec<String> {
     let mut names: Vec<String> = docs
         .iter()
-        .filter(|d| d["kind"] == "APIService")
+        .filter(|d| d["kind"] == kind)
         .map(|d| d["metadata"]["name"].as_str().expect("name").to_string())
         .collect();
     names.sort();
-    (names, stderr)
+    names
 }
 
 /// `DRY_RUN=1 FORM=<form> scripts/deploy.sh` against the cluster: the objects it would apply, and its stderr.
@@ -125,12 +130,7 @@ fn render(cluster: &Cluster, form: &str) -> (Vec<Value>, String) {
 
 /// The CRDs a CRD-form rendering installs, and the groups its webhook configurations' rules name.
 fn crds_and_webhook_groups(docs: &[Value]) -> (Vec<String>, Vec<String>) {
-    let mut crds: Vec<String> = docs
-        .iter()
-        .filter(|d| d["kind"] == "CustomResourceDefinition")
-        .map(|d| d["metadata"]["name"].as_str().expect("name").to_string())
-        .collect();
-    crds.sort();
+    let crds = names_of_kind(docs, "CustomResourceDefinition");
     let mut groups: Vec<String> = docs
         .iter()
         .filter(|d| d["metadata"]["name"] == "migration-apiserver")
