@@ -42,10 +42,15 @@ fn the_prometheusrule_holds_the_groups_of_the_rules_file() {
     assert_eq!(rule["spec"].as_object().map(|o| o.len()), Some(1), "spec holds groups only: {rule}");
 }
 
+/// Where an alert's runbook is: its `## <Alert>` section of docs/operations/runbooks.md on the repository's web page.
+fn runbook_url(alert: &str) -> String {
+    format!("{}/blob/main/docs/operations/runbooks.md#{}", env!("CARGO_PKG_REPOSITORY"), alert.to_lowercase())
+}
+
 #[test]
-fn every_alert_names_its_metric_and_has_a_runbook_in_the_readme() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
-    let runbooks = readme.split("### Alerts and runbooks").nth(1).expect("README section Alerts and runbooks");
+fn every_alert_names_its_metric_and_has_a_runbook_in_the_docs() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations/runbooks.md");
+    let runbooks = std::fs::read_to_string(&path).expect("docs/operations/runbooks.md");
     let rules = yaml("rules.yaml");
     let groups = rules["groups"].as_array().expect("groups");
     for rule in groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()) {
@@ -54,9 +59,8 @@ fn every_alert_names_its_metric_and_has_a_runbook_in_the_readme() {
         let description = rule["annotations"]["description"].as_str().expect("description");
         let metric = description.split("(metric ").nth(1).and_then(|m| m.split([')', '{']).next()).expect("metric");
         assert!(expr.contains(metric), "{alert}: its description names {metric}, which its expression does not read");
-        let anchor = alert.to_lowercase();
-        assert_eq!(rule["annotations"]["runbook_url"], format!("README.md#{anchor}"));
-        assert!(runbooks.contains(&format!("#### {alert}\n")), "README has no runbook heading for {alert}");
+        assert_eq!(rule["annotations"]["runbook_url"], runbook_url(alert), "{alert}");
+        assert!(runbooks.contains(&format!("\n## {alert}\n")), "docs/operations/runbooks.md has no `## {alert}`");
     }
 }
 
@@ -160,7 +164,7 @@ fn a_failed_migration_fires_its_alert_in_a_real_prometheus() {
     });
     assert_eq!(alert["labels"]["status"], "Failed", "{alert}");
     assert_eq!(alert["labels"]["severity"], "warning", "{alert}");
-    assert_eq!(alert["annotations"]["runbook_url"], "README.md#storageversionmigrationfailed", "{alert}");
+    assert_eq!(alert["annotations"]["runbook_url"], runbook_url("StorageVersionMigrationFailed"), "{alert}");
     // Only that resource failed: the scheduler's own migrations at start-up succeeded and fire nothing.
     let alerts = prometheus.get("/api/v1/alerts").expect("alerts");
     let failed: Vec<_> = alerts["data"]["alerts"]
@@ -249,5 +253,5 @@ fn a_failed_encryption_config_reload_fires_its_alert_in_a_real_prometheus() {
     assert_eq!(alert["labels"]["severity"], "warning", "{alert}");
     let id_hash = alert["labels"]["apiserver_id_hash"].as_str().unwrap_or_default();
     assert!(id_hash.starts_with("sha256:") && id_hash.len() == 7 + 64, "{alert}");
-    assert_eq!(alert["annotations"]["runbook_url"], "README.md#encryptionconfigreloadfailed", "{alert}");
+    assert_eq!(alert["annotations"]["runbook_url"], runbook_url("EncryptionConfigReloadFailed"), "{alert}");
 }
