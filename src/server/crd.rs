@@ -21,6 +21,10 @@ const REF_PREFIX: &str = "#/components/schemas/";
 /// What kube-apiserver requires of CRDs in the protected `*.k8s.io` and `*.kubernetes.io` groups. Ours is not a
 /// reviewed API of Kubernetes itself, so it says so (kube-apiserver accepts "unapproved, ..." values).
 const API_APPROVED: &str = "api-approved.kubernetes.io";
+/// The label on every CRD this server's CRD form installs: it tells ours from another installation's CRDs of the
+/// same names (kube-storage-version-migrator's), which the deploy kit must neither replace nor hide
+/// (`server::cluster_check`).
+pub const OWNER_LABEL: (&str, &str) = ("app.kubernetes.io/name", "migration-apiserver");
 const API_APPROVED_VALUE: &str = "unapproved, implementation of the kube-storage-version-migrator API (https://github.com/kubernetes-sigs/kube-storage-version-migrator)";
 /// The same for the in-tree migration API, which this server implements for clusters that lack it.
 const API_APPROVED_VALUE_IN_TREE: &str = "unapproved, implementation of the in-tree storagemigration.k8s.io API for clusters without it (https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/4192-svm-in-tree)";
@@ -270,7 +274,7 @@ pub fn crd(kind: &dyn Strategy) -> Result<Value, CrdError> {
     if !i.categories.is_empty() {
         names["categories"] = json!(i.categories);
     }
-    let mut metadata = json!({"name": i.qualified_resource()});
+    let mut metadata = json!({"name": i.qualified_resource(), "labels": {OWNER_LABEL.0: OWNER_LABEL.1}});
     if i.group.ends_with(".k8s.io") || i.group.ends_with(".kubernetes.io") {
         let value = if i.group == crate::api::storagemigration::GROUP {
             API_APPROVED_VALUE_IN_TREE
