@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) mod runtime_config;
 mod scheduler;
 use scheduler::{cluster_client, spawn_cluster_check, start_scheduler, RunningScheduler};
 
@@ -57,6 +58,12 @@ pub struct ServeArgs {
     /// Storage version of a resource, `<plural>.<group>=<version>`; repeatable.
     #[arg(long, value_parser = parse_storage_version)]
     pub storage_version: Vec<(String, String)>,
+    /// API group versions to turn on or off, kube-apiserver's syntax: `<group>/<version>=false`, comma-separated,
+    /// repeatable. A group is served whole or not at all (turn off every version of it); use it where another
+    /// server serves the group (gardener-apiserver: core.gardener.cloud/v1alpha1=false,core.gardener.cloud/v1beta1=false).
+    /// migration.k8s.io and storagemigration.k8s.io stay on while the scheduler runs.
+    #[arg(long, value_parser = runtime_config::parse_runtime_config)]
+    pub runtime_config: Vec<Vec<runtime_config::RuntimeConfigEntry>>,
     /// Objects larger than this (encoded) are rejected.
     #[arg(long, default_value_t = 1536 * 1024)]
     pub max_object_bytes: usize,
@@ -215,6 +222,7 @@ pub fn init_logging(format: LogFormat) {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // First, so that an invalid config fails the start before anything is bound, generated or opened.
     let encryption = args.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
+    let served = served_kinds(&args)?;
     crate::auth::tls::install_default_crypto_provider();
     let addr = SocketAddr::new(args.bind_address, args.secure_port);
     let listener = listen(addr).await?;
@@ -242,7 +250,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // TLS, authentication and authorization with their reloads; kept alive until the server stops.
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
-    let state = app_state(&args, storage, etcd.as_ref(), &auth).await?;
+    let state = app_state(&args, served.clone(), storage, etcd.as_ref(), &auth).await?;
     // The scheduler's identity is also the apiserver identity of the encryption config's metrics.
     let identity = crate::scheduler::election::identity();
     // The key-rotation trigger follows the config in use too.
@@ -251,7 +259,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         encryption_config_metrics(&args, handle, &state, &identity)?;
     }
     let app = router(state.clone());
-    spawn_cluster_check(&args, &state).await?;
+    spawn_cluster_check(&args, &served, &state).await?;
     let scheduler = match args.disable_scheduler {
         true => None,
         false => {
@@ -382,15 +390,22 @@ fn encryption_config_metrics(
     Ok(())
 }
 
+/// Our kinds as served: in their storage versions (--storage-version), without the groups --runtime-config turns
+/// off.
+fn served_kinds(args: &ServeArgs) -> anyhow::Result<Vec<Arc<dyn crate::registry::strategy::Strategy>>> {
+    let overrides: HashMap<String, String> = args.storage_version.iter().cloned().collect();
+    let entries: Vec<_> = args.runtime_config.concat();
+    Ok(runtime_config::served_kinds(kinds(&overrides)?, &entries, !args.disable_scheduler)?)
+}
+
 /// The registry of the served kinds over `storage`, the metrics, and what the HTTP layer needs.
 async fn app_state(
     args: &ServeArgs,
+    kinds: Vec<Arc<dyn crate::registry::strategy::Strategy>>,
     storage: Arc<dyn Storage>,
     etcd: Option<&Arc<EtcdStorage>>,
     auth: &crate::auth::options::AuthStack,
 ) -> anyhow::Result<Arc<AppState>> {
-    let overrides: HashMap<String, String> = args.storage_version.iter().cloned().collect();
-    let kinds = kinds(&overrides)?;
     let registry = Arc::new(Registry::new(
         storage,
         kinds,

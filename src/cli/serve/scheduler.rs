@@ -101,17 +101,28 @@ pub(super) async fn start_scheduler(
     Ok(RunningScheduler { stop_election, election: Some(election), reporters, withdraw })
 }
 
-/// In cluster mode: warns (and exports a metric) while one of our APIServices hides a group the cluster serves
-/// itself (`server::cluster_check`).
-pub(super) async fn spawn_cluster_check(args: &ServeArgs, state: &Arc<AppState>) -> anyhow::Result<()> {
-    use crate::server::cluster_check::{watch, Backend, HidingMetric};
+/// In cluster mode: warns (and exports metrics) while one of our APIServices hides a group the cluster serves
+/// itself, or a group this server serves is routed elsewhere (`server::cluster_check`).
+pub(super) async fn spawn_cluster_check(
+    args: &ServeArgs,
+    served: &[Arc<dyn crate::registry::strategy::Strategy>],
+    state: &Arc<AppState>,
+) -> anyhow::Result<()> {
+    use crate::server::cluster_check::{watch, Backend, ClusterCheckMetrics, ServedGroups};
     let Some(client) = cluster_client(args).await? else { return Ok(()) };
-    let metric = match state.metrics.registry.lock() {
-        Ok(mut reg) => HidingMetric::register(&mut reg),
+    let metrics = match state.metrics.registry.lock() {
+        Ok(mut reg) => ClusterCheckMetrics::register(&mut reg),
         Err(_) => anyhow::bail!("metrics registry poisoned"),
     };
+    let groups = crate::server::manifests::apiservice::group_versions(served)
+        .into_iter()
+        .map(|(group, _)| {
+            let crds = crate::server::crd::stored(served).map(|k| k.info()).filter(|i| i.group == group);
+            (group.to_string(), crds.map(|i| i.qualified_resource()).collect())
+        })
+        .collect();
     let ours = Backend::service(&args.service_namespace, crate::server::manifests::SERVICE_NAME);
-    tokio::spawn(watch(client, ours, metric));
+    tokio::spawn(watch(client, ours, ServedGroups(groups), metrics));
     Ok(())
 }
 
