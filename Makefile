@@ -13,6 +13,8 @@ FORM ?= aggregated
 # make deploy: our APIServices of groups the cluster may serve itself (storagemigration.k8s.io): auto (ask the
 # cluster: /version and its APIServices), register or skip.
 IN_TREE_GROUPS ?= auto
+# make deploy OFFLINE=1: render without asking the cluster (IN_TREE_GROUPS=register or skip; nothing is guarded).
+OFFLINE ?=
 # make run ARGS='--storage-version shootstates.core.gardener.cloud=v1alpha1': further serve flags.
 ARGS ?=
 IMAGE ?=
@@ -59,10 +61,11 @@ image:
 	docker build -f manifests/image/Dockerfile -t $(or $(IMAGE),migration-apiserver:dev) .
 
 # Installs into the cluster of the current kubectl context, without cert-manager: the serving certificate of
-# $(CERT_DIR) as Secret, manifests/, and apiservice/ with caBundle = $(CERT_DIR)/ca.crt (see scripts/deploy.sh); the
-# APIServices of a group the cluster serves itself are skipped, with the reason (`migration-apiserver deploy-check`).
+# $(CERT_DIR) as Secret, manifests/, and apiservice/ with caBundle = $(CERT_DIR)/ca.crt (see scripts/deploy.sh); a
+# group of ours that the cluster, another server or other CRDs already serve is skipped, with the reason
+# (`migration-apiserver deploy-check`).
 deploy: certs
-	CERT_DIR=$(CERT_DIR) FORM=$(FORM) IMAGE=$(IMAGE) IN_TREE_GROUPS=$(IN_TREE_GROUPS) MIGRATION_APISERVER=$(BIN) \
+	CERT_DIR=$(CERT_DIR) FORM=$(FORM) IMAGE=$(IMAGE) IN_TREE_GROUPS=$(IN_TREE_GROUPS) OFFLINE=$(OFFLINE) MIGRATION_APISERVER=$(BIN) \
 		bash scripts/deploy.sh
 
 lint: build-deps

@@ -6,13 +6,19 @@
 #   - the Secret migration-apiserver-serving (tls.crt, tls.key) that the Deployment mounts;
 #   - manifests/roles/: ClusterRoles that add our kinds to the built-in view, edit and admin roles;
 #   - FORM=aggregated (default): the APIServices of apiservice/ that `migration-apiserver deploy-check` chooses for
-#     this cluster, with spec.caBundle = base64($CERT_DIR/ca.crt). It asks the cluster (/version, APIServices) and
-#     skips, saying why, our APIServices of a group the cluster serves itself (storagemigration.k8s.io from 1.37, or
-#     turned on with --runtime-config); IN_TREE_GROUPS=register|skip decides without asking (default auto);
+#     this cluster, with spec.caBundle = base64($CERT_DIR/ca.crt). It asks the cluster (/version, APIServices,
+#     CRDs) and registers a group of ours only where the group is absent or already ours; it skips, saying why, a
+#     group the cluster serves itself (storagemigration.k8s.io from 1.37, or turned on with --runtime-config),
+#     one another server's APIService registers (gardener-apiserver's core.gardener.cloud), and one that CRDs serve
+#     (kube-storage-version-migrator's migration.k8s.io). IN_TREE_GROUPS=register|skip overrides the decision for
+#     storagemigration.k8s.io (default auto); OFFLINE=1 renders without asking a cluster (then IN_TREE_GROUPS must
+#     be register or skip, and nothing is guarded);
 #     FORM=crds: the CRDs and webhook configurations `migration-apiserver deploy-check --form crds` writes for this
-#     cluster (those of manifests/crds/ and manifests/webhooks/, without a group the cluster serves itself, decided
+#     cluster (those of manifests/crds/ and manifests/webhooks/, without a group that is not ours to serve, decided
 #     as for the APIServices), with clientConfig.caBundle filled the same way, the CSI webhooks of
 #     manifests/webhooks/, and manifests/webhook-caller/ (RBAC for kube-apiserver's webhook client);
+#   - for a group another server serves: the Deployment's `serve --runtime-config=<group>/<version>=false,...`, so
+#     that the server runs beside that server without the group;
 #   - IMAGE=<ref>: the container image (default: migration-apiserver:dev as in manifests/deployment.yaml).
 # The manifests that name our kinds (CRDs, roles, APIServices, webhook configurations, our kinds' RBAC) are generated
 # by `make manifests`; this script only composes them. DRY_RUN=1 prints the rendered objects instead of applying them.
@@ -24,6 +30,7 @@ FORM=${FORM:-aggregated}
 IMAGE=${IMAGE:-}
 DRY_RUN=${DRY_RUN:-}
 IN_TREE_GROUPS=${IN_TREE_GROUPS:-auto}
+OFFLINE=${OFFLINE:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 MIGRATION_APISERVER=${MIGRATION_APISERVER:-$root/target/release/migration-apiserver}
 
@@ -44,10 +51,13 @@ chmod 600 "$overlay/tls.key"
 ca_bundle=$(base64 < "$CERT_DIR/ca.crt" | tr -d '\n')
 rel=$(realpath --relative-to="$overlay" "$root")
 
+check=(deploy-check --in-tree-groups "$IN_TREE_GROUPS" --runtime-config-out "$overlay/runtime-config")
+if [ -n "$OFFLINE" ]; then check+=(--offline); fi
+
 # The APIServices for this cluster: copied into the overlay (kustomize loads files only from below its root).
 apiservices=()
 if [ "$FORM" = aggregated ]; then
-  names=$("$MIGRATION_APISERVER" deploy-check --in-tree-groups "$IN_TREE_GROUPS")
+  names=$("$MIGRATION_APISERVER" "${check[@]}")
   mkdir -p "$overlay/apiservice"
   for name in $names; do
     cp "$root/apiservice/$name.yaml" "$overlay/apiservice/"
@@ -56,7 +66,7 @@ if [ "$FORM" = aggregated ]; then
 else
   # crds/ and webhooks/ (the two generated configurations); the CSI webhooks and the kustomization listing them
   # all come from manifests/webhooks/.
-  "$MIGRATION_APISERVER" deploy-check --form crds --in-tree-groups "$IN_TREE_GROUPS" --output-dir "$overlay" > /dev/null
+  "$MIGRATION_APISERVER" "${check[@]}" --form crds --output-dir "$overlay" > /dev/null
   cp "$root"/manifests/webhooks/csi-migration-*.yaml "$root/manifests/webhooks/kustomization.yaml" "$overlay/webhooks/"
 fi
 
@@ -99,6 +109,14 @@ fi
       echo "        fieldPaths: [webhooks.*.clientConfig.caBundle]"
       echo "        options: {create: true}"
     done
+  fi
+  # Groups another server serves: the server leaves them alone (deploy-check said which, and why, on stderr).
+  runtime_config=$(cat "$overlay/runtime-config")
+  if [ -n "$runtime_config" ]; then
+    echo "patches:"
+    echo "  - target: {kind: Deployment, name: migration-apiserver}"
+    echo "    patch: |-"
+    echo "      - {op: add, path: /spec/template/spec/containers/0/args/-, value: '--runtime-config=$runtime_config'}"
   fi
   if [ -n "$IMAGE" ]; then
     name=${IMAGE%:*}

@@ -1147,6 +1147,7 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
             .env("DRY_RUN", "1")
             // Rendered without a cluster (tests/storagemigration_safety.rs asks the cluster stand-in).
             .env("IN_TREE_GROUPS", "register")
+            .env("OFFLINE", "1")
             .env("MIGRATION_APISERVER", BIN)
             .output()
             .expect("deploy.sh");
