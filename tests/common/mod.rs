@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod apiservers;
+pub mod deploy_kit;
 pub mod etcd;
 pub mod manifests;
 pub mod objects;

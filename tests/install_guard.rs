@@ -1,0 +1,267 @@
+//! Installing next to what a cluster already runs: `make deploy` (both forms) registers a group of ours only where
+//! the group is absent or already ours, and says why it skips one; the server, in cluster mode, warns and exports
+//! `migration_apiserver_apiservice_served_elsewhere` while a group it serves is routed to someone else.
+//!
+//! Three clusters (the stand-in of tests/common/deploy_kit.rs): a Gardener garden, where gardener-apiserver
+//! serves `core.gardener.cloud`; one with kube-storage-version-migrator's CRDs of `migration.k8s.io`; and one with
+//! neither. `storagemigration.k8s.io`, which kube-apiserver may serve itself, is tests/storagemigration_safety.rs's.
+
+mod common;
+use common::deploy_kit::{
+    crd, crds_and_webhook_groups, deployment_args, local_apiservice, metric_lines, names_of_kind, service_apiservice,
+    Cluster,
+};
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const ELSEWHERE: &str = "migration_apiserver_apiservice_served_elsewhere";
+const GARDENER_OFF: &str = "--runtime-config=core.gardener.cloud/v1alpha1=false,core.gardener.cloud/v1beta1=false";
+
+/// A garden cluster: gardener-apiserver's APIServices (it serves v1beta1 of core.gardener.cloud only) beside
+/// kube-apiserver's own.
+fn garden() -> Vec<Value> {
+    let mut a: Vec<Value> = ["core.gardener.cloud", "seedmanagement.gardener.cloud", "settings.gardener.cloud"]
+        .iter()
+        .map(|g| service_apiservice(g, "v1beta1", "garden", "gardener-apiserver", 10000))
+        .collect();
+    a.push(local_apiservice("apps", "v1", "onstart", 17800, 15));
+    a
+}
+
+/// kube-storage-version-migrator's CRDs (its manifests label them with nothing of ours), and kube-apiserver's
+/// APIService for them.
+fn ksvm() -> (Vec<Value>, Vec<Value>) {
+    let crds = ["storageversionmigrations", "storagestates"]
+        .iter()
+        .map(|p| crd(p, "migration.k8s.io", json!({"app": "kube-storage-version-migrator"})))
+        .collect();
+    (vec![local_apiservice("migration.k8s.io", "v1alpha1", "true", 1000, 15)], crds)
+}
+
+const EVERY_APISERVICE: [&str; 5] = [
+    "v1.storagemigration.k8s.io",
+    "v1alpha1.core.gardener.cloud",
+    "v1alpha1.migration.k8s.io",
+    "v1beta1.core.gardener.cloud",
+    "v1beta1.storagemigration.k8s.io",
+];
+
+#[test]
+fn on_a_gardener_cluster_make_deploy_leaves_core_gardener_cloud_to_gardener_apiserver() {
+    let c = Cluster::start(34, garden(), vec![]);
+    let (docs, stderr) = c.render("aggregated");
+    eprintln!("make deploy on a Gardener cluster says:\n{stderr}");
+    assert_eq!(
+        names_of_kind(&docs, "APIService"),
+        ["v1.storagemigration.k8s.io", "v1alpha1.migration.k8s.io", "v1beta1.storagemigration.k8s.io"],
+        "{stderr}"
+    );
+    // Both versions, although gardener-apiserver registers only v1beta1: a group is never split between servers.
+    for version in ["v1alpha1", "v1beta1"] {
+        let line = format!(
+            "skipping APIService {version}.core.gardener.cloud: APIService v1beta1.core.gardener.cloud registers \
+             core.gardener.cloud for another server (Service garden/gardener-apiserver)"
+        );
+        assert!(stderr.contains(&line), "{line:?} not in {stderr}");
+    }
+    assert!(stderr.contains(&format!("turning core.gardener.cloud off in the server ({GARDENER_OFF})")), "{stderr}");
+    // The server runs beside gardener-apiserver without the group.
+    assert!(deployment_args(&docs).contains(&GARDENER_OFF.to_string()), "{:?}", deployment_args(&docs));
+    c.assert_asked_version_and_apiservices();
+
+    // The CRD form: no ShootState CRD, no webhook rule for the group, the same flag.
+    let (docs, stderr) = c.render("crds");
+    let (crds, groups) = crds_and_webhook_groups(&docs);
+    assert!(!crds.iter().any(|n| n.ends_with(".core.gardener.cloud")), "{crds:?}");
+    assert_eq!(groups, ["migration.k8s.io", "storagemigration.k8s.io"], "{stderr}");
+    assert!(
+        stderr.contains(
+            "skipping CustomResourceDefinition shootstates.core.gardener.cloud and its webhook rules: APIService \
+             v1beta1.core.gardener.cloud registers core.gardener.cloud for another server"
+        ),
+        "{stderr}"
+    );
+    assert!(deployment_args(&docs).contains(&GARDENER_OFF.to_string()));
+}
+
+#[test]
+fn beside_kube_storage_version_migrator_make_deploy_neither_hides_nor_replaces_its_crds() {
+    let (apiservices, crds) = ksvm();
+    let c = Cluster::start(34, apiservices, crds);
+    let (docs, stderr) = c.render("aggregated");
+    eprintln!("make deploy beside kube-storage-version-migrator says:\n{stderr}");
+    let names = names_of_kind(&docs, "APIService");
+    assert!(!names.contains(&"v1alpha1.migration.k8s.io".to_string()), "{names:?}");
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(
+        stderr.contains(
+            "skipping APIService v1alpha1.migration.k8s.io: CustomResourceDefinitions that are not this server's \
+             serve migration.k8s.io (storagestates.migration.k8s.io, storageversionmigrations.migration.k8s.io; \
+             kube-storage-version-migrator installs such CRDs): carry their objects over and delete them first \
+             (docs/install/handover.md)"
+        ),
+        "{stderr}"
+    );
+    // The server keeps migration.k8s.io (its scheduler's state): only the warning and the gauge say it is elsewhere.
+    assert!(!deployment_args(&docs).iter().any(|a| a.starts_with("--runtime-config")), "{stderr}");
+    let asked: Vec<String> = c.proxy.records().into_iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+    assert!(asked.contains(&"GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions".to_string()), "{asked:?}");
+
+    // The CRD form would replace their CRDs with ours: it leaves the group out.
+    let (docs, stderr) = c.render("crds");
+    let (crds, groups) = crds_and_webhook_groups(&docs);
+    assert_eq!(crds, ["shootstates.core.gardener.cloud", "storageversionmigrations.storagemigration.k8s.io"]);
+    assert_eq!(groups, ["core.gardener.cloud", "storagemigration.k8s.io"], "{stderr}");
+    assert!(stderr.contains("skipping CustomResourceDefinition storagestates.migration.k8s.io and its webhook rules: CustomResourceDefinitions that are not this server's"), "{stderr}");
+
+    // The hand-over's last steps: their CRDs deleted (kube-apiserver drops its APIService with them), ours next.
+    // (`kubectl delete crd` needs discovery of apiextensions, which the stand-in does not serve: the same DELETE.)
+    for name in ["storageversionmigrations.migration.k8s.io", "storagestates.migration.k8s.io"] {
+        let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+        let out = kubectl_with(&c.proxy.kubeconfig(), &["delete", "--raw", &path], None);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let (names, stderr) = c.apiservices_to_register();
+    assert_eq!(names, EVERY_APISERVICE, "{stderr}");
+}
+
+#[test]
+fn on_a_cluster_with_neither_make_deploy_registers_every_group_and_updates_its_own() {
+    let c = Cluster::start(34, vec![local_apiservice("apps", "v1", "onstart", 17800, 15)], vec![]);
+    let (docs, stderr) = c.render("aggregated");
+    eprintln!("make deploy on a cluster with neither says:\n{stderr}");
+    assert_eq!(names_of_kind(&docs, "APIService"), EVERY_APISERVICE, "{stderr}");
+    assert!(!stderr.contains("skipping") && !stderr.contains("turning"), "{stderr}");
+    assert!(!deployment_args(&docs).iter().any(|a| a.starts_with("--runtime-config")));
+    // The CRD form installs every CRD, labelled as ours.
+    let (docs, stderr) = c.render("crds");
+    let crds: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition").collect();
+    assert_eq!(crds.len(), 4, "{stderr}");
+    for crd in &crds {
+        assert_eq!(crd["metadata"]["labels"]["app.kubernetes.io/name"], "migration-apiserver", "{crd}");
+    }
+
+    // Deployed: ours again is no reason to skip (the next `make deploy` updates it).
+    let ours: Vec<Value> = EVERY_APISERVICE
+        .iter()
+        .map(|n| {
+            let (version, group) = n.split_once('.').expect("name");
+            service_apiservice(group, version, "migration-apiserver", "migration-apiserver", 1000)
+        })
+        .collect();
+    c.view.lock().unwrap().apiservices = ours;
+    let (names, stderr) = c.apiservices_to_register();
+    assert_eq!(names, EVERY_APISERVICE, "{stderr}");
+    // Our CRDs (the CRD form) are updated by the CRD form, and in the way of the aggregated one.
+    {
+        let mut view = c.view.lock().unwrap();
+        view.apiservices = vec![local_apiservice("migration.k8s.io", "v1alpha1", "true", 1000, 15)];
+        view.crds = crds.iter().map(|c| (*c).clone()).collect();
+    }
+    let (docs, stderr) = c.render("crds");
+    assert_eq!(names_of_kind(&docs, "CustomResourceDefinition").len(), 4, "{stderr}");
+    assert!(!stderr.contains("skipping"), "{stderr}");
+    let (_, stderr) = c.apiservices_to_register();
+    assert!(
+        stderr.contains(
+            "skipping APIService v1alpha1.migration.k8s.io: this server's CustomResourceDefinitions (the CRD form: \
+             storagestates.migration.k8s.io, storageversionmigrations.migration.k8s.io) serve migration.k8s.io"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_server_warns_while_a_group_it_serves_is_routed_elsewhere() {
+    let (ksvm_apiservices, crds) = ksvm();
+    let mut apiservices = garden();
+    apiservices.extend(ksvm_apiservices);
+    let c = Cluster::start(34, apiservices, crds);
+    let s = c.server(&[]);
+    let log = eventually("the warnings", Duration::from_secs(30), || {
+        let log = s.log();
+        (log.contains("migration.k8s.io is not served by this server")
+            && log.contains("core.gardener.cloud is not served"))
+        .then_some(log)
+    });
+    assert!(
+        log.contains(
+            "core.gardener.cloud is not served by this server in this cluster: APIService v1beta1.core.gardener.cloud \
+             registers core.gardener.cloud for another server (Service garden/gardener-apiserver)"
+        ),
+        "{log}"
+    );
+    assert_eq!(
+        metric_lines(&s, ELSEWHERE),
+        [
+            format!("{ELSEWHERE}{{apiservice=\"v1alpha1.migration.k8s.io\",group=\"migration.k8s.io\",served_by=\"customresourcedefinitions\"}} 1"),
+            format!("{ELSEWHERE}{{apiservice=\"v1beta1.core.gardener.cloud\",group=\"core.gardener.cloud\",served_by=\"service/garden/gardener-apiserver\"}} 1"),
+        ]
+    );
+    // With only `get` on CRDs, the server asked for its own kinds' names to tell the CRD form from another's CRDs.
+    let asked: Vec<String> = c.proxy.records().into_iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+    assert!(
+        asked.contains(
+            &"GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/storagestates.migration.k8s.io".into()
+        ),
+        "{asked:?}"
+    );
+    assert!(!asked.contains(&"GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions".into()), "{asked:?}");
+
+    // As `make deploy` runs it in a Gardener landscape: without core.gardener.cloud, which is gardener-apiserver's.
+    let s = c.server(&[GARDENER_OFF]);
+    eventually("the check", Duration::from_secs(30), || {
+        s.log().contains("migration.k8s.io is not served").then_some(())
+    });
+    let lines = metric_lines(&s, ELSEWHERE);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("group=\"migration.k8s.io\""), "{lines:?}");
+    let out = s.kubectl(&["get", "shootstates.core.gardener.cloud", "-A"]);
+    assert!(!out.status.success(), "ShootStates are not served");
+    s.kubectl_ok(&["get", "storagestates.migration.k8s.io"]);
+}
+
+#[test]
+fn a_server_on_a_cluster_with_neither_counts_nothing() {
+    let ours: Vec<Value> = EVERY_APISERVICE
+        .iter()
+        .map(|n| {
+            let (version, group) = n.split_once('.').expect("name");
+            service_apiservice(group, version, "migration-apiserver", "migration-apiserver", 1000)
+        })
+        .collect();
+    let c = Cluster::start(34, ours, vec![]);
+    let s = c.server(&[]);
+    eventually("the check", Duration::from_secs(30), || {
+        s.log().contains("every group this server serves is routed to it or absent").then_some(())
+    });
+    assert!(metric_lines(&s, ELSEWHERE).is_empty());
+}
+
+#[test]
+fn runtime_config_that_would_break_the_server_is_refused_at_start() {
+    for (flag, message) in [
+        (
+            "core.gardener.cloud/v1beta1=false",
+            "--runtime-config: core.gardener.cloud is turned off for v1beta1 but not for v1alpha1: this server serves a group whole or not at all",
+        ),
+        (
+            "migration.k8s.io/v1alpha1=false",
+            "--runtime-config: migration.k8s.io cannot be turned off while the scheduler runs (it records its StorageStates and StorageVersionMigrations there); add --disable-scheduler",
+        ),
+        ("apps/v1=false", "--runtime-config: this server serves no apps/v1 (it serves "),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new(BIN)
+            .args(["serve", "--secure-port", "0", "--runtime-config", flag, "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--cert-dir")
+            .arg(dir.path().join("certs"))
+            .output()
+            .expect("serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(message), "{flag}: {stderr}");
+        assert!(!dir.path().join("data").exists(), "{flag}: refused before the store is created");
+    }
+}
