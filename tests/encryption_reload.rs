@@ -194,17 +194,17 @@ fn the_config_reloads_while_serving_and_a_bad_one_keeps_the_old() {
     assert!(!s.kubectl(&["get", "shootstate", "-n", NS, "a"]).status.success());
 }
 
-/// The README's table of the encryption config's metrics is what `/metrics` serves with an encryption config:
+/// The table of the encryption config's metrics in docs/operations/metrics.md is what `/metrics` serves with an encryption config:
 /// the same families, types and label names.
 #[test]
 fn the_readme_lists_the_encryption_config_metrics_served() {
     use std::collections::BTreeSet;
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let readme = std::fs::read_to_string(repo().join("docs/operations/metrics.md")).expect("metrics.md");
     let table = readme
         .split("<!-- encryption-metrics -->")
         .nth(1)
         .and_then(|t| t.split("<!-- /encryption-metrics -->").next())
-        .expect("README table between <!-- encryption-metrics --> markers");
+        .expect("docs/operations/metrics.md table between <!-- encryption-metrics --> markers");
     let listed: BTreeSet<(String, String, String)> = table
         .lines()
         .filter(|l| l.starts_with("| `"))
@@ -239,5 +239,5 @@ fn the_readme_lists_the_encryption_config_metrics_served() {
             .collect();
         served.insert((family, kind, labels.join(",")));
     }
-    assert_eq!(listed, served, "README's encryption metrics table and /metrics differ:\n{text}");
+    assert_eq!(listed, served, "docs/operations/metrics.md's encryption metrics table and /metrics differ:\n{text}");
 }

@@ -1,6 +1,8 @@
-//! The README's kubectl walk-through, run as written: its `client` blocks with bash in a directory laid out as the
-//! repository is after `make run` (`certs/`, `data/`, `target/release/migration-apiserver`), its `server` blocks as
-//! `make run` runs the server (the Makefile's recipe, checked below), with default flags and the scheduler on.
+//! The docs' walk-throughs, run as written: the README's kubectl walk-through and the key rotation of
+//! docs/guides/key-rotation.md. Their `client` blocks run with bash in a directory laid out as the repository is
+//! after `make run` (`certs/`, `data/`, `target/release/migration-apiserver`), their `server` blocks as `make run` runs
+//! the server (the Makefile's recipe, checked below), with default flags and the scheduler on. Also: the metrics
+//! table of docs/operations/metrics.md is what `/metrics` serves.
 
 mod common;
 use common::*;
@@ -8,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A walk-through's blocks in order: ("client" | "server", text), marked `<!-- <walkthrough>: client -->`.
-fn blocks(walkthrough: &str) -> Vec<(String, String)> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+/// A walk-through's blocks in order: ("client" | "server", text), marked `<!-- <walkthrough>: client -->` in `file`.
+fn blocks(file: &str, walkthrough: &str) -> Vec<(String, String)> {
+    let readme = std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
     let mut out = Vec::new();
     let mut rest = readme.as_str();
     let marker = format!("<!-- {walkthrough}: ");
@@ -160,7 +162,7 @@ fn the_makefile_runs_the_server_as_this_test_does() {
 fn the_walkthrough_works_as_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
-    let blocks = blocks("walkthrough");
+    let blocks = blocks("README.md", "walkthrough");
     assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
     // The set-up's `make run` serves before the first block.
     let (outputs, mut server) = run_walkthrough(&dir, &blocks, true);
@@ -200,7 +202,7 @@ fn the_walkthrough_works_as_written() {
     // depends on whether the first start's migration of the then still arriving ShootStates ended before Ctrl-C:
     // "changed storage version hash" when it did, "new storage version hash" while the persisted hashes still hold
     // "Unknown"), or, when `migrate` created its migration before the trigger decided, the trigger reported the
-    // hash and left the resource to that migration, which covers it (the README: one supersedes the other).
+    // hash and left the resource to that migration, which covers it (the README explains it: one supersedes the other).
     // The second run's log follows the first run's "shutting down" (read before this run stops). Not "serving":
     // the scheduler runs in-process and may request its migration before that line is written.
     let restarted = log.rsplit("cli::serve: shutting down").next().unwrap_or_default();
@@ -257,11 +259,11 @@ fn run_walkthrough(dir: &Path, blocks: &[(String, String)], started: bool) -> (V
     (outputs, server)
 }
 
-/// README's "Rotating a key": key1, objects, key2 first while serving, the rotation seen to its end, key1 removed.
+/// docs/guides/key-rotation.md's "Rotating a key": key1, objects, key2 first while serving, the rotation seen to its end, key1 removed.
 #[test]
 fn the_key_rotation_walkthrough_works_as_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let blocks = blocks("rotation");
+    let blocks = blocks("docs/guides/key-rotation.md", "rotation");
     assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
     let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks, false);
     let log = server.log();
@@ -299,12 +301,13 @@ fn the_key_rotation_walkthrough_works_as_written() {
     assert_eq!((&shoots[0]["key"], &shoots[0]["values"]), (&serde_json::json!("key2"), &serde_json::json!(100)));
 }
 
-/// The README's table of metrics is what `/metrics` serves: the same families with the same types and label names,
+/// The table of metrics in docs/operations/metrics.md is what `/metrics` serves: the same families with the same types and label names,
 /// no more, no less, in the text format 0.0.4 (every sample named as its family, histograms' with their suffixes).
 #[test]
 fn the_readme_lists_exactly_the_metrics_served() {
     use std::collections::{BTreeMap, BTreeSet};
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let readme =
+        std::fs::read_to_string(repo().join("docs/operations/metrics.md")).expect("docs/operations/metrics.md");
     let table =
         readme.split("<!-- metrics -->").nth(1).and_then(|t| t.split("<!-- /metrics -->").next()).expect("table");
     let mut listed_labels = BTreeMap::new();
@@ -341,7 +344,7 @@ fn the_readme_lists_exactly_the_metrics_served() {
             (parts.next().unwrap_or_default().to_string(), parts.next().unwrap_or_default().to_string())
         })
         .collect();
-    assert_eq!(listed, served, "README's metrics table and /metrics differ:\n{text}");
+    assert_eq!(listed, served, "docs/operations/metrics.md's table and /metrics differ:\n{text}");
     for (family, kind) in &served {
         let suffixes: &[&str] = if kind == "histogram" { &["_bucket", "_sum", "_count"] } else { &[""] };
         let samples: Vec<&str> = text
@@ -355,7 +358,10 @@ fn the_readme_lists_exactly_the_metrics_served() {
             .collect();
         for sample in &samples {
             let labels: BTreeSet<String> = label_names(sample).into_iter().filter(|l| l != "le").collect();
-            assert_eq!(&labels, &listed_labels[family], "labels of {family} in the README and in: {sample}");
+            assert_eq!(
+                &labels, &listed_labels[family],
+                "labels of {family} in docs/operations/metrics.md and in: {sample}"
+            );
         }
     }
     for line in text.lines().filter(|l| !l.starts_with('#')) {

@@ -120,7 +120,7 @@ pub struct InspectArgs {
     #[arg(short = 'o', long, value_enum, default_value_t = InspectOutput::Table)]
     pub output: InspectOutput,
     /// List only the objects the server cannot read (they do not decrypt, or do not decode as objects), with why:
-    /// the ones to remove with `ignoreStoreReadErrorWithClusterBreakingPotential` (see the README).
+    /// the ones to remove with `ignoreStoreReadErrorWithClusterBreakingPotential` (see docs/operations/storage.md).
     #[arg(long)]
     pub unreadable: bool,
     /// Print only how many values each resource has under each provider and key (RESOURCE, PROVIDER, KEY, VALUES):
