@@ -19,7 +19,7 @@ OFFLINE ?=
 ARGS ?=
 IMAGE ?=
 
-.PHONY: build build-deps run test deps bench certs manifests deploy image lint fmt clean
+.PHONY: build build-deps run test deps bench certs manifests docs deploy image lint fmt clean
 
 # protoc, which etcd-client's build needs (installed from Debian's packages when missing).
 build-deps:
@@ -55,6 +55,12 @@ certs: build
 # kinds and the migrator's RBAC for them (tests/admission.rs fails when the committed ones differ).
 manifests: build
 	$(BIN) manifests --output-dir .
+
+# Rewrites the generated `--help` blocks of docs/reference/flags.md from the binary (tests/docs.rs fails when they
+# differ). The debug build: the help is the same, and the tests build it anyway.
+docs: build-deps
+	$(CARGO) build --bin migration-apiserver
+	bash scripts/docs.sh $(TARGET_DIR)/debug/migration-apiserver
 
 # The container image (manifests/image/Dockerfile; needs a Docker engine): make image IMAGE=<registry>/<name>:<tag>
 image:
