@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and the test suite need on a fresh Debian machine, only when it is missing:
 # protoc (etcd-client generates its gRPC code at build time), kubectl, etcd (the etcd backend's tests), Prometheus
-# (promtool and a real server for the alert tests, tests/monitoring.rs), and the Python
+# (promtool and a real server for the alert tests, tests/monitoring.rs), jq (a documented hand-over), and the Python
 # `kubernetes` client (an independent client in the tests), from PyPI into a venv at $PYTHON_VENV when python3 lacks it.
 set -euo pipefail
 need=()
@@ -11,6 +11,8 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   command -v python3 >/dev/null 2>&1 || need+=(python3)
+  # docs/install/handover.md's carry-over from kube-storage-version-migrator, run as written by tests/install_guard.rs.
+  command -v jq >/dev/null 2>&1 || need+=(jq)
 }
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""

@@ -265,3 +265,56 @@ fn runtime_config_that_would_break_the_server_is_refused_at_start() {
         assert!(!dir.path().join("data").exists(), "{flag}: refused before the store is created");
     }
 }
+
+/// The sh block after `<!-- handover: <name> -->` in docs/install/handover.md (inside a list item: indented 3).
+fn handover_block(name: &str) -> String {
+    let doc = std::fs::read_to_string(repo().join("docs/install/handover.md")).expect("handover.md");
+    let rest = &doc[doc.find(&format!("<!-- handover: {name} -->")).expect("marker")..];
+    let start = rest.find("```sh\n").expect("sh block") + "```sh\n".len();
+    let end = start + rest[start..].find("```").expect("block end");
+    rest[start..end].lines().map(|l| l.strip_prefix("   ").unwrap_or(l)).collect::<Vec<_>>().join("\n")
+}
+
+fn bash(dir: &std::path::Path, kubeconfig: &std::path::Path, script: &str) {
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("bash");
+    assert!(out.status.success(), "{script}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn the_documented_carry_over_from_kube_storage_version_migrator_keeps_the_storage_states() {
+    // The old installation's API (a server holding StorageStates as kube-storage-version-migrator's CRDs would),
+    // and ours, just registered; no scheduler on either, so that what is compared is what was carried over.
+    let old = Server::start(&["--disable-scheduler"]);
+    let ours = Server::start(&["--disable-scheduler"]);
+    let persisted = json!(["OldHash0001=", "NewHash0002="]);
+    for name in ["shootstates.core.gardener.cloud", "deployments.apps"] {
+        let (resource, group) = name.split_once('.').expect("name");
+        let manifest = json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageState",
+                              "metadata": {"name": name}, "spec": {"resource": {"group": group, "resource": resource}}});
+        old.kubectl_ok_stdin(&["create", "-f", "-"], &manifest.to_string());
+        let status = json!({"status": {"currentStorageVersionHash": "NewHash0002=", "persistedStorageVersionHashes": persisted}});
+        old.kubectl_ok(&[
+            "patch",
+            "storagestates.migration.k8s.io",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ]);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    bash(dir.path(), &old.kubeconfig(), &handover_block("ksvm-export"));
+    bash(dir.path(), &ours.kubeconfig(), &handover_block("ksvm-import"));
+    for name in ["shootstates.core.gardener.cloud", "deployments.apps"] {
+        let ss = ours.kubectl_json(&["get", "storagestates.migration.k8s.io", name, "-o", "json"]);
+        assert_eq!(ss["status"]["persistedStorageVersionHashes"], persisted, "{ss}");
+        assert_eq!(ss["status"]["currentStorageVersionHash"], "NewHash0002=", "{ss}");
+        assert_eq!(ss["spec"]["resource"]["group"], name.split_once('.').expect("name").1, "{ss}");
+    }
+}
