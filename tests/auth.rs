@@ -923,9 +923,9 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // The scheduler's Events (src/scheduler/events/mod.rs): created, and a repeated one's series patched.
     ("events.k8s.io", "events", "create", "src/scheduler/events/mod.rs", "api.create("),
     ("events.k8s.io", "events", "patch", "src/scheduler/events/mod.rs", "api.patch("),
-    // Cluster safety (src/server/cluster_check.rs): whether one of our APIServices hides a group the cluster
-    // serves itself.
-    ("apiregistration.k8s.io", "apiservices", "list", "src/server/cluster_check.rs", "api.list("),
+    // Cluster safety (src/server/cluster_check/): whether one of our APIServices hides a group the cluster serves
+    // itself, or a group we serve is routed elsewhere (it also reads our kinds' CRDs by name: the `get` above).
+    ("apiregistration.k8s.io", "apiservices", "list", "src/server/cluster_check/mod.rs", "api.list("),
     // Cluster key rotation (src/scheduler/cluster_encryption/observe.rs): the kube-apiservers' identity Leases in
     // kube-system, listed by label, and /metrics (a nonResourceURL: group "", the URL as the resource).
     ("coordination.k8s.io", "leases", "list", "src/scheduler/cluster_encryption/observe.rs", "api.list("),
