@@ -176,7 +176,7 @@ fn parse_host(host: &[u8]) -> std::result::Result<(), UrlError> {
 }
 
 /// Only an IPv6 address may stand in brackets. Go reports other text with `netip.ParseAddr`'s reason; ours is its
-/// reason for text that is no IP at all, whatever the text (see the README).
+/// reason for text that is no IP at all, whatever the text (see docs/reference/differences.md).
 fn ip_literal(unescaped: &[u8]) -> std::result::Result<(), UrlError> {
     let text = String::from_utf8_lossy(unescaped);
     let (addr, zone) = text.split_once('%').map_or((&*text, None), |(a, z)| (a, Some(z)));

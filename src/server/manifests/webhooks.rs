@@ -22,14 +22,14 @@ const OPERATIONS: [&str; 2] = ["CREATE", "UPDATE"];
 const MUTATING_COMMENT: &str = "\
 Defaulting of our kinds when they are installed as CRDs (manifests/crds/): kube-apiserver sends an AdmissionReview
 to migration-apiserver's /mutate, which answers with a JSON Patch of the kind's defaults (the same strategy code as
-the aggregated API). See README.md. The patch is idempotent, hence reinvocationPolicy IfNeeded. /status is included:
+the aggregated API). See docs/install/crds.md. The patch is idempotent, hence reinvocationPolicy IfNeeded. /status is included:
 a CRD with a status subresource drops status on create, so status defaults (StorageState
 persistedStorageVersionHashes [\"Unknown\"]) take effect on the /status writes.";
 
 const VALIDATING_COMMENT: &str = "\
 Validation of our kinds when they are installed as CRDs (manifests/crds/): kube-apiserver sends an AdmissionReview
 to migration-apiserver's /validate, which validates with the same strategy code as the aggregated API. See
-README.md. /status writes are validated like the aggregated API's /status.";
+docs/install/crds.md. /status writes are validated like the aggregated API's /status.";
 
 /// One rule per (group, scope) of the stored kinds, in the kind table's order: their resources and `/status`.
 fn rules(kinds: &[Arc<dyn Strategy>]) -> Vec<RuleWithOperations> {
