@@ -286,6 +286,15 @@ fn status_cases() -> Vec<(&'static str, Value, Value, &'static str)> {
         (("Running", "False"), ("Succeeded", "False"), ("Failed", "False"));
     vec![
         ("initial-status-with-rv", status("123", &[running]), Value::Null, ""),
+        // GA: empty is valid (Running before the list, Failed for a resource not in discovery), not once set.
+        ("running-without-rv", status("", &[running]), Value::Null, ""),
+        ("failed-without-rv", status("", &[failed]), Value::Null, ""),
+        (
+            "rv-emptied",
+            status("", &[running]),
+            status("123", &[running]),
+            "status.resourceVersion: Invalid value: \"\": field is immutable",
+        ),
         ("running-to-succeeded", status("123", &[running_false, succeeded]), status("123", &[running]), ""),
         ("running-to-failed", status("123", &[running_false, failed]), status("123", &[running]), ""),
         ("succeeded-stays", status("123", &[succeeded]), status("123", &[succeeded]), ""),

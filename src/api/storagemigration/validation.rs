@@ -58,9 +58,10 @@ pub(super) fn validate_status_update(new: &StorageVersionMigration, old: &Storag
     let empty = Default::default();
     let status = new.status.as_ref().unwrap_or(&empty);
     let old_rv = old.status.as_ref().map_or("", |s| s.resource_version.as_str());
-    // Upstream compares the version with itself, which fails exactly when it is not a well-formed positive integer:
-    // an empty one too, so every status write carries the resourceVersion the migration started at.
-    if !well_formed_resource_version(&status.resource_version) {
+    // Upstream (GA) checks the version only when one is set, comparing it with itself, which fails exactly when it
+    // is not a well-formed positive integer. An empty one is valid: the controller writes Running before it has
+    // listed, and a migration of a resource not in discovery fails without one.
+    if !status.resource_version.is_empty() && !well_formed_resource_version(&status.resource_version) {
         errs.push(FieldError::invalid(
             "status.resourceVersion",
             &status.resource_version,
@@ -265,6 +266,16 @@ mod tests {
             (("Running", "False"), ("Succeeded", "False"), ("Failed", "False"));
         let cases: &[(&str, StorageVersionMigration, StorageVersionMigration, &str)] = &[
             ("initial status set with RV", s("123", &[running]), s("", &[]), ""),
+            // GA: an empty resourceVersion is valid, with any condition (the controllers write Running before it is
+            // known, and Failed without one for a resource not in discovery); once set, it cannot be emptied.
+            ("running without RV", s("", &[running]), s("", &[]), ""),
+            ("failed without RV", s("", &[failed]), s("", &[]), ""),
+            (
+                "RV emptied",
+                s("", &[running]),
+                s("123", &[running]),
+                "status.resourceVersion: Invalid value: \"\": field is immutable",
+            ),
             ("running to succeeded", s("123", &[running_false, succeeded]), s("123", &[running]), ""),
             ("running to failed", s("123", &[running_false, failed]), s("123", &[running]), ""),
             ("succeeded stays", s("123", &[succeeded]), s("123", &[succeeded]), ""),
@@ -324,7 +335,7 @@ mod tests {
 
     #[test]
     fn condition_rules() {
-        let mut new = svm("g", "r", "", &[("Running", "Maybe"), ("Running", "True")]);
+        let mut new = svm("g", "r", "abc", &[("Running", "Maybe"), ("Running", "True")]);
         let status = new.status.as_mut().expect("status");
         status.conditions[1].reason = "1bad".into();
         status.conditions[1].observed_generation = Some(-1);
@@ -344,7 +355,7 @@ mod tests {
         );
         assert_eq!(
             errs[0].message,
-            "status.resourceVersion: Invalid value: \"\": resource version is not well formed: "
+            "status.resourceVersion: Invalid value: \"abc\": resource version is not well formed: abc"
         );
         assert_eq!(
             errs[1].message,
