@@ -54,6 +54,10 @@ const REQUEUE: Duration = Duration::from_secs(1);
 /// Own-API saves that fail for reasons other than a conflict are retried this often before the worker gives up
 /// (the scheduler starts it again from the saved token after [`REQUEUE`]).
 const SAVE_ATTEMPTS: u32 = 5;
+/// How long an in-tree migration of a resource missing from discovery waits for it, from the migration's creation
+/// (kube-controller-manager's GA controller: a minute), and how often it looks again (its RESTMapper reset).
+const DISCOVERY_GRACE: Duration = Duration::from_secs(60);
+const DISCOVERY_RECHECK: Duration = Duration::from_secs(10);
 /// Retry-After values beyond this are capped (a misbehaving server must not park a migration for days).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// How much of an error response is quoted in a failure message.

@@ -162,6 +162,9 @@ pub enum Failure {
     Rewrite { object: String, error: RequestError },
     #[error("rewriting {object}: {answer}")]
     RewriteRefused { object: String, answer: String },
+    /// This server refused to record the migration's own state (a 422 of its validation).
+    #[error("the server refused to record the migration's state: {answer}")]
+    StateRefused { answer: String },
     /// An in-tree migration names a resource the target's discovery does not list.
     #[error("{resource}: the resource does not exist in discovery")]
     NotInDiscovery { resource: String },

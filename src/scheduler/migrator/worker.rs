@@ -30,6 +30,9 @@ pub(super) enum Stop {
     Cancelled,
     /// Our own API kept failing: the scheduler resumes it from the saved token later.
     Save(String),
+    /// Our own API refused a write of the migration as invalid (422): writing it again would be refused again, so
+    /// the migration ends Failed with the refusal.
+    Refused(String),
 }
 
 impl std::fmt::Display for Stop {
@@ -39,6 +42,7 @@ impl std::fmt::Display for Stop {
             Stop::FinishedElsewhere(phase) => write!(f, "{phase} elsewhere"),
             Stop::Cancelled => write!(f, "interrupted by the scheduler"),
             Stop::Save(e) => write!(f, "cannot save its state: {e}"),
+            Stop::Refused(e) => write!(f, "the server refused the migration's state: {e}"),
         }
     }
 }
@@ -117,6 +121,7 @@ impl Worker {
                     Err(e) => e,
                 },
                 Err(e) if api_reason(&e) == Some(StatusReason::NotFound) => return Err(Stop::Gone),
+                Err(kube::Error::Api(status)) if status.code == 422 => return Err(Stop::Refused(status.message)),
                 Err(e) => e,
             };
             failures += 1;
@@ -164,40 +169,70 @@ impl Worker {
     }
 
     /// The version the migration lists and writes through: the one it names, or (the in-tree kind) the target's
-    /// preferred version of the resource.
-    async fn resolve(&self) -> Result<GroupVersionResource, Failure> {
-        match self.svm.requested_gvr() {
-            Some(gvr) => Ok(gvr),
-            None => self.ctx.target.resolve(&self.svm.resource(), &RetryNote::new(self.events.clone())).await,
+    /// preferred version of the resource. A resource missing from discovery gets the in-tree controller's grace
+    /// (GA: a minute from the migration's creation, so that a CRD created with it can become served), looked up
+    /// again every [`DISCOVERY_RECHECK`].
+    async fn resolve(&mut self) -> Result<Result<GroupVersionResource, Failure>, Stop> {
+        if let Some(gvr) = self.svm.requested_gvr() {
+            return Ok(Ok(gvr));
         }
+        let mut cancel = self.cancel.clone();
+        loop {
+            let resolved = self.ctx.target.resolve(&self.svm.resource(), &RetryNote::new(self.events.clone())).await;
+            let left = match (&resolved, self.discovery_grace_left()) {
+                (Err(Failure::NotInDiscovery { .. }), Some(left)) => left,
+                _ => return Ok(resolved),
+            };
+            tracing::debug!(migration = %self.svm.display(), left = ?left,
+                "the resource is not in discovery; looking again until the grace has passed");
+            tokio::select! {
+                _ = tokio::time::sleep(left.min(DISCOVERY_RECHECK)) => {}
+                _ = until_cancelled(&mut cancel) => return Err(Stop::Cancelled),
+            }
+        }
+    }
+
+    /// What is left of [`DISCOVERY_GRACE`] since the migration was created, if anything.
+    fn discovery_grace_left(&self) -> Option<Duration> {
+        let created = self.svm.meta().creation_timestamp.as_ref()?.0;
+        let ends = created.checked_add(k8s_openapi::jiff::SignedDuration::try_from(DISCOVERY_GRACE).ok()?).ok()?;
+        let left = k8s_openapi::jiff::Timestamp::now().duration_until(ends);
+        Duration::try_from(left).ok().filter(|d| !d.is_zero())
     }
 
     /// Runs the migration and records how it ended (condition, Event, metrics, CRD, log); tells the scheduler
     /// whether to start it again.
     pub(super) async fn run(mut self) -> Ended {
         let started = std::time::Instant::now();
+        let unresolved = |svm: &Migration| {
+            let r = svm.resource();
+            GroupVersionResource { group: r.group, version: String::new(), resource: r.resource }
+        };
         let (gvr, outcome) = match self.resolve().await {
-            Ok(gvr) => {
+            Ok(Ok(gvr)) => {
                 let label = resource_label(&gvr);
                 self.ctx.metrics.observe_progress(&label);
                 let outcome = self.migrate(&gvr, &label).await;
                 (gvr, outcome)
             }
-            Err(failure) => {
-                let r = self.svm.resource();
-                (
-                    GroupVersionResource { group: r.group, version: String::new(), resource: r.resource },
-                    Ok(Err(failure)),
-                )
-            }
+            Ok(Err(failure)) => (unresolved(&self.svm), Ok(Err(failure))),
+            Err(stop) => (unresolved(&self.svm), Err(stop)),
         };
         let label = resource_label(&gvr);
         let migrated = self.svm.progress().0.unwrap_or(0);
-        let stop = match outcome {
+        let mut stop = match outcome {
             Ok(Ok(total)) => self.succeeded(&gvr, &label, total, started).await.err(),
             Ok(Err(failure)) => self.failed(&gvr, &label, &failure, migrated, started).await.err(),
             Err(stop) => Some(stop),
         };
+        if let Some(Stop::Refused(why)) = &stop {
+            // Logged once here; the migration then ends Failed with the refusal, or stays as it is when even that
+            // is refused (logged once more): never written again in a loop.
+            tracing::warn!(migration = %self.svm.display(), resource = %gvr.display(), refusal = %why,
+                "the server refused the migration's state; the migration fails");
+            let failure = Failure::StateRefused { answer: why.clone() };
+            stop = self.failed(&gvr, &label, &failure, migrated, started).await.err();
+        }
         let requeue = matches!(stop, Some(Stop::Save(_)));
         if let Some(stop) = stop {
             self.stopped(&gvr, &label, stop, migrated).await;
