@@ -440,3 +440,32 @@ async fn upstream_validation_cases_through_rest_and_webhook() {
         }
     }
 }
+
+/// Names are DNS subdomains as apimachinery's IsDNS1123Subdomain checks them: at most 253 characters, with no limit
+/// of 63 on a dot-separated part (that is a label's). In both groups' StorageVersionMigrations.
+#[test]
+fn long_names_are_subdomains_without_a_limit_per_part() {
+    let s = Server::start(&["--disable-scheduler"]);
+    let ours = |name: &str| {
+        json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageVersionMigration", "metadata": {"name": name},
+               "spec": {"resource": {"group": "apps", "version": "v1", "resource": "deployments"}}})
+    };
+    let in_tree = |name: &str| svm("v1", name, "apps", "deployments");
+    let long_part = format!("x{}", "a".repeat(63));
+    let longest = format!("{}.{}", "a".repeat(126), "b".repeat(126));
+    let too_long = "a".repeat(254);
+    for make in [&ours as &dyn Fn(&str) -> Value, &in_tree] {
+        for name in [&long_part, &longest] {
+            s.kubectl_ok_stdin(&["create", "-f", "-"], &make(name).to_string());
+        }
+        let out = s.kubectl_stdin(&["create", "-f", "-"], &make(&too_long).to_string());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && stderr.contains(&format!(
+                    "metadata.name: Invalid value: \"{too_long}\": must be no more than 253 characters"
+                )),
+            "{stderr}"
+        );
+    }
+}

@@ -14,13 +14,17 @@ fn is_alnum_lower(c: u8) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit()
 }
 
-fn dns_label_ok(s: &str) -> bool {
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, of any length.
+fn dns_label_chars_ok(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= DNS1123_LABEL_MAX
         && is_alnum_lower(b[0])
         && is_alnum_lower(b[b.len() - 1])
         && b.iter().all(|&c| is_alnum_lower(c) || c == b'-')
+}
+
+fn dns_label_ok(s: &str) -> bool {
+    s.len() <= DNS1123_LABEL_MAX && dns_label_chars_ok(s)
 }
 
 /// Problems with `s` as an RFC 1123 label (empty when valid).
@@ -41,7 +45,9 @@ pub fn dns1123_subdomain(s: &str) -> Vec<String> {
     if s.len() > DNS1123_SUBDOMAIN_MAX {
         errs.push(format!("must be no more than {DNS1123_SUBDOMAIN_MAX} characters"));
     }
-    if s.is_empty() || !s.split('.').all(dns_label_ok) {
+    // apimachinery's IsDNS1123Subdomain: the whole name at most 253 characters and the regex; its dot-separated
+    // parts have no length limit of their own (unlike DNS itself).
+    if s.is_empty() || !s.split('.').all(dns_label_chars_ok) {
         errs.push("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into());
     }
     errs
@@ -254,6 +260,12 @@ mod tests {
         assert!(dns1123_subdomain("deployments.apps").is_empty());
         assert!(!dns1123_subdomain("Deployments").is_empty());
         assert!(!dns1123_subdomain("a..b").is_empty());
+        // apimachinery's TestIsDNS1123Subdomain: a part may be longer than a label; only the total is bounded.
+        assert!(dns1123_subdomain(&format!("x{}", "a".repeat(63))).is_empty());
+        assert!(dns1123_subdomain(&format!("{}.b", "a".repeat(100))).is_empty());
+        assert!(dns1123_subdomain(&"a".repeat(253)).is_empty());
+        assert_eq!(dns1123_subdomain(&"a".repeat(254)), ["must be no more than 253 characters"]);
+        assert!(!dns1123_label(&format!("x{}", "a".repeat(63))).is_empty(), "a label keeps its 63");
         assert!(dns1123_label("ab-1").is_empty());
         assert!(!dns1123_label("a.b").is_empty());
         assert!(qualified_name("example.com/my-key").is_empty());
