@@ -469,3 +469,31 @@ fn long_names_are_subdomains_without_a_limit_per_part() {
         );
     }
 }
+
+/// A condition without lastTransitionTime, or with null (a Go client's zero metav1.Time), decodes as Go decodes
+/// it and is a validation error beside every other one of the object: a 422, not a 400 decode error.
+#[test]
+fn zero_valued_condition_fields_are_validation_errors() {
+    let s = Server::start(&["--disable-scheduler"]);
+    s.kubectl_ok_stdin(&["create", "-f", "-"], &svm("v1", "zero", "apps", "deployments").to_string());
+    for time in [json!({}), json!({"lastTransitionTime": null})] {
+        let mut running = json!({"type": "Running", "status": "True", "reason": "Migrating", "message": ""});
+        running.as_object_mut().expect("object").extend(time.as_object().expect("object").clone());
+        let patch =
+            json!({"status": {"resourceVersion": "abc", "conditions": [running, {"type": "Failed", "status": ""}]}});
+        let out =
+            s.kubectl(&["patch", QUALIFIED, "zero", "--subresource=status", "--type=merge", "-p", &patch.to_string()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{patch}");
+        for want in [
+            "The StorageVersionMigration \"zero\" is invalid: ",
+            "status.resourceVersion: Invalid value: \"abc\": resource version is not well formed: abc",
+            "status.conditions[0].lastTransitionTime: Required value",
+            "status.conditions[1].status: Required value",
+            "status.conditions[1].lastTransitionTime: Required value",
+            "status.conditions[1].reason: Required value",
+        ] {
+            assert!(stderr.contains(want), "{want:?} not in {stderr}");
+        }
+    }
+}

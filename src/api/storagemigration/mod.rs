@@ -17,6 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod conditions;
 mod printers;
 mod validation;
 
@@ -90,7 +91,7 @@ impl std::fmt::Display for GroupResource {
 #[schemars(rename = "io.k8s.api.storagemigration.v1.StorageVersionMigrationStatus")]
 pub struct StorageVersionMigrationStatus {
     /// conditions is the latest available observations of the migration's current state.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "conditions::deserialize")]
     // Merged by type, as upstream declares it (listType=map, listMapKey=type, patchStrategy=merge).
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "x-kubernetes-patch-merge-key" = "type", "x-kubernetes-patch-strategy" = "merge"))]
     pub conditions: Vec<Condition>,

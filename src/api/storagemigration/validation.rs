@@ -6,6 +6,7 @@
 //! which the declarative ones keep. Metadata (the DNS-subdomain name rule and the metadata update rules) is the
 //! registry's part, as `ValidateObjectMeta`/`ValidateObjectMetaUpdate` are upstream's.
 
+use super::conditions::GO_ZERO_TIME_SECONDS;
 use super::{
     StorageVersionMigration, StorageVersionMigrationSpec, CONDITION_FAILED, CONDITION_RUNNING, CONDITION_SUCCEEDED,
 };
@@ -17,8 +18,6 @@ use serde_json::Value;
 
 const DNS1035_LABEL_MAX: usize = 63;
 const MAX_MESSAGE: usize = 32 * 1024;
-/// 0001-01-01T00:00:00Z, Go's zero `time.Time`, in seconds since the Unix epoch.
-const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
 const CONDITION_STATUSES: &[&str] = &["False", "True", "Unknown"];
 
 /// `ValidateStorageVersionMigration` without the metadata: `spec.resource`.
@@ -101,8 +100,9 @@ fn validate_conditions(conditions: &[Condition]) -> Vec<FieldError> {
     let mut seen = std::collections::HashSet::new();
     for (i, c) in conditions.iter().enumerate() {
         let at = format!("status.conditions[{i}]");
+        // The duplicate is reported at the entry, not its type (apimachinery eed9617a).
         if !seen.insert(c.type_.as_str()) {
-            errs.push(FieldError::duplicate(format!("{at}.type"), &c.type_));
+            errs.push(FieldError::duplicate(at.clone(), &c.type_));
         }
         errs.extend(validate_condition(c, &at));
     }
@@ -112,10 +112,15 @@ fn validate_conditions(conditions: &[Condition]) -> Vec<FieldError> {
 /// apimachinery's `metav1validation.ValidateCondition`.
 fn validate_condition(c: &Condition, at: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    for problem in qualified_name(&c.type_) {
+    if c.type_.is_empty() {
+        errs.push(FieldError::required_msg(format!("{at}.type"), "is required"));
+    }
+    for problem in qualified_name(&c.type_).into_iter().filter(|_| !c.type_.is_empty()) {
         errs.push(FieldError::invalid(format!("{at}.type"), &c.type_, &problem));
     }
-    if !CONDITION_STATUSES.contains(&c.status.as_str()) {
+    if c.status.is_empty() {
+        errs.push(FieldError::required(format!("{at}.status")));
+    } else if !CONDITION_STATUSES.contains(&c.status.as_str()) {
         errs.push(FieldError::not_supported(format!("{at}.status"), &c.status, CONDITION_STATUSES));
     }
     if let Some(g) = c.observed_generation.filter(|g| *g < 0) {
@@ -125,12 +130,12 @@ fn validate_condition(c: &Condition, at: &str) -> Vec<FieldError> {
             "must be greater than or equal to zero",
         ));
     }
-    // Go's zero time (a missing lastTransitionTime does not decode here, as k8s-openapi requires the field).
+    // Go's zero time: also what a missing or null lastTransitionTime decodes to (`conditions::deserialize`).
     if c.last_transition_time.0.as_second() == GO_ZERO_TIME_SECONDS {
-        errs.push(FieldError::required_msg(format!("{at}.lastTransitionTime"), "must be set"));
+        errs.push(FieldError::required(format!("{at}.lastTransitionTime")));
     }
     if c.reason.is_empty() {
-        errs.push(FieldError::required_msg(format!("{at}.reason"), "must be set"));
+        errs.push(FieldError::required(format!("{at}.reason")));
     } else {
         let mut reason = condition_reason(&format!("{at}.reason"), &c.reason);
         // Upstream reports the syntax before the length.
@@ -347,7 +352,7 @@ mod tests {
             [
                 ("FieldValueInvalid", "status.resourceVersion"),
                 ("FieldValueNotSupported", "status.conditions[0].status"),
-                ("FieldValueDuplicate", "status.conditions[1].type"),
+                ("FieldValueDuplicate", "status.conditions[1]"),
                 ("FieldValueInvalid", "status.conditions[1].observedGeneration"),
                 ("FieldValueInvalid", "status.conditions[1].reason"),
                 ("FieldValueTooLong", "status.conditions[1].message"),
