@@ -296,6 +296,8 @@ fn status_cases() -> Vec<(&'static str, Value, Value, &'static str)> {
             "status.resourceVersion: Invalid value: \"\": field is immutable",
         ),
         ("running-to-succeeded", status("123", &[running_false, succeeded]), status("123", &[running]), ""),
+        ("running-beside-succeeded", status("123", &[running, succeeded]), status("123", &[running]), ""),
+        ("running-beside-failed", status("", &[running, failed]), status("", &[running]), ""),
         ("running-to-failed", status("123", &[running_false, failed]), status("123", &[running]), ""),
         ("succeeded-stays", status("123", &[succeeded]), status("123", &[succeeded]), ""),
         ("failed-stays", status("123", &[failed]), status("123", &[failed]), ""),

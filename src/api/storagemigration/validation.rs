@@ -7,9 +7,7 @@
 //! registry's part, as `ValidateObjectMeta`/`ValidateObjectMetaUpdate` are upstream's.
 
 use super::conditions::GO_ZERO_TIME_SECONDS;
-use super::{
-    StorageVersionMigration, StorageVersionMigrationSpec, CONDITION_FAILED, CONDITION_RUNNING, CONDITION_SUCCEEDED,
-};
+use super::{StorageVersionMigration, StorageVersionMigrationSpec, CONDITION_FAILED, CONDITION_SUCCEEDED};
 use crate::error::{CauseType, FieldError};
 use crate::registry::object_meta::{condition_reason, dns1123_subdomain, qualified_name};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -74,16 +72,12 @@ pub(super) fn validate_status_update(new: &StorageVersionMigration, old: &Storag
     let conditions_error = |detail: &str| {
         FieldError::invalid_rendered("status.conditions", &go_json_conditions(&status.conditions), detail)
     };
-    let (succeeded, failed, running) =
-        (new.is_true(CONDITION_SUCCEEDED), new.is_true(CONDITION_FAILED), new.is_true(CONDITION_RUNNING));
+    // GA dropped "Running condition cannot be true when success/failed condition is true": its controllers leave
+    // Running True beside Succeeded or Failed until the runner flips it (pkg/controller/storageversionmigrator at
+    // the GA commits write exactly that).
+    let (succeeded, failed) = (new.is_true(CONDITION_SUCCEEDED), new.is_true(CONDITION_FAILED));
     if succeeded && failed {
         errs.push(conditions_error("Both success and failed conditions cannot be true at the same time"));
-    }
-    if succeeded && running {
-        errs.push(conditions_error("Running condition cannot be true when success condition is true"));
-    }
-    if failed && running {
-        errs.push(conditions_error("Running condition cannot be true when failed condition is true"));
     }
     if old.is_true(CONDITION_SUCCEEDED) && !succeeded {
         errs.push(conditions_error("Success condition cannot be set to false once it is true"));
@@ -282,6 +276,9 @@ mod tests {
                 "status.resourceVersion: Invalid value: \"\": field is immutable",
             ),
             ("running to succeeded", s("123", &[running_false, succeeded]), s("123", &[running]), ""),
+            // GA: the controllers leave Running True beside the outcome until the runner flips it.
+            ("running beside succeeded", s("123", &[running, succeeded]), s("123", &[running]), ""),
+            ("running beside failed", s("", &[running, failed]), s("", &[running]), ""),
             ("running to failed", s("123", &[running_false, failed]), s("123", &[running]), ""),
             ("succeeded stays", s("123", &[succeeded]), s("123", &[succeeded]), ""),
             ("failed stays", s("123", &[failed]), s("123", &[failed]), ""),
