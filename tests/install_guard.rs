@@ -47,6 +47,17 @@ const EVERY_APISERVICE: [&str; 5] = [
     "v1beta1.storagemigration.k8s.io",
 ];
 
+/// Ours, all five, as `make deploy` registers them.
+fn our_apiservices() -> Vec<Value> {
+    EVERY_APISERVICE
+        .iter()
+        .map(|n| {
+            let (version, group) = n.split_once('.').expect("name");
+            service_apiservice(group, version, "migration-apiserver", "migration-apiserver", 1000)
+        })
+        .collect()
+}
+
 #[test]
 fn on_a_gardener_cluster_make_deploy_leaves_core_gardener_cloud_to_gardener_apiserver() {
     let c = Cluster::start(34, garden(), vec![]);
@@ -143,14 +154,7 @@ fn on_a_cluster_with_neither_make_deploy_registers_every_group_and_updates_its_o
     }
 
     // Deployed: ours again is no reason to skip (the next `make deploy` updates it).
-    let ours: Vec<Value> = EVERY_APISERVICE
-        .iter()
-        .map(|n| {
-            let (version, group) = n.split_once('.').expect("name");
-            service_apiservice(group, version, "migration-apiserver", "migration-apiserver", 1000)
-        })
-        .collect();
-    c.view.lock().unwrap().apiservices = ours;
+    c.view.lock().unwrap().apiservices = our_apiservices();
     let (names, stderr) = c.apiservices_to_register();
     assert_eq!(names, EVERY_APISERVICE, "{stderr}");
     // Our CRDs (the CRD form) are updated by the CRD form, and in the way of the aggregated one.
@@ -224,14 +228,7 @@ fn a_server_warns_while_a_group_it_serves_is_routed_elsewhere() {
 
 #[test]
 fn a_server_on_a_cluster_with_neither_counts_nothing() {
-    let ours: Vec<Value> = EVERY_APISERVICE
-        .iter()
-        .map(|n| {
-            let (version, group) = n.split_once('.').expect("name");
-            service_apiservice(group, version, "migration-apiserver", "migration-apiserver", 1000)
-        })
-        .collect();
-    let c = Cluster::start(34, ours, vec![]);
+    let c = Cluster::start(34, our_apiservices(), vec![]);
     let s = c.server(&[]);
     eventually("the check", Duration::from_secs(30), || {
         s.log().contains("every group this server serves is routed to it or absent").then_some(())
