@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer};
 pub(super) const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
 
 /// A metav1.Condition with every field optional, as the wire may carry it.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct WireCondition {
     #[serde(rename = "type", default)]
@@ -38,14 +38,7 @@ pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Conditi
         .unwrap_or_default()
         .into_iter()
         .map(|c| {
-            let c = c.unwrap_or(WireCondition {
-                type_: None,
-                status: None,
-                observed_generation: None,
-                last_transition_time: None,
-                reason: None,
-                message: None,
-            });
+            let c = c.unwrap_or_default();
             Condition {
                 type_: c.type_.unwrap_or_default(),
                 status: c.status.unwrap_or_default(),

@@ -172,7 +172,7 @@ impl Worker {
     /// preferred version of the resource. A resource missing from discovery gets the in-tree controller's grace
     /// (GA: a minute from the migration's creation, so that a CRD created with it can become served), looked up
     /// again every [`DISCOVERY_RECHECK`].
-    async fn resolve(&mut self) -> Result<Result<GroupVersionResource, Failure>, Stop> {
+    async fn resolve(&self) -> Result<Result<GroupVersionResource, Failure>, Stop> {
         if let Some(gvr) = self.svm.requested_gvr() {
             return Ok(Ok(gvr));
         }

@@ -81,6 +81,19 @@ impl fmt::Display for Claimed {
     }
 }
 
+/// `a` registers its group for a server other than ours.
+fn another_servers(a: &ExistingApiService, ours: &Backend) -> Option<Claimed> {
+    match &a.backend {
+        Backend::Service { namespace, name } if &a.backend != ours => Some(Claimed::OtherServer {
+            group: a.group.clone(),
+            apiservice: a.name.clone(),
+            namespace: namespace.clone(),
+            service: name.clone(),
+        }),
+        _ => None,
+    }
+}
+
 impl ClusterFacts {
     fn local(&self, group: &str) -> Option<Claimed> {
         let local = self.apiservices_of(group).find(|a| a.backend == Backend::Local)?;
@@ -88,15 +101,7 @@ impl ClusterFacts {
     }
 
     fn other_server(&self, group: &str, ours: &Backend) -> Option<Claimed> {
-        self.apiservices_of(group).find_map(|a| match &a.backend {
-            Backend::Service { namespace, name } if &a.backend != ours => Some(Claimed::OtherServer {
-                group: group.into(),
-                apiservice: a.name.clone(),
-                namespace: namespace.clone(),
-                service: name.clone(),
-            }),
-            _ => None,
-        })
+        self.apiservices_of(group).find_map(|a| another_servers(a, ours))
     }
 
     /// The group's CRDs (all, or only those not ours), with kube-apiserver's APIService for them.
@@ -168,13 +173,10 @@ impl ClusterFacts {
         for &group in groups {
             for a in self.apiservices_of(group) {
                 let why = match &a.backend {
-                    Backend::Service { namespace, name } if &a.backend != ours => Claimed::OtherServer {
-                        group: group.into(),
-                        apiservice: a.name.clone(),
-                        namespace: namespace.clone(),
-                        service: name.clone(),
+                    Backend::Service { .. } => match another_servers(a, ours) {
+                        Some(why) => why,
+                        None => continue,
                     },
-                    Backend::Service { .. } => continue,
                     Backend::CustomResources => match self.custom_resources(group, false) {
                         Some(Claimed::CustomResources { ours: true, .. }) => continue,
                         Some(why) => why,
