@@ -9,6 +9,7 @@ pub mod cluster_encryption;
 pub mod election;
 pub mod events;
 pub mod key_rotation;
+pub mod managers;
 pub mod metrics;
 pub mod migrator;
 pub mod ratelimit;

@@ -90,7 +90,8 @@ impl Trigger for ClusterKeyRotation {
     }
 
     fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<tokio::task::JoinHandle<()>> {
-        let (me, ctx, events) = (self.clone(), ctx.clone(), events.clone());
+        let (me, mut ctx, events) = (self.clone(), ctx.clone(), events.clone());
+        ctx.own = ctx.own.with_manager(crate::scheduler::managers::CLUSTER_KEY_ROTATION);
         Some(tokio::spawn(async move {
             let mut last = String::new();
             loop {

@@ -8,7 +8,7 @@ use crate::error::StatusReason;
 use crate::scheduler::trigger::{OwnObjects, StoreError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use std::collections::BTreeMap;
 
 /// The encryption config hash every live kube-apiserver reported when the trigger last acted.
@@ -73,14 +73,14 @@ pub async fn annotate(
             spec: StorageStateSpec { resource: GroupResource { group: group.into(), resource: resource.into() } },
             status: None,
         };
-        match own.states.create(&PostParams::default(), &new).await {
+        match own.states.create(&own.post_params(), &new).await {
             Ok(_) => {}
             Err(e) if crate::scheduler::api_reason(&e) == Some(StatusReason::AlreadyExists) => {}
             Err(e) => return Err(e.into()),
         }
     }
     let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-    own.states.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    own.states.patch(name, &crate::scheduler::managers::patch(own.manager), &Patch::Merge(&patch)).await?;
     Ok(())
 }
 

@@ -13,7 +13,6 @@ use crate::scheduler::api_reason;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
 use std::time::{Duration, Instant};
 
 /// The record as last read, and when (our clock) it was first seen with this content.
@@ -167,12 +166,20 @@ impl LeaderLock for LeaseLock {
                     },
                     spec: Some(spec),
                 };
-                self.api.create(&PostParams::default(), &lease).await
+                self.api
+                    .create(&crate::scheduler::managers::post(crate::scheduler::managers::LEADER_ELECTION), &lease)
+                    .await
             }
             LeaseAction::Update(spec) => {
                 let mut lease = current.unwrap_or_default();
                 lease.spec = Some(spec);
-                self.api.replace(&self.name, &PostParams::default(), &lease).await
+                self.api
+                    .replace(
+                        &self.name,
+                        &crate::scheduler::managers::post(crate::scheduler::managers::LEADER_ELECTION),
+                        &lease,
+                    )
+                    .await
             }
         };
         match written {
@@ -195,7 +202,11 @@ impl LeaderLock for LeaseLock {
             return Ok(());
         };
         lease.spec = Some(released(spec, Timestamp::now()));
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.name, &crate::scheduler::managers::post(crate::scheduler::managers::LEADER_ELECTION), &lease)
+            .await
+        {
             Ok(written) => {
                 self.last = Some(written);
                 Ok(())

@@ -10,11 +10,12 @@
 
 pub mod series;
 
+use crate::scheduler::managers;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch};
 use series::SeriesCache;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -218,7 +219,7 @@ async fn record_event(client: &kube::Client, event: &Event) -> Recorded {
         // Upstream sends this as a strategic merge patch of `series` alone; as a JSON merge patch it means the
         // same, and every server we write to accepts it.
         let patch = serde_json::json!({"series": series});
-        match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api.patch(name, &managers::patch(managers::EVENTS), &Patch::Merge(&patch)).await {
             Ok(_) => return Recorded::Done,
             Err(e) if status_code(&e) == Some(404) => {}
             Err(e) => return classify(e, true),
@@ -226,7 +227,7 @@ async fn record_event(client: &kube::Client, event: &Event) -> Recorded {
     }
     let mut create = event.clone();
     create.metadata.resource_version = None;
-    match api.create(&PostParams::default(), &create).await {
+    match api.create(&managers::post(managers::EVENTS), &create).await {
         Ok(_) => Recorded::Done,
         Err(e) => classify(e, event.series.is_some()),
     }

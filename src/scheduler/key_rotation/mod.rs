@@ -81,7 +81,7 @@ impl Trigger for KeyRotationTrigger {
     fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<tokio::task::JoinHandle<()>> {
         let encryption = ctx.encryption.clone()?;
         let rotator = Rotator {
-            own: ctx.own.clone(),
+            own: ctx.own.with_manager(crate::scheduler::managers::KEY_ROTATION),
             target: ctx.target.clone(),
             timeout: ctx.config.request_timeout,
             encryption,

@@ -16,7 +16,7 @@ use crate::scheduler::api_reason;
 use crate::scheduler::events::{EventRecorder, EventType};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use serde_json::{json, Value};
 
@@ -152,7 +152,15 @@ impl Crds {
             let Some(next) = edit(&crd, migration, phase, Timestamp::now()) else { return };
             // `next` carries the resourceVersion it was computed from: the write is a compare-and-swap.
             let Ok(body) = serde_json::from_value::<DynamicObject>(next.clone()) else { return };
-            match self.api.replace_status(&name, &PostParams::default(), &body).await {
+            match self
+                .api
+                .replace_status(
+                    &name,
+                    &crate::scheduler::managers::post(crate::scheduler::managers::MIGRATION_RUNNER),
+                    &body,
+                )
+                .await
+            {
                 Ok(_) => {
                     let (stored, before) = (&next["status"]["storedVersions"], &crd["status"]["storedVersions"]);
                     tracing::info!(crd = %name, migration, ?phase, stored_versions = %stored,

@@ -46,11 +46,28 @@ impl From<kube::Error> for StoreError {
 pub struct OwnObjects {
     pub migrations: Api<StorageVersionMigration>,
     pub states: Api<StorageState>,
+    /// The field manager of every write ([`crate::scheduler::managers`]): the trigger's unless
+    /// [`with_manager`](Self::with_manager) names another writer.
+    pub manager: &'static str,
 }
 
 impl OwnObjects {
     pub fn new(client: kube::Client) -> Self {
-        OwnObjects { migrations: Api::all(client.clone()), states: Api::all(client) }
+        OwnObjects {
+            migrations: Api::all(client.clone()),
+            states: Api::all(client),
+            manager: crate::scheduler::managers::TRIGGER,
+        }
+    }
+
+    /// The same objects, written as `manager`.
+    pub fn with_manager(&self, manager: &'static str) -> Self {
+        OwnObjects { manager, ..self.clone() }
+    }
+
+    /// Create and update parameters naming this writer.
+    pub fn post_params(&self) -> PostParams {
+        crate::scheduler::managers::post(self.manager)
     }
 }
 
@@ -63,13 +80,13 @@ impl OwnObjects {
         Ok(self.migrations.get_opt(name).await?)
     }
     pub async fn create_migration(&self, m: &StorageVersionMigration) -> Result<StorageVersionMigration, StoreError> {
-        Ok(self.migrations.create(&PostParams::default(), m).await?)
+        Ok(self.migrations.create(&self.post_params(), m).await?)
     }
     pub async fn update_migration_status(
         &self,
         m: &StorageVersionMigration,
     ) -> Result<StorageVersionMigration, StoreError> {
-        Ok(self.migrations.replace_status(name_of(m), &PostParams::default(), m).await?)
+        Ok(self.migrations.replace_status(name_of(m), &self.post_params(), m).await?)
     }
     pub async fn delete_migration(&self, name: &str) -> Result<(), StoreError> {
         match self.migrations.delete(name, &DeleteParams::default()).await {
@@ -152,11 +169,11 @@ impl OwnObjects {
         Ok(self.states.get_opt(name).await?)
     }
     pub async fn create_state(&self, s: &StorageState) -> Result<StorageState, StoreError> {
-        Ok(self.states.create(&PostParams::default(), s).await?)
+        Ok(self.states.create(&self.post_params(), s).await?)
     }
     pub async fn update_state_status(&self, s: &StorageState) -> Result<StorageState, StoreError> {
         let name = s.metadata.name.as_deref().unwrap_or_default();
-        Ok(self.states.replace_status(name, &PostParams::default(), s).await?)
+        Ok(self.states.replace_status(name, &self.post_params(), s).await?)
     }
     pub async fn delete_state(&self, s: &StorageState) -> Result<bool, StoreError> {
         let m = &s.metadata;
