@@ -76,20 +76,28 @@ fn finished(m: &Value) -> bool {
     is_true(m, "Succeeded") || is_true(m, "Failed")
 }
 
-/// Polls a migration (by kubectl) until it has ended.
+/// Polls a migration (by kubectl) until it has ended: Succeeded or Failed, and (the in-tree runner's last step)
+/// Running no longer True.
 fn wait_finished(s: &Server, plural: &str, name: &str) -> Value {
-    eventually(&format!("{plural}/{name} to end"), FINISH, || Some(get(s, plural, name)).filter(finished))
+    let ended = |m: &Value| finished(m) && !is_true(m, "Running");
+    eventually(&format!("{plural}/{name} to end"), FINISH, || Some(get(s, plural, name)).filter(ended))
 }
 
-/// What the in-tree controller leaves on a migration that Succeeded, plus `status.resourceVersion`.
+/// What kube-controller-manager's GA controllers leave on a migration that Succeeded (kubernetes/kubernetes
+/// pkg/controller/storageversionmigrator/migrationrunner_test.go "Cleanup admission updates SVM condition"):
+/// Succeeded (`Migration completed`, no observedGeneration), Running turned False by the runner
+/// (`MigrationCompleted`, observedGeneration the migration's generation), and `status.resourceVersion`.
 fn assert_in_tree_succeeded(m: &Value, s: &Server) {
     assert!(is_true(m, "Succeeded"), "{m:#}\n{}", s.log());
     let succeeded = condition(m, "Succeeded");
     assert_eq!(succeeded["reason"], "StorageVersionMigrationSucceeded", "{m:#}");
-    assert_eq!(succeeded["observedGeneration"], m["metadata"]["generation"], "{m:#}");
+    assert_eq!(succeeded["message"], "Migration completed", "{m:#}");
+    assert!(succeeded["observedGeneration"].is_null(), "{m:#}");
     let running = condition(m, "Running");
     assert_eq!(running["status"], "False", "{m:#}");
-    assert_eq!(running["reason"], "StorageVersionMigrationInProgress", "{m:#}");
+    assert_eq!(running["reason"], "MigrationCompleted", "{m:#}");
+    assert_eq!(running["message"], "Migration completed", "{m:#}");
+    assert_eq!(running["observedGeneration"], m["metadata"]["generation"], "{m:#}");
     assert!(condition(m, "Failed").is_null(), "{m:#}");
     let rv = m["status"]["resourceVersion"].as_str().unwrap_or_default();
     assert!(rv.parse::<u64>().is_ok_and(|rv| rv > 0), "status.resourceVersion {rv:?}: {m:#}");

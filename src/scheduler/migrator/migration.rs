@@ -2,13 +2,19 @@
 //! or `storagemigration.k8s.io` (the in-tree kind of KEP-4192). The worker and the scheduler know only [`Migration`];
 //! how each kind records a checkpoint, progress and its conditions is decided here.
 //!
-//! The in-tree kind follows kube-controller-manager's controller (kubernetes/kubernetes
-//! `pkg/controller/storageversionmigrator/`, storageversionmigrator.go and resourceversion.go at commit
-//! 1892e4deb967a2b39cfc2fea87a8bd49274449ef): `status.resourceVersion` is the resource's list resourceVersion when
-//! the migration starts; a Running condition (reason `StorageVersionMigrationInProgress`), then Succeeded
-//! (`StorageVersionMigrationSucceeded`) or Failed (`StorageVersionMigrationFailed`, message `resource does not exist
-//! in discovery` or `migration encountered unhandled error`), the Running condition turning False at the end. That
-//! kind has no field for a continue token or progress: ours are kept in annotations (written through the main
+//! The in-tree kind follows kube-controller-manager's controllers at GA (Kubernetes 1.37, kubernetes/kubernetes
+//! `pkg/controller/storageversionmigrator/`: migrationrunner.go, resourceversion.go, storageversionmigrator.go and
+//! util.go after PRs #135297, #138560, #138874 and #138875), one step each:
+//! - the runner promotes it: `Running=True`, reason `MigrationRunning`, message `The migration is running`;
+//! - the resource-version controller records the resource's list resourceVersion in `status.resourceVersion`, or
+//!   fails it (`resource does not exist in discovery`, unsupported verbs, a malformed resourceVersion);
+//! - the migrator rewrites the objects, its progress in the Running message (`The migration is running, X/Y objects
+//!   not yet migrated`, `; transient error: ...`), and ends it: `Succeeded=True` (`Migration completed`, the
+//!   Running message `..., Y objects verified migrated`) or `Failed=True` (`X/Y not yet migrated. migration
+//!   encountered unhandled error: ...`), Running still True;
+//! - the runner ends it: `Running=False`, reason `MigrationCompleted`, message `Migration completed`.
+//!
+//! That kind has no field for a continue token or progress: ours are kept in annotations (written through the main
 //! resource, whose update leaves the status alone), so that it resumes after a crash as ours do.
 
 use super::ANNOTATION_MIGRATED_AT_TOKEN;
@@ -27,10 +33,13 @@ pub const ANNOTATION_CONTINUE_TOKEN: &str = "migration.k8s.io/continue-token";
 pub const ANNOTATION_MIGRATED_OBJECTS: &str = "migration.k8s.io/migrated-objects";
 pub const ANNOTATION_REMAINING_OBJECTS: &str = "migration.k8s.io/remaining-objects-estimate";
 
-/// The in-tree controller's condition reasons and messages.
-pub const IN_TREE_REASON_RUNNING: &str = "StorageVersionMigrationInProgress";
+/// The in-tree controllers' condition reasons and messages.
+pub const IN_TREE_REASON_RUNNING: &str = "MigrationRunning";
+pub const IN_TREE_REASON_COMPLETED: &str = "MigrationCompleted";
 pub const IN_TREE_REASON_SUCCEEDED: &str = "StorageVersionMigrationSucceeded";
 pub const IN_TREE_REASON_FAILED: &str = "StorageVersionMigrationFailed";
+pub const IN_TREE_RUNNING: &str = "The migration is running";
+pub const IN_TREE_COMPLETED: &str = "Migration completed";
 pub const IN_TREE_NOT_IN_DISCOVERY: &str = "resource does not exist in discovery";
 pub const IN_TREE_UNHANDLED_ERROR: &str = "migration encountered unhandled error";
 
@@ -67,9 +76,76 @@ pub struct ResourceKey {
 pub enum Outcome {
     /// Every object handled (`total`); `message` is ours.
     Succeeded { total: i64, message: String },
-    /// `message` is ours; `not_in_discovery` when the target does not serve the resource (the in-tree controller's
-    /// own message then).
-    Failed { message: String, not_in_discovery: bool },
+    /// `message` is ours; `in_tree` what the in-tree controllers say; `counts` the progress when it failed.
+    Failed { message: String, in_tree: InTreeFailure, counts: Option<Counts> },
+}
+
+/// An in-tree migration's failure, as kube-controller-manager words it.
+#[derive(Clone, Debug)]
+pub enum InTreeFailure {
+    /// The resource-version controller's message (discovery, verbs, the list's resourceVersion), as it is.
+    Checkpoint(String),
+    /// The migrator's: `X/Y not yet migrated. migration encountered unhandled error: <error>`.
+    Unhandled(String),
+}
+
+/// A migration's progress as the in-tree controller counts it: objects not yet migrated, of all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub not_migrated: i64,
+    pub total: i64,
+}
+
+impl Counts {
+    /// From the objects handled and the estimate of those left (None: not known yet).
+    pub fn of(handled: i64, remaining: Option<i64>) -> Option<Counts> {
+        remaining.map(|r| Counts { not_migrated: r, total: handled.saturating_add(r) })
+    }
+}
+
+/// The in-tree Running message while the migration runs: `The migration is running`, then `, X/Y objects not yet
+/// migrated` once the counts are known, then `; transient error: <error>` while a request is retried (upstream's
+/// util.go formats; upstream writes it on a transient error, this server also every few seconds).
+pub fn in_tree_running_message(counts: Option<Counts>, transient: Option<&str>) -> String {
+    let mut m = IN_TREE_RUNNING.to_string();
+    if let Some(c) = counts {
+        m.push_str(&format!(", {}/{} objects not yet migrated", c.not_migrated, c.total));
+    }
+    if let Some(why) = transient {
+        m.push_str(&format!("; transient error: {why}"));
+    }
+    super::truncate(&m, 32000)
+}
+
+/// The in-tree Running message once every object is handled: `The migration is running, Y objects verified
+/// migrated` (without the count when there were none).
+pub fn in_tree_verified_message(total: i64) -> String {
+    match total {
+        0 => IN_TREE_RUNNING.to_string(),
+        n => format!("{IN_TREE_RUNNING}, {n} objects verified migrated"),
+    }
+}
+
+/// The in-tree Failed message of an error while migrating.
+pub fn in_tree_unhandled_message(counts: Option<Counts>, error: &str) -> String {
+    let m = match counts {
+        Some(c) => format!("{}/{} not yet migrated. {IN_TREE_UNHANDLED_ERROR}: {error}", c.not_migrated, c.total),
+        None => format!("{IN_TREE_UNHANDLED_ERROR}: {error}"),
+    };
+    super::truncate(&m, 32000)
+}
+
+/// Which part of the work writes a migration: upstream's three in-tree controllers name themselves apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Running=True (the runner).
+    Promote,
+    /// `status.resourceVersion`, or a failure to record it (the resource-version controller).
+    Checkpoint,
+    /// Progress, continue token and outcome (the migrator).
+    Migrate,
+    /// Running=False at the end (the runner).
+    Complete,
 }
 
 /// A migration to run.
@@ -104,9 +180,16 @@ fn set_ours(svm: &mut StorageVersionMigration, type_: &str, status: bool, reason
 }
 
 /// Sets a condition of the in-tree kind as apimachinery's `meta.SetStatusCondition` does: lastTransitionTime moves
-/// only when the status changes; observedGeneration is the migration's generation.
-fn set_in_tree(m: &mut InTreeMigration, type_: &str, status: bool, reason: Option<&str>, message: &str) {
-    let generation = m.metadata.generation;
+/// only when the status changes; reason, message and observedGeneration are replaced (upstream passes a generation
+/// only when it ends the migration).
+fn set_in_tree(
+    m: &mut InTreeMigration,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    observed_generation: Option<i64>,
+) {
     let conditions = &mut m.status.get_or_insert_with(Default::default).conditions;
     let status = if status { "True" } else { "False" }.to_string();
     match conditions.iter_mut().find(|x| x.type_ == type_) {
@@ -115,18 +198,16 @@ fn set_in_tree(m: &mut InTreeMigration, type_: &str, status: bool, reason: Optio
                 c.last_transition_time = now();
                 c.status = status;
             }
-            if let Some(reason) = reason {
-                c.reason = reason.to_string();
-            }
+            c.reason = reason.to_string();
             c.message = message.to_string();
-            c.observed_generation = generation;
+            c.observed_generation = observed_generation;
         }
         None => conditions.push(Condition {
             type_: type_.to_string(),
             status,
-            observed_generation: generation,
+            observed_generation,
             last_transition_time: now(),
-            reason: reason.unwrap_or(IN_TREE_REASON_RUNNING).to_string(),
+            reason: reason.to_string(),
             message: message.to_string(),
         }),
     }
@@ -236,12 +317,49 @@ impl Migration {
         }
     }
 
-    /// The Running condition's message when nothing is retried: ours names the resource, the in-tree controller's
-    /// is empty.
-    pub fn base_running_message(&self, gvr: &GroupVersionResource) -> String {
+    /// The Running condition's message while the migration runs: ours names the resource and what is retried
+    /// (`Retrying: <error>`); the in-tree kind's is upstream's progress message.
+    pub fn progress_message(
+        &self,
+        gvr: &GroupVersionResource,
+        counts: Option<Counts>,
+        retrying: Option<&str>,
+    ) -> String {
         match self {
-            Migration::Ours(_) => format!("Migrating {}.", gvr.display()),
-            Migration::InTree(_) => String::new(),
+            Migration::Ours(_) => {
+                let base = format!("Migrating {}.", gvr.display());
+                match retrying {
+                    Some(why) => super::truncate(&format!("{base} Retrying: {why}"), 32000),
+                    None => base,
+                }
+            }
+            Migration::InTree(_) => in_tree_running_message(counts, retrying),
+        }
+    }
+
+    /// The field manager of a write at `step`.
+    pub fn manager(&self, step: Step) -> &'static str {
+        use crate::scheduler::managers;
+        match (self, step) {
+            (Migration::Ours(_), _) => managers::MIGRATOR,
+            (Migration::InTree(_), Step::Promote | Step::Complete) => managers::MIGRATION_RUNNER,
+            (Migration::InTree(_), Step::Checkpoint) => managers::RESOURCE_VERSION,
+            (Migration::InTree(_), Step::Migrate) => managers::IN_TREE_MIGRATOR,
+        }
+    }
+
+    /// Whether the migration ended (Succeeded or Failed) with Running still True: the in-tree runner's last step
+    /// ([`complete`](Self::complete)) is still to come. Ours ends Running with its outcome.
+    pub fn needs_completion(&self) -> bool {
+        matches!(self, Migration::InTree(_)) && self.is_finished() && self.is_running()
+    }
+
+    /// Running=False, reason `MigrationCompleted`, message `Migration completed`, observedGeneration the
+    /// migration's generation (the in-tree runner's cleanup; a status write).
+    pub fn complete(&mut self) {
+        if let Migration::InTree(m) = self {
+            let generation = m.metadata.generation;
+            set_in_tree(m, CONDITION_RUNNING, false, IN_TREE_REASON_COMPLETED, IN_TREE_COMPLETED, generation);
         }
     }
 
@@ -332,7 +450,7 @@ impl Migration {
     pub fn set_running(&mut self, message: &str) {
         match self {
             Migration::Ours(m) => set_ours(m, CONDITION_RUNNING, true, REASON_MIGRATING, message),
-            Migration::InTree(m) => set_in_tree(m, CONDITION_RUNNING, true, Some(IN_TREE_REASON_RUNNING), message),
+            Migration::InTree(m) => set_in_tree(m, CONDITION_RUNNING, true, IN_TREE_REASON_RUNNING, message, None),
         }
     }
 
@@ -350,29 +468,30 @@ impl Migration {
                 set_ours(m, CONDITION_RUNNING, false, REASON_FAILED, message);
                 set_ours(m, CONDITION_FAILED, true, REASON_FAILED, message);
             }
-            (Migration::InTree(m), Outcome::Succeeded { .. }) => {
-                // The in-tree controller turns Running False without another reason or message.
-                set_running_false(m);
-                set_in_tree(m, CONDITION_SUCCEEDED, true, Some(IN_TREE_REASON_SUCCEEDED), "");
+            (Migration::InTree(m), Outcome::Succeeded { total, .. }) => {
+                // Running stays True (the runner ends it next): its message says what was verified.
+                set_in_tree(
+                    m,
+                    CONDITION_RUNNING,
+                    true,
+                    IN_TREE_REASON_RUNNING,
+                    &in_tree_verified_message(*total),
+                    None,
+                );
+                set_in_tree(m, CONDITION_SUCCEEDED, true, IN_TREE_REASON_SUCCEEDED, IN_TREE_COMPLETED, None);
             }
-            (Migration::InTree(m), Outcome::Failed { message, not_in_discovery }) => {
-                let message = match not_in_discovery {
-                    true => IN_TREE_NOT_IN_DISCOVERY.to_string(),
-                    false => super::truncate(&format!("{IN_TREE_UNHANDLED_ERROR}: {message}"), 32000),
+            (Migration::InTree(m), Outcome::Failed { in_tree, counts, .. }) => {
+                let message = match in_tree {
+                    InTreeFailure::Checkpoint(message) => message.clone(),
+                    InTreeFailure::Unhandled(error) => {
+                        let running = in_tree_running_message(*counts, None);
+                        set_in_tree(m, CONDITION_RUNNING, true, IN_TREE_REASON_RUNNING, &running, None);
+                        in_tree_unhandled_message(*counts, error)
+                    }
                 };
-                set_running_false(m);
-                set_in_tree(m, CONDITION_FAILED, true, Some(IN_TREE_REASON_FAILED), &message);
+                set_in_tree(m, CONDITION_FAILED, true, IN_TREE_REASON_FAILED, &message, None);
             }
         }
-    }
-}
-
-/// Running=False at the end, keeping its reason and message (the in-tree controller flips only the status); absent
-/// when the migration never ran.
-fn set_running_false(m: &mut InTreeMigration) {
-    let running = m.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_RUNNING)).cloned();
-    if let Some(c) = running {
-        set_in_tree(m, CONDITION_RUNNING, false, None, &c.message);
     }
 }
 
@@ -391,42 +510,109 @@ mod tests {
         Migration::InTree(m)
     }
 
+    fn conditions(m: &Migration) -> Vec<(String, String, String, String, Option<i64>)> {
+        let Migration::InTree(svm) = m else { unreachable!() };
+        let status = svm.status.as_ref().expect("a status");
+        let c = status.conditions.iter();
+        c.map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), c.observed_generation))
+            .collect()
+    }
+
+    fn c(t: &str, s: &str, r: &str, m: &str, g: Option<i64>) -> (String, String, String, String, Option<i64>) {
+        (t.into(), s.into(), r.into(), m.into(), g)
+    }
+
+    // kubernetes/kubernetes pkg/controller/storageversionmigrator/migrationrunner_test.go: "Initial sync: CRD
+    // missing" (promotion), "Cleanup admission updates SVM condition" (the end); storageversionmigrator_test.go's
+    // success case (Running message and Succeeded in one write).
     #[test]
-    fn in_tree_conditions_follow_the_in_tree_controller() {
+    fn in_tree_conditions_follow_the_ga_controllers() {
         let mut m = in_tree();
         assert!(m.needs_resource_version());
+        m.set_running(IN_TREE_RUNNING);
+        assert_eq!(m.phase(), "Running");
+        assert_eq!(conditions(&m), [c("Running", "True", "MigrationRunning", "The migration is running", None)]);
         m.set_resource_version("42");
         assert!(!m.needs_resource_version());
-        m.set_running("");
-        assert_eq!(m.phase(), "Running");
-        m.set_outcome(&Outcome::Succeeded { total: 3, message: "ours".into() });
+        let gvr = GroupVersionResource { group: "g".into(), version: "v1".into(), resource: "rs".into() };
+        m.set_running(&m.progress_message(&gvr, Counts::of(2, Some(3)), None));
+        assert_eq!(m.running_message(), Some("The migration is running, 3/5 objects not yet migrated"));
+        m.set_running(&m.progress_message(&gvr, Counts::of(2, Some(3)), Some("503 Service Unavailable")));
+        assert_eq!(
+            m.running_message(),
+            Some("The migration is running, 3/5 objects not yet migrated; transient error: 503 Service Unavailable")
+        );
+        m.set_outcome(&Outcome::Succeeded { total: 5, message: "ours".into() });
         assert_eq!(m.phase(), "Succeeded");
-        let Migration::InTree(svm) = &m else { unreachable!() };
-        let status = svm.status.as_ref().expect("a status");
-        let running = status.conditions.iter().find(|c| c.type_ == "Running").expect("Running");
-        assert_eq!((running.status.as_str(), running.reason.as_str()), ("False", IN_TREE_REASON_RUNNING));
-        let succeeded = status.conditions.iter().find(|c| c.type_ == "Succeeded").expect("Succeeded");
-        assert_eq!((succeeded.reason.as_str(), succeeded.message.as_str()), (IN_TREE_REASON_SUCCEEDED, ""));
-        assert!(status.conditions.iter().all(|c| c.observed_generation == Some(3)));
+        assert!(m.needs_completion());
+        assert_eq!(
+            conditions(&m),
+            [
+                c("Running", "True", "MigrationRunning", "The migration is running, 5 objects verified migrated", None),
+                c("Succeeded", "True", "StorageVersionMigrationSucceeded", "Migration completed", None),
+            ]
+        );
+        m.complete();
+        assert!(!m.needs_completion());
+        assert_eq!(
+            conditions(&m),
+            [
+                c("Running", "False", "MigrationCompleted", "Migration completed", Some(3)),
+                c("Succeeded", "True", "StorageVersionMigrationSucceeded", "Migration completed", None),
+            ]
+        );
+        // No objects: no count.
+        assert_eq!(in_tree_verified_message(0), IN_TREE_RUNNING);
     }
 
     #[test]
     fn in_tree_failures_carry_the_in_tree_messages() {
         let mut m = in_tree();
-        m.set_outcome(&Outcome::Failed { message: "x".into(), not_in_discovery: true });
+        m.set_running(IN_TREE_RUNNING);
+        let failure = InTreeFailure::Checkpoint(IN_TREE_NOT_IN_DISCOVERY.into());
+        m.set_outcome(&Outcome::Failed { message: "x".into(), in_tree: failure, counts: None });
         assert_eq!(m.phase(), "Failed");
-        let Migration::InTree(svm) = &m else { unreachable!() };
-        let failed = &svm.status.as_ref().expect("a status").conditions[0];
         assert_eq!(
-            (failed.reason.as_str(), failed.message.as_str()),
-            (IN_TREE_REASON_FAILED, IN_TREE_NOT_IN_DISCOVERY)
+            conditions(&m),
+            [
+                c("Running", "True", "MigrationRunning", "The migration is running", None),
+                c("Failed", "True", "StorageVersionMigrationFailed", IN_TREE_NOT_IN_DISCOVERY, None),
+            ]
         );
         let mut m = in_tree();
-        m.set_running("");
-        m.set_outcome(&Outcome::Failed { message: "rewriting x: 403".into(), not_in_discovery: false });
-        let Migration::InTree(svm) = &m else { unreachable!() };
-        let failed = svm.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Failed")).cloned();
-        assert_eq!(failed.map(|c| c.message), Some(format!("{IN_TREE_UNHANDLED_ERROR}: rewriting x: 403")));
+        m.set_running(IN_TREE_RUNNING);
+        let failure = InTreeFailure::Unhandled("rewriting x: 403".into());
+        m.set_outcome(&Outcome::Failed { message: "x".into(), in_tree: failure, counts: Counts::of(1, Some(2)) });
+        assert_eq!(
+            conditions(&m),
+            [
+                c(
+                    "Running",
+                    "True",
+                    "MigrationRunning",
+                    "The migration is running, 2/3 objects not yet migrated",
+                    None
+                ),
+                c(
+                    "Failed",
+                    "True",
+                    "StorageVersionMigrationFailed",
+                    "2/3 not yet migrated. migration encountered unhandled error: rewriting x: 403",
+                    None
+                ),
+            ]
+        );
+        assert!(m.needs_completion());
+    }
+
+    #[test]
+    fn each_step_names_its_field_manager() {
+        use crate::scheduler::managers;
+        let m = in_tree();
+        assert_eq!(m.manager(Step::Promote), managers::MIGRATION_RUNNER);
+        assert_eq!(m.manager(Step::Checkpoint), managers::RESOURCE_VERSION);
+        assert_eq!(m.manager(Step::Migrate), managers::IN_TREE_MIGRATOR);
+        assert_eq!(m.manager(Step::Complete), managers::MIGRATION_RUNNER);
     }
 
     #[test]

@@ -9,8 +9,11 @@
 //!
 //! Every request to the target takes a token from one global bucket (`--migration-qps`/`--migration-burst`).
 //! Transient errors (429, 500, 502, 503, 504, timeouts, connection errors) are retried with exponential backoff
-//! honouring Retry-After, up to `max_attempts`; anything else fails the migration at once with a message naming the
-//! object, instead of retrying forever as kube-storage-version-migrator does (its issue #83).
+//! honouring Retry-After, up to `max_attempts` in a row; then the migration steps back, still Running with the error
+//! in its message, and the scheduler starts it again from its saved token after a backoff that doubles up to
+//! [`MAX_BACKOFF`]: transient errors never fail a migration (kube-controller-manager's GA controller retries them
+//! too). Anything else fails the migration at once with a message naming the object, instead of retrying forever as
+//! kube-storage-version-migrator does (its issue #83).
 //!
 //! Someone else may finish a migration under us: the trigger supersedes it (Failed=True, reason Superseded) or a
 //! user deletes it. Every save is a compare-and-swap on resourceVersion; on a conflict the migration is re-read and,
@@ -43,6 +46,7 @@ mod migration;
 pub use migration::*;
 mod target;
 pub use target::*;
+mod lifecycle;
 mod worker;
 use worker::*;
 
@@ -51,6 +55,9 @@ use worker::*;
 const WRITE_PARALLELISM: usize = 16;
 /// A worker that gave up saving its state is started again after this long (from its saved token).
 const REQUEUE: Duration = Duration::from_secs(1);
+/// The longest a migration that stepped back on transient errors waits before it is started again (the backoff
+/// starts at `--migration-retry-max`'s worth and doubles per step back in a row).
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Own-API saves that fail for reasons other than a conflict are retried this often before the worker gives up
 /// (the scheduler starts it again from the saved token after [`REQUEUE`]).
 const SAVE_ATTEMPTS: u32 = 5;
@@ -134,6 +141,7 @@ pub fn spawn(
         running: HashMap::new(),
         ended: HashMap::new(),
         requeue_at: None,
+        backing_off: HashMap::new(),
         workers: JoinSet::new(),
     };
     tokio::spawn(scheduler.run(changes))
@@ -161,12 +169,35 @@ struct Running {
 }
 
 /// How a worker ended, for the scheduler: the migration (uid) and the last resourceVersion the worker read or
-/// wrote of it, and whether it should be started again (its own API kept failing: it resumes from its saved token).
+/// wrote of it, and whether it should be started again.
 pub(super) struct Ended {
     pub(super) key: MigrationKey,
     pub(super) uid: String,
     pub(super) resource_version: Option<String>,
-    pub(super) requeue: bool,
+    pub(super) requeue: Requeue,
+}
+
+/// Whether and when a worker's migration is started again (it resumes from its saved token).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Requeue {
+    /// Finished, or left to whoever finished or deleted it.
+    No,
+    /// Its own API kept failing: after [`REQUEUE`].
+    Soon,
+    /// The target kept answering with retryable errors: after a backoff that grows with each step back in a row.
+    Backoff,
+}
+
+/// A migration that stepped back on transient errors: how many times in a row, and when it may start again.
+struct BackingOff {
+    times: u32,
+    until: tokio::time::Instant,
+}
+
+/// The wait after the `times`-th step back in a row: `first`, doubling, at most [`MAX_BACKOFF`].
+fn backoff_after(first: Duration, times: u32) -> Duration {
+    let factor = 2u32.saturating_pow(times.saturating_sub(1).min(16));
+    first.max(Duration::from_millis(100)).saturating_mul(factor).min(MAX_BACKOFF)
 }
 
 struct Scheduler {
@@ -181,6 +212,8 @@ struct Scheduler {
     ended: HashMap<String, Option<String>>,
     /// When a worker that could not save its state is started again.
     requeue_at: Option<tokio::time::Instant>,
+    /// Migrations that stepped back on transient errors, not started again before their time.
+    backing_off: HashMap<MigrationKey, BackingOff>,
     /// Dropped with the scheduler (a replica losing leadership aborts it): the workers go too.
     workers: JoinSet<Ended>,
 }
@@ -251,7 +284,13 @@ impl Scheduler {
         }
         loop {
             self.reconcile();
-            let requeue = self.requeue_at;
+            // Entries past their time stay (their count of steps back in a row) but wake nothing.
+            let now = tokio::time::Instant::now();
+            let next_due = self.backing_off.values().map(|b| b.until).filter(|until| *until > now).min();
+            let requeue = match (self.requeue_at, next_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 change = changes.next() => {
                     if change.is_none() {
@@ -273,10 +312,21 @@ impl Scheduler {
         let Ok(ended) = ended else { return };
         // The worker is done: the next migration of its resource may start.
         self.running.remove(&ended.key);
-        if ended.requeue {
-            self.requeue_at.get_or_insert_with(|| tokio::time::Instant::now() + REQUEUE);
-        } else {
-            self.ended.insert(ended.uid, ended.resource_version);
+        match ended.requeue {
+            Requeue::Soon => {
+                self.requeue_at.get_or_insert_with(|| tokio::time::Instant::now() + REQUEUE);
+            }
+            Requeue::Backoff => {
+                let times = self.backing_off.get(&ended.key).map_or(1, |b| b.times + 1);
+                let wait = backoff_after(self.ctx.target.config.retry_max, times);
+                let until = tokio::time::Instant::now() + wait;
+                tracing::debug!(migration = %ended.key.name, times, ?wait, "migration backing off");
+                self.backing_off.insert(ended.key, BackingOff { times, until });
+            }
+            Requeue::No => {
+                self.backing_off.remove(&ended.key);
+                self.ended.insert(ended.uid, ended.resource_version);
+            }
         }
     }
 
@@ -299,7 +349,7 @@ impl Scheduler {
         // A worker's record is kept only while the store lags behind it.
         let ended: Vec<String> = all
             .iter()
-            .filter(|m| !m.is_finished() && self.known_ended(m))
+            .filter(|m| (!m.is_finished() || m.needs_completion()) && self.known_ended(m))
             .filter_map(|m| m.meta().uid.clone())
             .collect();
         self.ended.retain(|uid, _| ended.contains(uid));
@@ -315,14 +365,23 @@ impl Scheduler {
         for m in &running {
             *running_now.entry(queue_label(m)).or_default() += 1;
         }
+        // A migration backing off keeps its resource (no younger one overtakes it) but does not start yet.
+        let now = tokio::time::Instant::now();
+        self.backing_off.retain(|key, _| all.iter().any(|m| m.key() == *key && !m.is_finished()));
+        let waiting: Vec<MigrationKey> =
+            self.backing_off.iter().filter(|(_, b)| b.until > now).map(|(key, _)| key.clone()).collect();
         let queue: Vec<Migration> = all
             .iter()
-            .filter(|m| !m.is_finished() && !self.known_ended(m) && !self.running.contains_key(&m.key()))
+            .filter(|m| !m.is_finished() || m.needs_completion())
+            .filter(|m| !self.known_ended(m) && !self.running.contains_key(&m.key()))
             .cloned()
             .collect();
         let capacity = self.ctx.target.config.concurrency.max(1);
         let (start, pending) = select(&queue, &running_resources, capacity);
         for i in start {
+            if waiting.contains(&queue[i].key()) {
+                continue;
+            }
             *running_now.entry(queue_label(&queue[i])).or_default() += 1;
             self.start(queue[i].clone());
         }
@@ -334,7 +393,8 @@ impl Scheduler {
         let (tx, rx) = watch::channel(false);
         let events = MigrationEvents::new(&self.ctx.events, &m);
         let name = key.name.clone();
-        let worker = Worker { ctx: self.ctx.clone(), name, svm: m, cancel: rx, events, seen_version: None };
+        let worker =
+            Worker { ctx: self.ctx.clone(), name, svm: m, cancel: rx, events, seen_version: None, counts: None };
         let task = self.workers.spawn(worker.run());
         self.running.insert(key, Running { cancel: tx, task });
     }
@@ -403,6 +463,36 @@ mod tests {
         };
         assert_eq!(r.describe(), "403 Forbidden: denied by webhook");
         assert_eq!(truncate("ééé", 3), "é...");
+    }
+
+    // The resource-version controller's messages (kubernetes/kubernetes pkg/controller/storageversionmigrator/
+    // resourceversion.go at GA) print a GroupVersionResource as Go does, and accept only resourceVersions
+    // apimachinery's CompareResourceVersion can compare (pkg/util/resourceversion).
+    #[test]
+    fn go_printed_resources_and_well_formed_resource_versions() {
+        let apps = GroupVersionResource { group: "apps".into(), version: "v1".into(), resource: "deployments".into() };
+        assert_eq!(go_gvr(&apps), "apps/v1, Resource=deployments");
+        let core = GroupVersionResource { group: String::new(), version: "v1".into(), resource: "secrets".into() };
+        assert_eq!(go_gvr(&core), "/v1, Resource=secrets");
+        assert_eq!(
+            Failure::UnsupportedVerbs { gvr: go_gvr(&core) }.to_string(),
+            r#"resource "/v1, Resource=secrets" does not support discovery operations: [update patch list]"#
+        );
+        for good in ["1", "42", "18446744073709551615"] {
+            assert!(well_formed_resource_version(good), "{good}");
+        }
+        for bad in ["", "0", "01", "-1", "1a", " 1", "abc"] {
+            assert!(!well_formed_resource_version(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn stepping_back_waits_longer_each_time_in_a_row() {
+        let first = Duration::from_secs(30);
+        let waits: Vec<u64> = (1..=6).map(|n| backoff_after(first, n).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 120, 240, 300, 300]);
+        assert_eq!(backoff_after(Duration::ZERO, 1), Duration::from_millis(100));
+        assert_eq!(backoff_after(first, u32::MAX), MAX_BACKOFF);
     }
 
     fn migration(api: &str, name: &str, created: &str, resource: &str, running: bool) -> Migration {

@@ -11,7 +11,7 @@ use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch};
 use kube::core::{ApiResource, DynamicObject, ObjectList, PartialObjectMeta};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -172,6 +172,50 @@ pub enum Failure {
     Discovery { resource: String, error: RequestError },
     #[error("discovery of {resource}: {answer}")]
     DiscoveryRefused { resource: String, answer: String },
+    /// Discovery lists the resource without one of the verbs a migration needs (the in-tree resource-version
+    /// controller's message; `gvr` as Go prints a GroupVersionResource).
+    #[error("resource {gvr:?} does not support discovery operations: [update patch list]")]
+    UnsupportedVerbs { gvr: String },
+    /// The resource's list resourceVersion is not one a migration can compare objects' with (the in-tree
+    /// resource-version controller's message).
+    #[error("latest resourceVersion for {gvr} is not valid: resource version is not well formed: {resource_version}")]
+    MalformedResourceVersion { gvr: String, resource_version: String },
+}
+
+impl Failure {
+    /// A request kept failing with retryable errors (429, 5xx, timeouts, dropped connections): the migration is
+    /// retried later, never Failed, as kube-controller-manager's GA controller retries such errors.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Failure::List { error: RequestError::GaveUp { .. }, .. }
+                | Failure::Rewrite { error: RequestError::GaveUp { .. }, .. }
+                | Failure::Discovery { error: RequestError::GaveUp { .. }, .. }
+        )
+    }
+
+    /// Whether the in-tree resource-version controller would say this (its message is then the Failed message,
+    /// as it is).
+    pub fn is_checkpoint(&self) -> bool {
+        matches!(
+            self,
+            Failure::NotInDiscovery { .. }
+                | Failure::UnsupportedVerbs { .. }
+                | Failure::MalformedResourceVersion { .. }
+        )
+    }
+}
+
+/// A GroupVersionResource as Go's `schema.GroupVersionResource.String()` prints it: `apps/v1, Resource=deployments`,
+/// `/v1, Resource=secrets`.
+pub fn go_gvr(gvr: &GroupVersionResource) -> String {
+    format!("{}/{}, Resource={}", gvr.group, gvr.version, gvr.resource)
+}
+
+/// Whether `rv` is a resourceVersion apimachinery can compare (`CompareResourceVersion`): decimal digits without a
+/// leading zero, and not `0`.
+pub fn well_formed_resource_version(rv: &str) -> bool {
+    !rv.is_empty() && rv.bytes().all(|b| b.is_ascii_digit()) && !rv.starts_with('0')
 }
 
 impl Target {
@@ -272,7 +316,8 @@ impl Target {
 
     /// The version an in-tree migration of `resource` lists and writes through, as kube-controller-manager's
     /// RESTMapper picks it: the group's preferred version when it serves the resource, else the first listed
-    /// version that does.
+    /// version that does. It must list the verbs a migration uses (list, update, patch), as the GA
+    /// resource-version controller checks.
     pub(super) async fn resolve(
         &self,
         resource: &ResourceKey,
@@ -295,9 +340,13 @@ impl Target {
             let gvr =
                 GroupVersionResource { group: resource.group.clone(), version, resource: resource.resource.clone() };
             let list: Option<APIResourceList> = self.discovery(&group_version_path(&gvr), &qualified, retrying).await?;
-            if list.is_some_and(|l| l.resources.iter().any(|r| r.name == resource.resource)) {
-                return Ok(gvr);
+            let Some(found) = list.and_then(|l| l.resources.into_iter().find(|r| r.name == resource.resource)) else {
+                continue;
+            };
+            if ["update", "patch", "list"].iter().any(|verb| !found.verbs.iter().any(|v| v == verb)) {
+                return Err(Failure::UnsupportedVerbs { gvr: go_gvr(&gvr) });
             }
+            return Ok(gvr);
         }
         Err(Failure::NotInDiscovery { resource: qualified })
     }
@@ -395,6 +444,8 @@ pub(super) struct Migrating<'a> {
     /// `shootstates.core.gardener.cloud` for messages.
     pub(super) qualified: String,
     pub(super) retrying: RetryNote,
+    /// The field manager of the no-op writes.
+    pub(super) manager: &'static str,
 }
 
 impl Migrating<'_> {
@@ -443,10 +494,11 @@ impl Migrating<'_> {
         }
         let list = serde_json::from_slice::<ListChunk>(&reply.body)
             .map_err(|error| Failure::ListDecode { resource: self.qualified.clone(), error })?;
-        list.metadata.resource_version.filter(|rv| !rv.is_empty()).ok_or_else(|| Failure::ListRefused {
-            resource: self.qualified.clone(),
-            answer: "the list carries no resourceVersion".into(),
-        })
+        let rv = list.metadata.resource_version.unwrap_or_default();
+        match well_formed_resource_version(&rv) {
+            true => Ok(rv),
+            false => Err(Failure::MalformedResourceVersion { gvr: go_gvr(self.gvr), resource_version: rv }),
+        }
     }
 
     pub(super) async fn rewrite(&self, item: &ObjectMeta) -> Result<Rewrite, Failure> {
@@ -455,7 +507,8 @@ impl Migrating<'_> {
         let name = segment(item.name.as_deref().unwrap_or_default());
         let patch = Patch::Merge(serde_json::json!({"metadata": {"resourceVersion": item.resource_version}}));
         let what = || format!("{} {:?}", self.qualified, display(item));
-        let build = || kube::core::Request::new(&url).patch(&name, &PatchParams::default(), &patch);
+        let params = crate::scheduler::managers::patch(self.manager);
+        let build = || kube::core::Request::new(&url).patch(&name, &params, &patch);
         let reply = self
             .target
             .send(build, &self.retrying)

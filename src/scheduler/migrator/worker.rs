@@ -1,15 +1,13 @@
 //! One migration: the worker that lists, rewrites and saves its progress chunk by chunk.
 
 use super::*;
-use crate::api::storage_version_migration::{GroupVersionResource, CONDITION_FAILED, CONDITION_SUCCEEDED};
+use crate::api::storage_version_migration::GroupVersionResource;
 use crate::error::StatusReason;
 use crate::registry::Subresource;
 use crate::scheduler::api_reason;
-use crate::scheduler::metrics::resource_label;
 use crate::scheduler::trigger::annotation;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use kube::api::PostParams;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +31,9 @@ pub(super) enum Stop {
     /// Our own API refused a write of the migration as invalid (422): writing it again would be refused again, so
     /// the migration ends Failed with the refusal.
     Refused(String),
+    /// The target kept answering with retryable errors: the migration stays Running (its message says why) and the
+    /// scheduler starts it again from its saved token after a backoff.
+    Transient(String),
 }
 
 impl std::fmt::Display for Stop {
@@ -43,6 +44,7 @@ impl std::fmt::Display for Stop {
             Stop::Cancelled => write!(f, "interrupted by the scheduler"),
             Stop::Save(e) => write!(f, "cannot save its state: {e}"),
             Stop::Refused(e) => write!(f, "the server refused the migration's state: {e}"),
+            Stop::Transient(e) => write!(f, "retrying later: {e}"),
         }
     }
 }
@@ -56,6 +58,8 @@ pub(super) struct Worker {
     pub(super) events: MigrationEvents,
     /// A newer resourceVersion than `svm`'s, read when the migration turned out finished elsewhere.
     pub(super) seen_version: Option<String>,
+    /// The progress last counted (objects not yet migrated, of all), for the messages of a failure.
+    pub(super) counts: Option<Counts>,
 }
 
 pub(super) fn cancelled(rx: &watch::Receiver<bool>) -> bool {
@@ -68,9 +72,14 @@ pub(super) async fn until_cancelled(rx: &mut watch::Receiver<bool>) {
 }
 
 impl Ctx {
-    /// Writes `m` through its own API's main resource or `/status`.
-    async fn replace(&self, m: &Migration, subresource: Subresource) -> Result<Migration, kube::Error> {
-        let (name, pp) = (m.name(), PostParams::default());
+    /// Writes `m` through its own API's main resource or `/status`, as field manager `manager`.
+    pub(super) async fn replace(
+        &self,
+        m: &Migration,
+        subresource: Subresource,
+        manager: &str,
+    ) -> Result<Migration, kube::Error> {
+        let (name, pp) = (m.name(), crate::scheduler::managers::post(manager));
         match (m, subresource) {
             (Migration::Ours(o), Subresource::Main) => self.migrations.replace(name, &pp, o).await.map(Migration::Ours),
             (Migration::Ours(o), Subresource::Status) => {
@@ -95,15 +104,20 @@ impl Ctx {
 }
 
 impl Worker {
-    /// Saves `edit` applied to the latest copy, through the main resource or /status (`subresource`). On a
-    /// conflict, re-reads: a migration finished or deleted meanwhile is left alone, anything else gets the edit
-    /// again.
-    pub(super) async fn save(&mut self, subresource: Subresource, edit: impl Fn(&mut Migration)) -> Result<(), Stop> {
+    /// Saves `edit` applied to the latest copy, through the main resource or /status (`subresource`), as the
+    /// writer of `step`. On a conflict, re-reads: a migration finished or deleted meanwhile is left alone, anything
+    /// else gets the edit again.
+    pub(super) async fn save(
+        &mut self,
+        subresource: Subresource,
+        step: Step,
+        edit: impl Fn(&mut Migration),
+    ) -> Result<(), Stop> {
         let mut failures = 0;
         loop {
             let mut next = self.svm.clone();
             edit(&mut next);
-            let err = match self.ctx.replace(&next, subresource).await {
+            let err = match self.ctx.replace(&next, subresource, self.svm.manager(step)).await {
                 Ok(saved) => {
                     self.svm = saved;
                     return Ok(());
@@ -133,25 +147,23 @@ impl Worker {
         }
     }
 
-    /// Saves the progress, and in the Running condition what the target's requests are being retried for. Our
-    /// kind takes both in one status write; the in-tree kind's progress is in annotations (a main-resource write)
-    /// and each write happens only when it changes something.
-    async fn save_progress(
+    /// Saves the progress, and the Running condition's message (the in-tree kind's counts what is left; both say
+    /// what the target's requests are being retried for). Our kind takes both in one status write; the in-tree
+    /// kind's progress is in annotations (a main-resource write) and each write happens only when it changes
+    /// something.
+    pub(super) async fn save_progress(
         &mut self,
+        gvr: &GroupVersionResource,
         handled: i64,
         remaining: Option<i64>,
-        running: &str,
         retrying: Option<&str>,
     ) -> Result<(), Stop> {
-        let message = match (retrying, running.is_empty()) {
-            (Some(why), true) => truncate(&format!("Retrying: {why}"), 32000),
-            (Some(why), false) => truncate(&format!("{running} Retrying: {why}"), 32000),
-            (None, _) => running.to_string(),
-        };
+        self.counts = Counts::of(handled, remaining);
+        let message = self.svm.progress_message(gvr, self.counts, retrying);
         let message_changed = |m: &Migration| m.running_message() != Some(message.as_str());
         if self.svm.progress_subresource() == Subresource::Status {
             return self
-                .save(Subresource::Status, |m| {
+                .save(Subresource::Status, Step::Migrate, |m| {
                     m.set_progress(handled, remaining);
                     if message_changed(m) {
                         m.set_running(&message);
@@ -160,10 +172,10 @@ impl Worker {
                 .await;
         }
         if self.svm.progress() != (Some(handled), remaining) {
-            self.save(Subresource::Main, |m| m.set_progress(handled, remaining)).await?;
+            self.save(Subresource::Main, Step::Migrate, |m| m.set_progress(handled, remaining)).await?;
         }
         if message_changed(&self.svm) {
-            self.save(Subresource::Status, |m| m.set_running(&message)).await?;
+            self.save(Subresource::Status, Step::Migrate, |m| m.set_running(&message)).await?;
         }
         Ok(())
     }
@@ -172,7 +184,7 @@ impl Worker {
     /// preferred version of the resource. A resource missing from discovery gets the in-tree controller's grace
     /// (GA: a minute from the migration's creation, so that a CRD created with it can become served), looked up
     /// again every [`DISCOVERY_RECHECK`].
-    async fn resolve(&self) -> Result<Result<GroupVersionResource, Failure>, Stop> {
+    pub(super) async fn resolve(&self) -> Result<Result<GroupVersionResource, Failure>, Stop> {
         if let Some(gvr) = self.svm.requested_gvr() {
             return Ok(Ok(gvr));
         }
@@ -200,122 +212,6 @@ impl Worker {
         Duration::try_from(left).ok().filter(|d| !d.is_zero())
     }
 
-    /// Runs the migration and records how it ended (condition, Event, metrics, CRD, log); tells the scheduler
-    /// whether to start it again.
-    pub(super) async fn run(mut self) -> Ended {
-        let started = std::time::Instant::now();
-        let unresolved = |svm: &Migration| {
-            let r = svm.resource();
-            GroupVersionResource { group: r.group, version: String::new(), resource: r.resource }
-        };
-        let (gvr, outcome) = match self.resolve().await {
-            Ok(Ok(gvr)) => {
-                let label = resource_label(&gvr);
-                self.ctx.metrics.observe_progress(&label);
-                let outcome = self.migrate(&gvr, &label).await;
-                (gvr, outcome)
-            }
-            Ok(Err(failure)) => (unresolved(&self.svm), Ok(Err(failure))),
-            Err(stop) => (unresolved(&self.svm), Err(stop)),
-        };
-        let label = resource_label(&gvr);
-        let migrated = self.svm.progress().0.unwrap_or(0);
-        let mut stop = match outcome {
-            Ok(Ok(total)) => self.succeeded(&gvr, &label, total, started).await.err(),
-            Ok(Err(failure)) => self.failed(&gvr, &label, &failure, migrated, started).await.err(),
-            Err(stop) => Some(stop),
-        };
-        if let Some(Stop::Refused(why)) = &stop {
-            // Logged once here; the migration then ends Failed with the refusal, or stays as it is when even that
-            // is refused (logged once more): never written again in a loop.
-            tracing::warn!(migration = %self.svm.display(), resource = %gvr.display(), refusal = %why,
-                "the server refused the migration's state; the migration fails");
-            let failure = Failure::StateRefused { answer: why.clone() };
-            stop = self.failed(&gvr, &label, &failure, migrated, started).await.err();
-        }
-        let requeue = matches!(stop, Some(Stop::Save(_)));
-        if let Some(stop) = stop {
-            self.stopped(&gvr, &label, stop, migrated).await;
-        }
-        let resource_version = self.seen_version.take().or_else(|| self.svm.meta().resource_version.clone());
-        Ended { key: self.svm.key(), uid: self.svm.meta().uid.clone().unwrap_or_default(), resource_version, requeue }
-    }
-
-    /// Every object handled: the CRD's storedVersions, then Succeeded.
-    async fn succeeded(
-        &mut self,
-        gvr: &GroupVersionResource,
-        label: &str,
-        total: i64,
-        started: std::time::Instant,
-    ) -> Result<(), Stop> {
-        // The CRD first: when the migration reads Succeeded, its storedVersions are already trimmed.
-        self.ctx.crds.update(gvr, &self.name, crd::Phase::Succeeded).await;
-        if self.svm.progress_subresource() == Subresource::Main {
-            self.save(Subresource::Main, |m| m.set_progress(total, Some(0))).await?;
-        }
-        let outcome = Outcome::Succeeded { total, message: format!("Migrated {total} objects of {}.", gvr.display()) };
-        self.save(Subresource::Status, |m| m.set_outcome(&outcome)).await?;
-        let seconds = started.elapsed().as_secs_f64();
-        let note = format!("Migrated {total} objects of {} in {seconds:.1}s", gvr.display());
-        self.events.normal(EVENT_SUCCEEDED, &note);
-        self.ctx.metrics.observe_remaining(label, 0);
-        self.ctx.metrics.observe_finished(label, CONDITION_SUCCEEDED);
-        tracing::info!(migration = %self.svm.display(), resource = %gvr.display(), objects = total,
-            seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_SUCCEEDED, "migration ended");
-        Ok(())
-    }
-
-    /// The migration failed: the CRD's condition ends, then Failed.
-    async fn failed(
-        &mut self,
-        gvr: &GroupVersionResource,
-        label: &str,
-        failure: &Failure,
-        migrated: i64,
-        started: std::time::Instant,
-    ) -> Result<(), Stop> {
-        self.ctx.crds.update(gvr, &self.name, crd::Phase::Failed).await;
-        let outcome = Outcome::Failed {
-            message: truncate(&failure.to_string(), 32000),
-            not_in_discovery: matches!(failure, Failure::NotInDiscovery { .. }),
-        };
-        self.save(Subresource::Status, |m| m.set_outcome(&outcome)).await?;
-        self.events.warning(EVENT_FAILED, &format!("Migration of {} failed: {failure}", gvr.display()));
-        self.ctx.metrics.observe_remaining(label, 0);
-        self.ctx.metrics.observe_finished(label, CONDITION_FAILED);
-        tracing::warn!(migration = %self.svm.display(), resource = %gvr.display(), objects = migrated,
-            seconds = started.elapsed().as_secs_f64(), outcome = CONDITION_FAILED, error = %failure,
-            "migration ended");
-        Ok(())
-    }
-
-    /// The migration stopped without an outcome of ours.
-    async fn stopped(&mut self, gvr: &GroupVersionResource, label: &str, stop: Stop, migrated: i64) {
-        if let Stop::Save(_) = stop {
-            tracing::warn!(migration = %self.name, resource = %gvr.display(), objects = migrated, reason = %stop,
-                "migration interrupted; it resumes from its saved token");
-            return;
-        }
-        // Superseded or deleted (the scheduler cancels the work on such a migration too): it will not finish, so
-        // its CRD condition ends, storedVersions untouched. A scheduler that stopped (a replica losing leadership)
-        // leaves it Running, to be resumed.
-        let ended = match &stop {
-            Stop::Cancelled => match self.ctx.get(&self.svm.key()).await {
-                Ok(None) => true,
-                Ok(Some(svm)) => is_finished(&svm),
-                Err(_) => false,
-            },
-            _ => true,
-        };
-        if ended {
-            self.ctx.crds.update(gvr, &self.name, crd::Phase::Failed).await;
-            self.ctx.metrics.observe_remaining(label, 0);
-        }
-        tracing::info!(migration = %self.name, resource = %gvr.display(), objects = migrated,
-            reason = %stop, "migration stopped")
-    }
-
     /// Runs the migration to its end. Ok(Ok(n)): every object handled (n in total); Ok(Err(message)): it failed.
     pub(super) async fn migrate(
         &mut self,
@@ -332,11 +228,11 @@ impl Worker {
             gvr,
             qualified: crate::error::qualified(&gvr.resource, &gvr.group),
             retrying: RetryNote::new(self.events.clone()),
+            manager: self.svm.manager(Step::Migrate),
         };
-        let running_message = match self.begin(&m, token.is_some()).await? {
-            Ok(message) => message,
-            Err(failure) => return Ok(Err(failure)),
-        };
+        if let Err(failure) = self.begin(&m, token.is_some()).await? {
+            return Ok(Err(failure));
+        }
         let mut p = Pipeline::new(self.migrated_at_token(token.is_some()), token);
         let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -350,9 +246,11 @@ impl Worker {
             if cancelled(&cancel) {
                 return Err(Stop::Cancelled);
             }
-            if let Some(total) = self.save_completed(&mut p, label, &running_message).await? {
+            if let Some(total) = self.save_completed(&mut p, gvr, label).await? {
                 return Ok(Ok(total));
             }
+            let (handled, remaining) = progress(p.migrated, &p.chunks, p.after_listed);
+            self.counts = Counts::of(handled, remaining);
             // List ahead: at most the chunk being written and the next one are held.
             if listing.is_none() && p.chunks.len() < 2 {
                 if let Some(token) = p.to_list.take() {
@@ -390,7 +288,7 @@ impl Worker {
                         return Ok(Err(failure));
                     }
                 }
-                _ = tick.tick() => self.tick(&mut p, &m, label, &running_message).await?,
+                _ = tick.tick() => self.tick(&mut p, &m, label).await?,
                 _ = until_cancelled(&mut cancel) => return Err(Stop::Cancelled),
             }
         }
@@ -405,45 +303,54 @@ impl Worker {
         }
     }
 
-    /// Marks the migration Running (the CRD first), or logs that it resumes. The in-tree kind records the
-    /// resource's list resourceVersion with it, as the in-tree controller does before it starts. Returns the
-    /// Running message.
-    async fn begin(&mut self, m: &Migrating<'_>, from_token: bool) -> Result<Result<String, Failure>, Stop> {
+    /// Marks the migration Running (the CRD first), or logs that it resumes. An in-tree migration, already
+    /// promoted to Running, records the resource's list resourceVersion first, as the in-tree resource-version
+    /// controller does before the migrator starts.
+    async fn begin(&mut self, m: &Migrating<'_>, from_token: bool) -> Result<Result<(), Failure>, Stop> {
         let gvr = m.gvr;
-        let why = annotation(self.svm.meta(), crate::scheduler::trigger::ANNOTATION_REASON)
-            .unwrap_or("created by a user")
-            .to_string();
-        let running_message = self.svm.base_running_message(gvr);
+        if self.svm.needs_resource_version() {
+            let rv = match m.list_resource_version().await {
+                Ok(rv) => rv,
+                Err(failure) => return Ok(Err(failure)),
+            };
+            self.save(Subresource::Status, Step::Checkpoint, |s| s.set_resource_version(&rv)).await?;
+            return Ok(Ok(()));
+        }
+        let why = self.why();
         if self.svm.is_running() {
             tracing::info!(migration = %self.svm.display(), resource = %gvr.display(), reason = %why,
                 resumed_from_token = from_token, "migration resumed");
-            return Ok(Ok(running_message));
+            return Ok(Ok(()));
         }
-        let list_version = match self.svm.needs_resource_version() {
-            true => match m.list_resource_version().await {
-                Ok(rv) => Some(rv),
-                Err(failure) => return Ok(Err(failure)),
-            },
-            false => None,
-        };
         // The CRD first: a crash before the migration reads Running starts (and marks the CRD) again.
         self.ctx.crds.update(gvr, &self.name, crd::Phase::Started).await;
-        let message = running_message.clone();
-        self.save(Subresource::Status, |s| {
-            if let Some(rv) = &list_version {
-                s.set_resource_version(rv);
-            }
-            s.set_running(&message)
-        })
-        .await?;
+        let message = self.svm.progress_message(gvr, None, None);
+        self.save(Subresource::Status, Step::Promote, |s| s.set_running(&message)).await?;
+        self.started(gvr, &why);
+        Ok(Ok(()))
+    }
+
+    /// Why the migration was requested (the trigger's annotation), for the log and Events.
+    pub(super) fn why(&self) -> String {
+        annotation(self.svm.meta(), crate::scheduler::trigger::ANNOTATION_REASON)
+            .unwrap_or("created by a user")
+            .to_string()
+    }
+
+    /// The migration just turned Running: the log and a Normal Event say so.
+    pub(super) fn started(&self, gvr: &GroupVersionResource, why: &str) {
         tracing::info!(migration = %self.svm.display(), resource = %gvr.display(), reason = %why,
             "migration started");
         self.events.normal(EVENT_STARTED, &format!("Migrating {} ({why})", gvr.display()));
-        Ok(Ok(running_message))
     }
 
     /// Completed chunks, oldest first: progress and token are saved. Some(total) once the last chunk is done.
-    async fn save_completed(&mut self, p: &mut Pipeline, label: &str, running: &str) -> Result<Option<i64>, Stop> {
+    async fn save_completed(
+        &mut self,
+        p: &mut Pipeline,
+        gvr: &GroupVersionResource,
+        label: &str,
+    ) -> Result<Option<i64>, Stop> {
         while p.chunks.front().is_some_and(|c| c.todo.len() == 0 && c.outstanding == 0) {
             let Some(c) = p.chunks.pop_front() else { break };
             p.migrated += c.len as i64;
@@ -453,8 +360,8 @@ impl Worker {
                 remaining = ?remaining, more = c.next.is_some(), "chunk migrated");
             let Some(next) = c.next else { return Ok(Some(p.migrated)) };
             let at_token = p.migrated;
-            self.save(Subresource::Main, |s| s.set_checkpoint(&next, at_token)).await?;
-            self.save_progress(handled, remaining, running, None).await?;
+            self.save(Subresource::Main, Step::Migrate, |s| s.set_checkpoint(&next, at_token)).await?;
+            self.save_progress(gvr, handled, remaining, None).await?;
             p.saved = Some((handled, remaining, None));
         }
         Ok(None)
@@ -505,13 +412,13 @@ impl Worker {
     }
 
     /// Every PROGRESS_INTERVAL: progress saved when it changed, and logged now and then.
-    async fn tick(&mut self, p: &mut Pipeline, m: &Migrating<'_>, label: &str, running: &str) -> Result<(), Stop> {
+    async fn tick(&mut self, p: &mut Pipeline, m: &Migrating<'_>, label: &str) -> Result<(), Stop> {
         let (handled, remaining) = progress(p.migrated, &p.chunks, p.after_listed);
         self.ctx.metrics.observe_remaining(label, remaining.unwrap_or(0));
         let retrying = m.retrying.get();
         let now = (handled, remaining, retrying.clone());
         if p.saved.as_ref() != Some(&now) {
-            self.save_progress(handled, remaining, running, retrying.as_deref()).await?;
+            self.save_progress(m.gvr, handled, remaining, retrying.as_deref()).await?;
             p.saved = Some(now);
         }
         if p.logged.elapsed() >= LOG_INTERVAL {
