@@ -131,7 +131,9 @@ pub struct ServeArgs {
     /// Resources migrated at once.
     #[arg(long, default_value_t = 1)]
     pub migration_concurrency: usize,
-    /// Attempts of one request on retryable errors before a migration fails.
+    /// Attempts of one request on retryable errors (429, 5xx, timeouts) in a row before the migration steps back:
+    /// it stays Running, its message naming the error, and is resumed from its saved token after a backoff (1 s,
+    /// doubling, at most 5 min). Retryable errors never fail a migration.
     #[arg(long, default_value_t = 8)]
     pub migration_max_attempts: u32,
     /// When a migration of a custom resource Succeeds, set its CRD's status.storedVersions to the storage version

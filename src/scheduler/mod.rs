@@ -53,7 +53,8 @@ pub struct SchedulerConfig {
     /// Resources migrated at once.
     pub concurrency: usize,
     /// Attempts for one request on retryable errors (429, 5xx, timeouts, connection errors) before the migration
-    /// fails; delays grow exponentially from `retry_base` to `retry_max`, or follow Retry-After.
+    /// steps back (and is resumed later); delays grow exponentially from `retry_base` to `retry_max`, or follow
+    /// Retry-After.
     pub max_attempts: u32,
     pub retry_base: Duration,
     pub retry_max: Duration,

@@ -56,7 +56,7 @@ const WRITE_PARALLELISM: usize = 16;
 /// A worker that gave up saving its state is started again after this long (from its saved token).
 const REQUEUE: Duration = Duration::from_secs(1);
 /// The longest a migration that stepped back on transient errors waits before it is started again (the backoff
-/// starts at `--migration-retry-max`'s worth and doubles per step back in a row).
+/// starts at [`REQUEUE`] and doubles per step back in a row).
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Own-API saves that fail for reasons other than a conflict are retried this often before the worker gives up
 /// (the scheduler starts it again from the saved token after [`REQUEUE`]).
@@ -318,7 +318,7 @@ impl Scheduler {
             }
             Requeue::Backoff => {
                 let times = self.backing_off.get(&ended.key).map_or(1, |b| b.times + 1);
-                let wait = backoff_after(self.ctx.target.config.retry_max, times);
+                let wait = backoff_after(REQUEUE, times);
                 let until = tokio::time::Instant::now() + wait;
                 tracing::debug!(migration = %ended.key.name, times, ?wait, "migration backing off");
                 self.backing_off.insert(ended.key, BackingOff { times, until });
@@ -491,6 +491,8 @@ mod tests {
         let first = Duration::from_secs(30);
         let waits: Vec<u64> = (1..=6).map(|n| backoff_after(first, n).as_secs()).collect();
         assert_eq!(waits, [30, 60, 120, 240, 300, 300]);
+        let waits: Vec<u64> = (1..=11).map(|n| backoff_after(REQUEUE, n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
         assert_eq!(backoff_after(Duration::ZERO, 1), Duration::from_millis(100));
         assert_eq!(backoff_after(first, u32::MAX), MAX_BACKOFF);
     }
