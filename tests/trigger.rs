@@ -212,6 +212,20 @@ fn storage_version_change_is_detected_and_migrated() {
     assert!(persisted(&st) == [hash_a.clone(), hash_b.clone()] || persisted(&st) == [hash_b.clone()], "{st}");
     let second = wait_migrated(&s, SS, &hash_b);
     assert_ne!(name(&first), name(&second));
+    // Each writer is named in managedFields, as kube-storage-version-migrator's user agents name them.
+    let managers = |kind: &str, name: &str| -> BTreeSet<String> {
+        let o = s.kubectl_json(&["get", kind, name, "-o", "json", "--show-managed-fields"]);
+        let fields = o["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+        fields.iter().filter_map(|f| f["manager"].as_str().map(String::from)).collect()
+    };
+    assert_eq!(managers("storagestate", SS), BTreeSet::from(["storage-version-migration-trigger".to_string()]));
+    assert_eq!(
+        managers("storageversionmigrations.migration.k8s.io", &name(&second)),
+        BTreeSet::from([
+            "storage-version-migration-migrator".to_string(),
+            "storage-version-migration-trigger".to_string()
+        ])
+    );
     assert_eq!(second["status"]["migratedObjects"], json!(N), "{second}");
     // The old hash stayed in persisted until the migration succeeded.
     let (mut after, _) = persisted_history(&s, SS, &rv);
