@@ -163,7 +163,7 @@ fn the_walkthrough_works_as_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     let blocks = blocks("README.md", "walkthrough");
-    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
+    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client", "client"]);
     // The set-up's `make run` serves before the first block.
     let (outputs, mut server) = run_walkthrough(&dir, &blocks, true);
     let log = server.log();
@@ -214,6 +214,18 @@ fn the_walkthrough_works_as_written() {
     });
     assert!(noticed, "{requested}, or the report of {current}\n{log}");
     assert_eq!(get("jsonpath={.status.persistedStorageVersionHashes}"), format!("[\"{current}\"]"));
+    // The in-tree migration: the live count while it ran, Succeeded beside the count of verified objects, then
+    // Running False (kubectl wait's condition).
+    let in_tree = &outputs[2];
+    let counting = in_tree
+        .lines()
+        .any(|l| l.contains("The migration is running, ") && l.contains("/200 objects not yet migrated"));
+    assert!(counting, "{in_tree}\n{log}");
+    assert!(
+        in_tree.lines().any(|l| l.contains("200 objects verified migrated") && l.contains("Migration completed")),
+        "{in_tree}"
+    );
+    assert!(in_tree.contains("shootstates-in-tree condition met"), "{in_tree}");
     server.stop();
     let inspect = Command::new(BIN)
         .args(["storage", "inspect", "--data-dir"])
@@ -264,7 +276,7 @@ fn run_walkthrough(dir: &Path, blocks: &[(String, String)], started: bool) -> (V
 fn the_key_rotation_walkthrough_works_as_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let blocks = blocks("docs/guides/key-rotation.md", "rotation");
-    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
+    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client", "client"]);
     let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks, false);
     let log = server.log();
     let out = &outputs[1];
