@@ -154,6 +154,9 @@ pub trait Kind:
     /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
     fn prepare_for_create(&mut self) {}
     fn validate(&self) -> Vec<FieldError>;
+    /// A create's last change, once it validated (the strategy's `Canonicalize`): what needs the final name, which
+    /// a generateName gives only after defaulting.
+    fn canonicalize(&mut self) {}
     /// The kind's create validation (its strategy's `Validate`) with `meta`, the errors of `ValidateObjectMeta`
     /// under the kind's [`KindInfo::name_rule`], where the strategy reports them: before its own, as nearly every
     /// strategy does. Not called for [`NameRule::PathSegment`] kinds, whose strategy does not check metadata.
