@@ -61,8 +61,9 @@ impl PartialEq<&str> for CauseType {
     }
 }
 
+/// Go's `%q`, as kube-apiserver quotes names and bad values in its messages.
 fn quote(v: &str) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| format!("{v:?}"))
+    crate::gostr::quote(v)
 }
 
 impl FieldError {

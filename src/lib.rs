@@ -6,6 +6,7 @@ pub mod cli;
 pub mod csi;
 pub mod duration;
 pub mod error;
+pub mod gostr;
 pub mod registry;
 pub mod request_info;
 pub mod scheduler;

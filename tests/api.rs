@@ -689,7 +689,7 @@ async fn invalid_objects_list_every_cause() {
         cause_set(&st),
         pairs(&[
             ("FieldValueInvalid", "metadata.name"),
-            ("FieldValueInvalid", "metadata.labels.ok"),
+            ("FieldValueInvalid", "metadata.labels"),
             ("FieldValueRequired", "spec.resource.resource"),
             ("FieldValueRequired", "spec.resource.version"),
         ]),

@@ -58,7 +58,7 @@ fn upstream_tests() -> Vec<Case> {
             metadata: Some(json!({"name": "shoot.test", "namespace": "project-foo"})),
             spec: json!({}),
             want: &[(INVALID, "metadata.name")],
-            messages: &[r#"metadata.name: Invalid value: "shoot.test": a lowercase RFC 1123 label must consist of"#],
+            messages: &[r#"metadata.name: Invalid value: "shoot.test": must not contain dots"#],
         },
         Case {
             name: "should forbid ShootState with '_' in the name (not a DNS-1123 subdomain)",

@@ -79,7 +79,9 @@ static INFO: KindInfo = KindInfo {
     short_names: &["ev"],
     categories: &[],
     versions: &["v1"],
-    name_rule: NameRule::Subdomain,
+    // The core/v1 strategy validates no metadata (`ValidateEventCreate` returns after the legacy checks for
+    // core/v1): the generic registry's path-segment check is all a name gets.
+    name_rule: NameRule::PathSegment,
     // kube-apiserver's event strategy: AllowUnconditionalUpdate.
     unconditional_update: true,
     create_only: false,
@@ -191,10 +193,17 @@ impl Event {
         errs
     }
 
-    /// `ValidateEventCreate` for events.k8s.io/v1: the legacy checks and the new API's requirements. (The object
-    /// metadata is checked by the registry for every kind.)
+    /// `ValidateEventCreate` for events.k8s.io/v1: the legacy checks and the new API's requirements, without the
+    /// object metadata's.
     pub fn validate_strict_create(&self) -> Vec<FieldError> {
+        self.validate_strict_create_with(Vec::new())
+    }
+
+    /// `ValidateEventCreate` for events.k8s.io/v1 with `meta`, the errors of its `ValidateObjectMeta` (a DNS
+    /// subdomain name), where upstream reports them: after the legacy checks, before the new API's.
+    pub fn validate_strict_create_with(&self, meta: Vec<FieldError>) -> Vec<FieldError> {
         let mut errs = self.validate_legacy();
+        errs.extend(meta);
         errs.extend(self.validate_series());
         if self.event_time.is_none() {
             errs.push(FieldError::required("eventTime"));
@@ -294,7 +303,8 @@ impl Kind for Event {
     fn replace_status(&mut self, status: NoStatus) -> NoStatus {
         status
     }
-    /// core/v1 is lenient: only the legacy checks, for compatibility with old clients.
+    /// core/v1 is lenient: only the legacy checks, for compatibility with old clients; the metadata is checked
+    /// after them, and only when they passed ([`NameRule::PathSegment`]).
     fn validate(&self) -> Vec<FieldError> {
         self.validate_legacy()
     }

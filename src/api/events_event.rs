@@ -194,6 +194,10 @@ impl Kind for Event {
     fn validate(&self) -> Vec<FieldError> {
         CoreEvent::from(self.clone()).validate_strict_create()
     }
+    /// `ValidateEventCreate` puts `ValidateObjectMeta` after the legacy checks.
+    fn validate_with_meta(&self, meta: Vec<FieldError>) -> Vec<FieldError> {
+        CoreEvent::from(self.clone()).validate_strict_create_with(meta)
+    }
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
         CoreEvent::from(self.clone()).validate_strict_update(&CoreEvent::from(old.clone()))
     }

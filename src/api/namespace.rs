@@ -114,6 +114,11 @@ impl Kind for Namespace {
             self.metadata.labels.get_or_insert_with(Default::default).insert(LABEL_METADATA_NAME.into(), name);
         }
     }
+    /// The namespace strategy's `Canonicalize`: a name generated from generateName, unknown to the defaults, gets
+    /// its label too.
+    fn canonicalize(&mut self) {
+        self.defaults();
+    }
     /// As kube-apiserver's namespace strategy: a new namespace is Active and carries the `kubernetes` finalizer.
     fn prepare_for_create(&mut self) {
         self.status = Some(NamespaceStatus { phase: Some(PHASE_ACTIVE.into()), conditions: Vec::new() });

@@ -179,6 +179,9 @@ impl Kind for ShootState {
     fn validate(&self) -> Vec<FieldError> {
         validation::validate_spec(&self.spec)
     }
+    /// `ValidateShootStateUpdate` runs `ValidateShootState` on the new object, `ValidateObjectMeta` with
+    /// `NameIsDNSLabel` included.
+    const UPDATE_NAME_RULE: NameRule = NameRule::Label;
     fn columns() -> Vec<Column> {
         vec![
             Column::new("Gardener Data", "integer", "Number of gardener data entries."),

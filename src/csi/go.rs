@@ -4,46 +4,8 @@
 
 use super::{Result, TranslationError};
 use std::collections::BTreeSet;
-use std::fmt::Write;
 
-/// `strconv.Quote` (what `%q` and `%#v` print for a string).
-pub fn quote(s: &str) -> String {
-    quote_bytes(s.as_bytes())
-}
-
-/// `strconv.Quote` of a Go string, which may hold bytes that are not UTF-8 (Go slices strings by byte, so an error
-/// can quote half a character: each stray byte is written `\xNN`).
-pub fn quote_bytes(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len() + 2);
-    out.push('"');
-    for chunk in b.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\u{7}' => out.push_str("\\a"),
-                '\u{8}' => out.push_str("\\b"),
-                '\u{c}' => out.push_str("\\f"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                '\u{b}' => out.push_str("\\v"),
-                c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                    let _ = write!(out, "\\x{:02x}", c as u32);
-                }
-                c if c.is_control() => {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                }
-                c => out.push(c),
-            }
-        }
-        for byte in chunk.invalid() {
-            let _ = write!(out, "\\x{byte:02x}");
-        }
-    }
-    out.push('"');
-    out
-}
+pub use crate::gostr::{quote, quote_bytes, to_lower};
 
 /// `strconv.Atoi` on a 64-bit platform, with its error text.
 pub fn atoi(s: &str) -> Result<i64> {
@@ -60,20 +22,6 @@ pub fn atoi(s: &str) -> Result<i64> {
 pub fn string_set(set: &BTreeSet<String>) -> String {
     let items: Vec<String> = set.iter().map(|k| format!("{k}:{{}}")).collect();
     format!("map[{}]", items.join(" "))
-}
-
-/// `strings.ToLower`: Unicode's simple lowercase mapping, character by character. Rust's `str::to_lowercase` also
-/// applies the special mappings (`İ` becomes `i` plus a combining dot, a final `Σ` becomes `ς`), so a parameter
-/// name like `storagePolİcyName` would match in Go and not in Rust.
-pub fn to_lower(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\u{130}' => out.push('i'),
-            c => out.extend(c.to_lowercase()),
-        }
-    }
-    out
 }
 
 /// Where `unescape` runs, as Go's `url.encoding` modes (they differ in which bytes may stand unescaped).

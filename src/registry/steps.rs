@@ -3,7 +3,7 @@
 //! what belongs to the storing server (uid, timestamps, generation, the `/status` split), which the REST path adds
 //! and admission leaves to kube-apiserver.
 
-use super::object_meta::validate_object_meta;
+use super::object_meta::{validate_object_meta, NameRule};
 use super::strategy::{take_status, Kind, KindStatus, Subresource};
 use crate::error::FieldError;
 
@@ -23,17 +23,26 @@ pub(super) fn default_create<K: Kind>(obj: &mut K) {
     obj.defaults();
 }
 
-/// The second half of `BeforeCreate`: the metadata every kind checks, then the kind's own validation.
+/// The second half of `BeforeCreate`: the kind's validation with the metadata checks its strategy makes
+/// (`ValidateObjectMeta` with the kind's name rule, [`Kind::validate_with_meta`]). A kind whose strategy makes none
+/// ([`NameRule::PathSegment`], core/v1 Event) gets only the generic registry's check, with path-segment names, and
+/// only once its own validation passed, as `BeforeCreate` runs it after the strategy's.
 pub(super) fn validate_create<K: Kind>(obj: &K) -> Vec<FieldError> {
-    let mut errs = validate_meta(obj);
-    errs.extend(obj.validate());
-    errs
+    let info = K::info();
+    if info.name_rule == NameRule::PathSegment {
+        let errs = obj.validate();
+        if !errs.is_empty() {
+            return errs;
+        }
+        return validate_object_meta(obj.meta(), info.namespaced, NameRule::PathSegment);
+    }
+    obj.validate_with_meta(validate_meta(obj))
 }
 
 /// The validation of `BeforeUpdate`: metadata, no finalizer added to an object being deleted, then the kind's
 /// update validation of what `subresource` writes.
 pub(super) fn validate_update<K: Kind>(new: &K, old: &K, subresource: Subresource) -> Vec<FieldError> {
-    let mut errs = validate_meta(new);
+    let mut errs = validate_object_meta(new.meta(), K::info().namespaced, K::UPDATE_NAME_RULE);
     if old.meta().deletion_timestamp.is_some() {
         let before = old.meta().finalizers.as_deref().unwrap_or_default();
         let added: Vec<&String> = new.meta().finalizers.iter().flatten().filter(|f| !before.contains(f)).collect();
@@ -53,7 +62,7 @@ pub(super) fn validate_update<K: Kind>(new: &K, old: &K, subresource: Subresourc
     errs
 }
 
-/// ValidateObjectMeta with the kind's scope and name syntax.
+/// ValidateObjectMeta with the kind's scope and name syntax (on create).
 pub(super) fn validate_meta<K: Kind>(obj: &K) -> Vec<FieldError> {
     validate_object_meta(obj.meta(), K::info().namespaced, K::info().name_rule)
 }

@@ -154,6 +154,22 @@ pub trait Kind:
     /// Defaults and clean-up on create (status is already reset by the registry when the kind has `/status`).
     fn prepare_for_create(&mut self) {}
     fn validate(&self) -> Vec<FieldError>;
+    /// A create's last change, once it validated (the strategy's `Canonicalize`): what needs the final name, which
+    /// a generateName gives only after defaulting.
+    fn canonicalize(&mut self) {}
+    /// The kind's create validation (its strategy's `Validate`) with `meta`, the errors of `ValidateObjectMeta`
+    /// under the kind's [`KindInfo::name_rule`], where the strategy reports them: before its own, as nearly every
+    /// strategy does. Not called for [`NameRule::PathSegment`] kinds, whose strategy does not check metadata.
+    fn validate_with_meta(&self, meta: Vec<FieldError>) -> Vec<FieldError> {
+        let mut errs = meta;
+        errs.extend(self.validate());
+        errs
+    }
+    /// The name rule of an update's metadata checks. kube-apiserver checks a name's syntax on create only: an
+    /// update runs the generic registry's `ValidateObjectMetaAccessor` with path-segment names and the strategy's
+    /// `ValidateObjectMetaUpdate` (no name rule). A kind whose update validation calls `ValidateObjectMeta` again
+    /// (Gardener's ShootState) names its rule here.
+    const UPDATE_NAME_RULE: NameRule = NameRule::PathSegment;
     /// Validation of an update of the main resource (spec, metadata).
     fn validate_update(&self, old: &Self) -> Vec<FieldError> {
         let _ = old;

@@ -117,6 +117,7 @@ impl<K: Kind> Store<K> {
             if !errs.is_empty() {
                 return Err(at.invalid(&name, errs));
             }
+            obj.canonicalize();
             let key = at.key(namespace, &name);
             let bytes = self.encode(at, &mut obj)?;
             match sink.create(&key, bytes).await {

@@ -9,12 +9,11 @@
 use super::conditions::GO_ZERO_TIME_SECONDS;
 use super::{StorageVersionMigration, StorageVersionMigrationSpec, CONDITION_FAILED, CONDITION_SUCCEEDED};
 use crate::error::{CauseType, FieldError};
-use crate::registry::object_meta::{condition_reason, dns1123_subdomain, qualified_name};
+use crate::registry::object_meta::{condition_reason, dns1035_label, dns1123_subdomain, qualified_name};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 use serde_json::Value;
 
-const DNS1035_LABEL_MAX: usize = 63;
 const MAX_MESSAGE: usize = 32 * 1024;
 const CONDITION_STATUSES: &[&str] = &["False", "True", "Unknown"];
 
@@ -138,23 +137,6 @@ fn validate_condition(c: &Condition, at: &str) -> Vec<FieldError> {
     }
     if c.message.len() > MAX_MESSAGE {
         errs.push(FieldError::too_long(format!("{at}.message"), MAX_MESSAGE));
-    }
-    errs
-}
-
-/// apimachinery's `IsDNS1035Label`: problems with `s` (empty when valid).
-fn dns1035_label(s: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if s.len() > DNS1035_LABEL_MAX {
-        errs.push(format!("must be no more than {DNS1035_LABEL_MAX} characters"));
-    }
-    let b = s.as_bytes();
-    let ok = !b.is_empty()
-        && b[0].is_ascii_lowercase()
-        && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-        && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
-    if !ok {
-        errs.push("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into());
     }
     errs
 }
