@@ -6,6 +6,7 @@
 //! (`ToSelectableFields`) and pkg/apis/core/v1/conversion.go (`AddFieldLabelConversionsForEvent`), printer columns
 //! from pkg/printers/internalversion/printers.go (`printEvent`), all at kubernetes/kubernetes 04791b49.
 
+use crate::api::go_decode;
 use crate::api::printers::human_duration;
 use crate::error::FieldError;
 use crate::registry::object_meta::{dns1123_subdomain, qualified_name, NameRule};
@@ -22,10 +23,10 @@ use serde_json::Value;
 #[schemars(rename = "io.k8s.api.core.v1.Event")]
 pub struct Event {
     /// Standard object's metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// The object that this event is about.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub involved_object: ObjectReference,
     /// This should be a short, machine understandable string that gives the reason for the transition into the
     /// object's current status.
@@ -461,5 +462,21 @@ mod tests {
         let want = json!(["60s", "Normal", "Done", "storageversionmigration/m", "", "ctl, i-1", "ok", "60m", 4, "e"]);
         assert_eq!(Value::Array(e.cells(now)), want);
         assert_eq!(Event::columns().len(), want.as_array().map_or(0, Vec::len));
+    }
+
+    /// k8s.io/api/core/v1 Event: `involvedObject` and `source` are struct values, the times and strings values;
+    /// `series` and `related` pointers. A `null` involvedObject is the zero reference, whose empty namespace the
+    /// legacy rule takes in "default" and refuses elsewhere.
+    #[test]
+    fn missing_and_null_fields_decode_as_go() {
+        let e = event(json!({"metadata": {"name": "e", "namespace": "default"}, "involvedObject": null,
+                             "source": null, "firstTimestamp": null, "count": null, "series": null, "related": null,
+                             "reportingComponent": null}));
+        assert_eq!(e.involved_object, ObjectReference::default());
+        assert!(e.validate().is_empty(), "{:?}", e.validate());
+        let e = event(json!({"metadata": {"name": "e", "namespace": "foo"}, "involvedObject": null}));
+        let fields: Vec<String> = e.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["involvedObject.namespace"]);
+        assert_eq!(event(json!({"metadata": null})).metadata, ObjectMeta::default());
     }
 }

@@ -7,6 +7,7 @@
 //! As kube-apiserver with its `NamespaceAutoProvision` admission plugin: creating an object in a namespace that
 //! does not exist creates the namespace (see `server::namespaces`), so the namespaces are at least those in use.
 
+use crate::api::go_decode;
 use crate::error::FieldError;
 use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -26,7 +27,7 @@ pub const PHASE_ACTIVE: &str = "Active";
 #[schemars(rename = "io.k8s.api.core.v1.Namespace")]
 pub struct Namespace {
     /// Standard object's metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// Spec defines the behavior of the Namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -42,7 +43,7 @@ pub struct Namespace {
 #[schemars(rename = "io.k8s.api.core.v1.NamespaceSpec")]
 pub struct NamespaceSpec {
     /// Finalizers is an opaque list of values that must be empty to permanently remove object from storage.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub finalizers: Vec<String>,
 }
 
@@ -55,7 +56,7 @@ pub struct NamespaceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Represents the latest available observations of a namespace's current state.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<NamespaceCondition>,
 }
 
@@ -65,10 +66,10 @@ pub struct NamespaceStatus {
 #[schemars(rename = "io.k8s.api.core.v1.NamespaceCondition")]
 pub struct NamespaceCondition {
     /// Type of namespace controller condition.
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "go_decode::null_as_default")]
     pub type_: String,
     /// Status of the condition, one of True, False, Unknown.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub status: String,
     /// Last time the condition transitioned from one status to another.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,5 +1,6 @@
 //! StorageVersionMigration (migration.k8s.io/v1alpha1): a request to rewrite every object of one resource.
 
+use crate::api::go_decode;
 use crate::error::FieldError;
 use crate::registry::object_meta::condition_reason;
 use crate::registry::strategy::{Column, Kind, KindInfo};
@@ -19,10 +20,10 @@ const MAX_MESSAGE: usize = 32768;
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigration")]
 pub struct StorageVersionMigration {
     /// Standard object metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// Specification of the migration.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub spec: StorageVersionMigrationSpec,
     /// Status of the migration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,7 +37,7 @@ pub struct StorageVersionMigration {
 pub struct StorageVersionMigrationSpec {
     /// The resource that is being migrated. The migrator sends requests to the endpoint serving the resource.
     /// Immutable.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub resource: GroupVersionResource,
     /// The token used in the list options to get the next chunk of objects to migrate. When the
     /// .status.conditions indicates the migration is "Running", users can use this token to check the progress
@@ -50,13 +51,13 @@ pub struct StorageVersionMigrationSpec {
 #[schemars(rename = "io.k8s.migration.v1alpha1.GroupVersionResource")]
 pub struct GroupVersionResource {
     /// The name of the group ("" for the core group).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub group: String,
     /// The name of the version.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub version: String,
     /// The name of the resource (plural, lower case).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub resource: String,
 }
 
@@ -77,7 +78,7 @@ impl GroupVersionResource {
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigrationStatus")]
 pub struct StorageVersionMigrationStatus {
     /// The latest available observations of the migration's current state.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     // Merged by type, as the upstream type declares it (patchMergeKey=type, patchStrategy=merge).
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "x-kubernetes-patch-merge-key" = "type", "x-kubernetes-patch-strategy" = "merge"))]
     pub conditions: Vec<MigrationCondition>,
@@ -95,10 +96,10 @@ pub struct StorageVersionMigrationStatus {
 #[schemars(rename = "io.k8s.migration.v1alpha1.MigrationCondition")]
 pub struct MigrationCondition {
     /// Type of the condition: Running, Succeeded or Failed.
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "go_decode::null_as_default")]
     pub type_: String,
     /// Status of the condition, one of True, False, Unknown.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub status: String,
     /// The last time this condition was updated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
