@@ -235,7 +235,7 @@ mod tests {
         let body = json!({"metadata": {"bogus": 1, "labels": {"a": null}}, "items": [null, {"extra": true}]});
         let mut unknown = Vec::new();
         let _: Object = serde_ignored::deserialize(body, |p| unknown.push(p.to_string())).expect("decodes");
-        // `?` is an `Option` on the way, which the registry's paths leave out (`metadata.bogus`, `items.1.extra`).
+        // `?` is an `Option` on the way, which the registry's paths leave out (`metadata.bogus`, `items[1].extra`).
         assert_eq!(unknown, ["items.?.1.?.extra", "metadata.?.bogus"]);
     }
 
