@@ -6,6 +6,7 @@
 //! (`ToSelectableFields`) and pkg/apis/core/v1/conversion.go (`AddFieldLabelConversionsForEvent`), printer columns
 //! from pkg/printers/internalversion/printers.go (`printEvent`), all at kubernetes/kubernetes 04791b49.
 
+use crate::api::go_decode;
 use crate::api::printers::human_duration;
 use crate::error::FieldError;
 use crate::registry::object_meta::{dns1123_subdomain, qualified_name, NameRule};
@@ -22,10 +23,10 @@ use serde_json::Value;
 #[schemars(rename = "io.k8s.api.core.v1.Event")]
 pub struct Event {
     /// Standard object's metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// The object that this event is about.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub involved_object: ObjectReference,
     /// This should be a short, machine understandable string that gives the reason for the transition into the
     /// object's current status.
@@ -96,6 +97,8 @@ const REPORTING_INSTANCE_LENGTH_LIMIT: usize = 128;
 const ACTION_LENGTH_LIMIT: usize = 128;
 const REASON_LENGTH_LIMIT: usize = 128;
 const NOTE_LENGTH_LIMIT: usize = 1024;
+/// The reporting controller's field as events.k8s.io names it (core/v1 names it `reportingComponent`).
+const STRICT_REPORTING_CONTROLLER: &str = "reportingController";
 
 /// The field labels of core/v1 Events (pkg/apis/core/v1/conversion.go), besides metadata's.
 pub const FIELD_LABELS: &[&str] = &[
@@ -121,8 +124,10 @@ fn to_value<T: Serialize>(v: &T) -> Value {
 }
 
 impl Event {
-    /// `legacyValidateEvent`: what every event must satisfy, whatever the version it is written in.
-    pub fn validate_legacy(&self) -> Vec<FieldError> {
+    /// `legacyValidateEvent`: what every event must satisfy, whatever the version it is written in. The reporting
+    /// controller's field is named as the request's version names it: `reportingComponent` in core/v1,
+    /// `reportingController` in events.k8s.io/v1.
+    pub fn validate_legacy(&self, reporting_controller: &str) -> Vec<FieldError> {
         let mut errs = Vec::new();
         let namespace = text(&self.metadata.namespace);
         let involved_ns = text(&self.involved_object.namespace);
@@ -143,10 +148,10 @@ impl Event {
             }
             let controller = text(&self.reporting_component);
             if controller.is_empty() {
-                errs.push(FieldError::required("reportingController"));
+                errs.push(FieldError::required(reporting_controller));
             }
             for msg in qualified_name(controller) {
-                errs.push(FieldError::invalid("reportingController", controller, &msg));
+                errs.push(FieldError::invalid(reporting_controller, controller, &msg));
             }
             let at_most = |n: usize| format!("can have at most {n} characters");
             let instance = text(&self.reporting_instance);
@@ -202,7 +207,7 @@ impl Event {
     /// `ValidateEventCreate` for events.k8s.io/v1 with `meta`, the errors of its `ValidateObjectMeta` (a DNS
     /// subdomain name), where upstream reports them: after the legacy checks, before the new API's.
     pub fn validate_strict_create_with(&self, meta: Vec<FieldError>) -> Vec<FieldError> {
-        let mut errs = self.validate_legacy();
+        let mut errs = self.validate_legacy(STRICT_REPORTING_CONTROLLER);
         errs.extend(meta);
         errs.extend(self.validate_series());
         if self.event_time.is_none() {
@@ -232,7 +237,7 @@ impl Event {
     /// `ValidateEventUpdate` for events.k8s.io/v1: the legacy checks, a changed series valid, the rest immutable
     /// (strings and the count quoted as Go's zero values when unset; structs as JSON).
     pub fn validate_strict_update(&self, old: &Event) -> Vec<FieldError> {
-        let mut errs = self.validate_legacy();
+        let mut errs = self.validate_legacy(STRICT_REPORTING_CONTROLLER);
         if self.series != old.series {
             errs.extend(self.validate_series());
         }
@@ -306,7 +311,7 @@ impl Kind for Event {
     /// core/v1 is lenient: only the legacy checks, for compatibility with old clients; the metadata is checked
     /// after them, and only when they passed ([`NameRule::PathSegment`]).
     fn validate(&self) -> Vec<FieldError> {
-        self.validate_legacy()
+        self.validate_legacy("reportingComponent")
     }
     const NAME_AND_AGE_COLUMNS: bool = false;
     fn columns() -> Vec<Column> {
@@ -471,5 +476,39 @@ mod tests {
         let want = json!(["60s", "Normal", "Done", "storageversionmigration/m", "", "ctl, i-1", "ok", "60m", 4, "e"]);
         assert_eq!(Value::Array(e.cells(now)), want);
         assert_eq!(Event::columns().len(), want.as_array().map_or(0, Vec::len));
+    }
+
+    /// k8s.io/api/core/v1 Event: `involvedObject` and `source` are struct values, the times and strings values;
+    /// `series` and `related` pointers. A `null` involvedObject is the zero reference, whose empty namespace the
+    /// legacy rule takes in "default" and refuses elsewhere.
+    #[test]
+    fn missing_and_null_fields_decode_as_go() {
+        let e = event(json!({"metadata": {"name": "e", "namespace": "default"}, "involvedObject": null,
+                             "source": null, "firstTimestamp": null, "count": null, "series": null, "related": null,
+                             "reportingComponent": null}));
+        assert_eq!(e.involved_object, ObjectReference::default());
+        assert!(e.validate().is_empty(), "{:?}", e.validate());
+        let e = event(json!({"metadata": {"name": "e", "namespace": "foo"}, "involvedObject": null}));
+        let fields: Vec<String> = e.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["involvedObject.namespace"]);
+        assert_eq!(event(json!({"metadata": null})).metadata, ObjectMeta::default());
+    }
+
+    /// `legacyValidateEvent` names the reporting controller's field as the request's version does: an Event with
+    /// an eventTime written through core/v1 without `reportingComponent` (missing or `null`, "" as in Go) is
+    /// refused at `reportingComponent`, the same event through events.k8s.io at `reportingController`.
+    #[test]
+    fn the_reporting_controller_is_named_as_the_version_names_it() {
+        let e = event(
+            json!({"metadata": {"name": "e", "namespace": "default"}, "eventTime": "2017-09-19T13:49:16.000000Z",
+            "reportingComponent": null, "reportingInstance": "i", "action": "Do", "reason": "R", "type": "Normal"}),
+        );
+        let fields = |errs: Vec<FieldError>| {
+            let mut fields: Vec<String> = errs.into_iter().map(|e| e.field).collect();
+            fields.dedup();
+            fields
+        };
+        assert_eq!(fields(e.validate()), ["reportingComponent"]);
+        assert_eq!(fields(e.validate_strict_create()), ["reportingController"]);
     }
 }

@@ -6,6 +6,7 @@
 //! `ValidateEventCreate`/`ValidateEventUpdate` of the new API.
 
 use super::event::Event as CoreEvent;
+use super::go_decode;
 use crate::error::FieldError;
 use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus, StoredAs};
@@ -21,7 +22,7 @@ use serde_json::Value;
 #[schemars(rename = "io.k8s.api.events.v1.Event")]
 pub struct Event {
     /// Standard object's metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// eventTime is the time when this Event was first observed. It is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,7 +74,7 @@ pub struct Event {
 #[schemars(rename = "io.k8s.api.events.v1.EventSeries")]
 pub struct EventSeries {
     /// count is the number of occurrences in this series up to the last heartbeat time.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub count: i32,
     /// lastObservedTime is the time when last Event from the series was seen before last heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -257,5 +258,22 @@ mod tests {
             (Some("u"), Some("rc"), Some("c"))
         );
         assert_eq!(fields.len(), FIELD_LABELS.len());
+    }
+
+    /// k8s.io/api/events/v1 Event: `series` is a pointer, its `count` and `lastObservedTime` values (zero when
+    /// missing or `null`, then reported by the new API's validation); `regarding` a struct value.
+    #[test]
+    fn missing_and_null_fields_decode_as_go() {
+        let e: Event = serde_json::from_value(json!({
+            "metadata": {"name": "e", "namespace": "default"}, "eventTime": "2026-11-21T03:00:00.000000Z",
+            "series": {"count": null, "lastObservedTime": null}, "regarding": null, "reportingController": "c",
+            "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+        }))
+        .expect("decodes");
+        assert_eq!(e.series, Some(EventSeries::default()));
+        let fields: Vec<String> = e.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["series.count", "series.lastObservedTime"]);
+        let e: Event = serde_json::from_value(json!({"metadata": null, "series": null})).expect("decodes");
+        assert_eq!(e, Event::default());
     }
 }

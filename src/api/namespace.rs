@@ -7,7 +7,9 @@
 //! As kube-apiserver with its `NamespaceAutoProvision` admission plugin: creating an object in a namespace that
 //! does not exist creates the namespace (see `server::namespaces`), so the namespaces are at least those in use.
 
+use crate::api::go_decode;
 use crate::error::FieldError;
+use crate::registry::object_meta::qualified_name;
 use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use schemars::JsonSchema;
@@ -19,6 +21,8 @@ pub const LABEL_METADATA_NAME: &str = "kubernetes.io/metadata.name";
 /// The finalizer kube-apiserver puts in every new namespace's spec: its contents are deleted before it goes.
 pub const FINALIZER_KUBERNETES: &str = "kubernetes";
 pub const PHASE_ACTIVE: &str = "Active";
+/// The finalizers a namespace may carry without a prefix (pkg/apis/core/helper's `standardFinalizers`).
+const STANDARD_FINALIZERS: &[&str] = &[FINALIZER_KUBERNETES, "orphan", "foregroundDeletion"];
 
 /// Namespace provides a scope for Names. Use of multiple namespaces is optional.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
@@ -26,7 +30,7 @@ pub const PHASE_ACTIVE: &str = "Active";
 #[schemars(rename = "io.k8s.api.core.v1.Namespace")]
 pub struct Namespace {
     /// Standard object's metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// Spec defines the behavior of the Namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -42,7 +46,7 @@ pub struct Namespace {
 #[schemars(rename = "io.k8s.api.core.v1.NamespaceSpec")]
 pub struct NamespaceSpec {
     /// Finalizers is an opaque list of values that must be empty to permanently remove object from storage.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub finalizers: Vec<String>,
 }
 
@@ -55,7 +59,7 @@ pub struct NamespaceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Represents the latest available observations of a namespace's current state.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<NamespaceCondition>,
 }
 
@@ -65,10 +69,10 @@ pub struct NamespaceStatus {
 #[schemars(rename = "io.k8s.api.core.v1.NamespaceCondition")]
 pub struct NamespaceCondition {
     /// Type of namespace controller condition.
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "go_decode::null_as_default")]
     pub type_: String,
     /// Status of the condition, one of True, False, Unknown.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub status: String,
     /// Last time the condition transitioned from one status to another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,8 +131,27 @@ impl Kind for Namespace {
             finalizers.push(FINALIZER_KUBERNETES.into());
         }
     }
+    /// kube-apiserver's `ValidateNamespace` (pkg/apis/core/validation/validation.go) beyond the metadata: each
+    /// finalizer a qualified name, and a standard one when it has no prefix (`validateFinalizerName`), reported at
+    /// `spec.finalizers` without an index, as upstream reports it. A `null` finalizer decodes to "", as in Go.
     fn validate(&self) -> Vec<FieldError> {
-        // The name (a DNS label) is checked with the metadata; the spec has nothing else to get wrong.
+        let mut errs = Vec::new();
+        for f in self.spec.iter().flat_map(|spec| &spec.finalizers) {
+            for msg in qualified_name(f) {
+                errs.push(FieldError::invalid("spec.finalizers", f, &msg));
+            }
+            if !f.contains('/') && !STANDARD_FINALIZERS.contains(&f.as_str()) {
+                errs.push(FieldError::invalid(
+                    "spec.finalizers",
+                    f,
+                    "name is neither a standard finalizer name nor is it fully qualified",
+                ));
+            }
+        }
+        errs
+    }
+    /// `ValidateNamespaceUpdate` checks the metadata only (the registry's part).
+    fn validate_update(&self, _old: &Self) -> Vec<FieldError> {
         Vec::new()
     }
     fn columns() -> Vec<Column> {
@@ -158,5 +181,31 @@ mod tests {
         assert_eq!(v["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
         assert_eq!(v["status"]["phase"], "Active");
         assert_eq!(ns.cells(chrono::Utc::now()), [Value::from("Active")]);
+    }
+
+    /// k8s.io/api/core/v1 Namespace: spec and status are struct values, a `null` finalizer is "" (which
+    /// `ValidateNamespace` refuses at `spec.finalizers`), a `null` condition the zero condition.
+    #[test]
+    fn missing_and_null_fields_decode_as_go_and_finalizers_validate() {
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"}, "spec": {"finalizers": [null, "kubernetes", "example.com/x", "custom"]},
+            "status": {"phase": null, "conditions": [null, {"type": null, "status": null}]},
+        }))
+        .expect("decodes");
+        assert_eq!(ns.spec.as_ref().map(|s| s.finalizers[0].as_str()), Some(""));
+        let status = ns.status.clone().expect("status");
+        assert_eq!(status.conditions, [NamespaceCondition::default(), NamespaceCondition::default()]);
+        let errs: Vec<String> = ns.validate().into_iter().map(|e| e.message).collect();
+        assert!(errs.iter().all(|m| m.starts_with("spec.finalizers: Invalid value: ")), "{errs:?}");
+        assert!(errs.contains(&"spec.finalizers: Invalid value: \"\": name part must be non-empty".to_string()));
+        for bad in ["\"\"", "\"custom\""] {
+            let want = format!("spec.finalizers: Invalid value: {bad}: name is neither a standard finalizer name nor is it fully qualified");
+            assert!(errs.contains(&want), "{want} not in {errs:?}");
+        }
+        // An update checks the metadata only, as ValidateNamespaceUpdate does.
+        assert!(ns.validate_update(&ns).is_empty());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": null, "spec": null, "status": null}))
+            .expect("decodes");
+        assert_eq!(ns, Namespace::default());
     }
 }

@@ -1,6 +1,7 @@
 //! ShootState (core.gardener.cloud v1alpha1 and v1beta1, the same JSON): the state Gardener needs to move a
 //! shoot's control plane to another seed. Namespaced, no status; validation as gardener-apiserver's.
 
+use crate::api::go_decode;
 use crate::error::FieldError;
 use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
@@ -18,10 +19,10 @@ mod validation;
 #[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ShootState")]
 pub struct ShootState {
     /// Standard object metadata. The name is a DNS label (the Shoot's name).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// Specification of the ShootState.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub spec: ShootStateSpec,
 }
 
@@ -31,17 +32,17 @@ pub struct ShootState {
 #[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ShootStateSpec")]
 pub struct ShootStateSpec {
     /// Gardener holds the data required to generate resources deployed by the gardenlet.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     // Merged by name, as Gardener declares it (patchMergeKey=name, patchStrategy=merge).
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"], "x-kubernetes-patch-merge-key" = "name", "x-kubernetes-patch-strategy" = "merge"))]
     pub gardener: Vec<GardenerResourceData>,
     /// Extensions holds the state of custom resources reconciled by extension controllers in the seed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     // Gardener declares no list type (several states may share a kind): one value.
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub extensions: Vec<ExtensionResourceState>,
     /// Resources holds the data of resources referred to by extension controller states.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub resources: Vec<ResourceData>,
 }
@@ -51,17 +52,17 @@ pub struct ShootStateSpec {
 #[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.GardenerResourceData")]
 pub struct GardenerResourceData {
     /// Name of the object required to generate resources.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub name: String,
     /// Type of the object ("secret", "machine-state", ...).
-    #[serde(default, rename = "type")]
+    #[serde(default, rename = "type", deserialize_with = "go_decode::null_as_default")]
     pub type_: String,
     /// Data contains the payload required to generate resources.
     #[serde(default)]
     #[schemars(extend("type" = "object", "x-kubernetes-preserve-unknown-fields" = true))]
     pub data: Value,
     /// Labels are labels of the object.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::map", skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
 }
 
@@ -71,7 +72,7 @@ pub struct GardenerResourceData {
 #[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ExtensionResourceState")]
 pub struct ExtensionResourceState {
     /// Kind (type) of the extension custom resource.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub kind: String,
     /// Name of the extension custom resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,7 +85,7 @@ pub struct ExtensionResourceState {
     #[schemars(extend("type" = "object", "x-kubernetes-preserve-unknown-fields" = true))]
     pub state: Option<Value>,
     /// Resources holds a list of named resource references that can be referred to in the state by their names.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<NamedResourceReference>,
 }
 
@@ -94,10 +95,10 @@ pub struct ExtensionResourceState {
 #[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.NamedResourceReference")]
 pub struct NamedResourceReference {
     /// Name of the resource reference.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub name: String,
     /// ResourceRef is a reference to a resource.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub resource_ref: CrossVersionObjectReference,
 }
 
@@ -107,13 +108,13 @@ pub struct NamedResourceReference {
 #[schemars(rename = "io.k8s.api.autoscaling.v1.CrossVersionObjectReference")]
 pub struct CrossVersionObjectReference {
     /// Kind of the referent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub kind: String,
     /// Name of the referent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub name: String,
     /// API version of the referent.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub api_version: String,
 }
 
@@ -123,13 +124,13 @@ pub struct CrossVersionObjectReference {
 #[schemars(rename = "com.github.gardener.gardener.pkg.apis.core.v1beta1.ResourceData")]
 pub struct ResourceData {
     /// Kind of the referent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub kind: String,
     /// Name of the referent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub name: String,
     /// API version of the referent.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub api_version: String,
     /// Data of the resource.
     #[serde(default)]
@@ -232,5 +233,44 @@ mod tests {
         assert_eq!(human_bytes(10), "10B");
         assert_eq!(human_bytes(2048), "2Ki");
         assert_eq!(human_bytes(1536 * 1024), "1.5Mi");
+    }
+
+    /// gardener's pkg/apis/core/v1beta1/types_shootstate.go: the entries' names, types, kinds and references are
+    /// Go values (zero when missing or `null`, then reported by Gardener's validation); `name`, `purpose` and `state`
+    /// of an extension are pointers; `data` is a RawExtension value, whose `null` stays null.
+    #[test]
+    fn missing_and_null_fields_decode_as_go() {
+        let s: ShootState =
+            serde_json::from_value(serde_json::json!({"metadata": null, "spec": null})).expect("decodes");
+        assert_eq!(s, ShootState::default());
+        let s: ShootState = serde_json::from_value(serde_json::json!({"spec": {
+            "gardener": [null, {"name": null, "type": null, "data": null, "labels": {"a": null}}],
+            "extensions": [{"kind": "Worker", "name": null, "purpose": null, "state": null,
+                            "resources": [{"name": "r", "resourceRef": null}]}],
+            "resources": [null],
+        }}))
+        .expect("decodes");
+        assert_eq!(s.spec.gardener[0], GardenerResourceData::default());
+        assert_eq!(s.spec.gardener[1].labels, BTreeMap::from([("a".to_string(), String::new())]));
+        let extension = &s.spec.extensions[0];
+        assert_eq!((&extension.name, &extension.purpose, &extension.state), (&None, &None, &None));
+        assert_eq!(extension.resources[0].resource_ref, CrossVersionObjectReference::default());
+        assert_eq!(s.spec.resources, [ResourceData::default()]);
+        let fields: Vec<String> = s.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.gardener[0].name",
+                "spec.gardener[1].name",
+                "spec.resources[0].resourceRef.apiVersion",
+                "spec.resources[0].resourceRef.kind",
+                "spec.resources[0].resourceRef",
+                "spec.resources[0].resourceRef.name",
+                "spec.resources[0].apiVersion",
+                "spec.resources[0].kind",
+                "spec.resources[0]",
+                "spec.resources[0].name",
+            ]
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! StorageState (migration.k8s.io/v1alpha1): which storage versions the objects of one resource may be stored in.
 //! Named `<resource>.<group>` (just `<resource>` for the core group), like the trigger of seed 002 keeps it.
 
+use crate::api::go_decode;
 use crate::api::printers::age_cell;
 use crate::error::FieldError;
 use crate::registry::strategy::{Column, Kind, KindInfo};
@@ -18,10 +19,10 @@ pub const UNKNOWN_HASH: &str = "Unknown";
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageState")]
 pub struct StorageState {
     /// Standard object metadata. The name must be "<resource>.<group>" ("<resource>" for the core group).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// Specification of the storage state.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub spec: StorageStateSpec,
     /// Status of the storage state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,7 +35,7 @@ pub struct StorageState {
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageStateSpec")]
 pub struct StorageStateSpec {
     /// The resource this storageState is about.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub resource: GroupResource,
 }
 
@@ -43,10 +44,10 @@ pub struct StorageStateSpec {
 #[schemars(rename = "io.k8s.migration.v1alpha1.GroupResource")]
 pub struct GroupResource {
     /// The name of the group ("" for the core group).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub group: String,
     /// The name of the resource (plural, lower case).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub resource: String,
 }
 
@@ -68,7 +69,7 @@ pub struct StorageStateStatus {
     /// listed. Once the storage version migration for this resource has completed, the value of this field is
     /// refined to only contain the currentStorageVersionHash. Once the apiserver has changed the storage version,
     /// the new storage version is appended to the list.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub persisted_storage_version_hashes: Vec<String>,
     /// The hash value of the current storage version, as shown in the discovery document served by the API
     /// server. Storage Version is the version to which objects are converted to before persisted.
@@ -79,7 +80,7 @@ pub struct StorageStateStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,
     /// The storage version hash each API server replica reports (HA extension): one entry per reporter.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub current_storage_version_hashes: Vec<ReportedStorageVersionHash>,
     /// Encryption at rest of this server's own store (an addition to upstream's shape; the key-rotation trigger
     /// writes it): the key new values of the resource are written with, `<provider>:v1:<name>` or `identity`.
@@ -91,10 +92,10 @@ pub struct StorageStateStatus {
     pub encryption_write_key_time: Option<Time>,
     /// The keys stored values of the resource may still be encrypted with: the counted ones, plus a new write key
     /// until the count after its migration. Only the write key listed: no value uses any other key.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub persisted_encryption_keys: Vec<String>,
     /// How many stored values use each key, counted in the store (never assumed).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     pub encryption_key_counts: Vec<EncryptionKeyCount>,
     /// When `encryptionKeyCounts` was counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,10 +113,10 @@ pub struct StorageStateStatus {
 #[schemars(rename = "io.k8s.migration.v1alpha1.EncryptionKeyCount")]
 pub struct EncryptionKeyCount {
     /// `<provider>:v1:<name>`, `identity` (plaintext) or `malformed`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub key: String,
     /// Stored values encrypted with it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub values: u64,
 }
 
@@ -125,10 +126,10 @@ pub struct EncryptionKeyCount {
 #[schemars(rename = "io.k8s.migration.v1alpha1.ReportedStorageVersionHash")]
 pub struct ReportedStorageVersionHash {
     /// The identity of the reporter.
-    #[serde(rename = "reporterID", default)]
+    #[serde(rename = "reporterID", default, deserialize_with = "go_decode::null_as_default")]
     pub reporter_id: String,
     /// The storage version hash the reporter observed.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub current_storage_version_hash: String,
     /// The last time the reporter confirmed this hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,5 +264,42 @@ impl Kind for StorageState {
                 s.current_storage_version_hashes.iter().map(|r| r.reporter_id.as_str()).collect::<Vec<_>>().join(","),
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// kube-storage-version-migrator's StorageState: every field a Go value (the hash and the heartbeat kept optional
+    /// here, None standing for the zero value); our additions decode the same way. A `null` hash in the list is "",
+    /// which validation reports.
+    #[test]
+    fn missing_and_null_fields_decode_as_go_and_validate() {
+        let s: StorageState =
+            serde_json::from_value(json!({"metadata": null, "spec": {"resource": null}, "status": null}))
+                .expect("decodes");
+        assert_eq!(s, StorageState::default());
+        let s: StorageState = serde_json::from_value(json!({
+            "metadata": {"name": "pods"},
+            "spec": {"resource": {"group": null, "resource": "pods"}},
+            "status": {"persistedStorageVersionHashes": ["h", null], "currentStorageVersionHash": null,
+                       "lastHeartbeatTime": null, "currentStorageVersionHashes": [null],
+                       "encryptionKeyCounts": [{"key": null, "values": null}], "persistedEncryptionKeys": null},
+        }))
+        .expect("decodes");
+        let status = s.status.clone().expect("status");
+        assert_eq!(status.persisted_storage_version_hashes, ["h", ""]);
+        assert_eq!(status.encryption_key_counts, [EncryptionKeyCount::default()]);
+        let fields: Vec<String> = s.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "status.persistedStorageVersionHashes[1]",
+                "status.currentStorageVersionHashes[0].reporterID",
+                "status.currentStorageVersionHashes[0].currentStorageVersionHash",
+            ]
+        );
     }
 }

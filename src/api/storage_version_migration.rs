@@ -1,5 +1,6 @@
 //! StorageVersionMigration (migration.k8s.io/v1alpha1): a request to rewrite every object of one resource.
 
+use crate::api::go_decode;
 use crate::error::FieldError;
 use crate::registry::object_meta::condition_reason;
 use crate::registry::strategy::{Column, Kind, KindInfo};
@@ -19,10 +20,10 @@ const MAX_MESSAGE: usize = 32768;
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigration")]
 pub struct StorageVersionMigration {
     /// Standard object metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// Specification of the migration.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub spec: StorageVersionMigrationSpec,
     /// Status of the migration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,7 +37,7 @@ pub struct StorageVersionMigration {
 pub struct StorageVersionMigrationSpec {
     /// The resource that is being migrated. The migrator sends requests to the endpoint serving the resource.
     /// Immutable.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub resource: GroupVersionResource,
     /// The token used in the list options to get the next chunk of objects to migrate. When the
     /// .status.conditions indicates the migration is "Running", users can use this token to check the progress
@@ -50,13 +51,13 @@ pub struct StorageVersionMigrationSpec {
 #[schemars(rename = "io.k8s.migration.v1alpha1.GroupVersionResource")]
 pub struct GroupVersionResource {
     /// The name of the group ("" for the core group).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub group: String,
     /// The name of the version.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub version: String,
     /// The name of the resource (plural, lower case).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub resource: String,
 }
 
@@ -77,7 +78,7 @@ impl GroupVersionResource {
 #[schemars(rename = "io.k8s.migration.v1alpha1.StorageVersionMigrationStatus")]
 pub struct StorageVersionMigrationStatus {
     /// The latest available observations of the migration's current state.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::list", skip_serializing_if = "Vec::is_empty")]
     // Merged by type, as the upstream type declares it (patchMergeKey=type, patchStrategy=merge).
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "x-kubernetes-patch-merge-key" = "type", "x-kubernetes-patch-strategy" = "merge"))]
     pub conditions: Vec<MigrationCondition>,
@@ -95,10 +96,10 @@ pub struct StorageVersionMigrationStatus {
 #[schemars(rename = "io.k8s.migration.v1alpha1.MigrationCondition")]
 pub struct MigrationCondition {
     /// Type of the condition: Running, Succeeded or Failed.
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "go_decode::null_as_default")]
     pub type_: String,
     /// Status of the condition, one of True, False, Unknown.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub status: String,
     /// The last time this condition was updated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -156,7 +157,11 @@ impl StorageVersionMigration {
         let mut seen = std::collections::HashSet::new();
         for (i, c) in status.conditions.iter().enumerate() {
             let f = format!("status.conditions[{i}]");
-            if !matches!(c.type_.as_str(), CONDITION_RUNNING | CONDITION_SUCCEEDED | CONDITION_FAILED) {
+            // kube-storage-version-migrator's CRD schema requires `type` and `status` in a condition (a missing or
+            // null one decodes to "", as in Go); the values allowed beyond that are our own rule.
+            if c.type_.is_empty() {
+                errs.push(FieldError::required(format!("{f}.type")));
+            } else if !matches!(c.type_.as_str(), CONDITION_RUNNING | CONDITION_SUCCEEDED | CONDITION_FAILED) {
                 errs.push(FieldError::not_supported(
                     format!("{f}.type"),
                     &c.type_,
@@ -165,7 +170,9 @@ impl StorageVersionMigration {
             } else if !seen.insert(c.type_.as_str()) {
                 errs.push(FieldError::duplicate(format!("{f}.type"), &c.type_));
             }
-            if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
+            if c.status.is_empty() {
+                errs.push(FieldError::required(format!("{f}.status")));
+            } else if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
                 errs.push(FieldError::not_supported(format!("{f}.status"), &c.status, &["False", "True", "Unknown"]));
             }
             if let Some(r) = c.reason.as_deref().filter(|r| !r.is_empty()) {
@@ -297,5 +304,52 @@ impl Kind for StorageVersionMigration {
             Value::from(self.shown_condition().and_then(|c| c.reason.clone()).unwrap_or_default()),
             Value::from(self.shown_condition().and_then(|c| c.message.clone()).unwrap_or_default()),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn causes(m: &StorageVersionMigration) -> Vec<(&'static str, String)> {
+        m.validate().into_iter().map(|e| (e.reason.as_str(), e.field)).collect()
+    }
+
+    /// kube-storage-version-migrator's pkg/apis/migration/v1alpha1/types.go: every field is a Go value but
+    /// `continueToken` (a value too, kept optional here, None standing for ""); missing and `null` ones are their
+    /// zero values, and validation reports them as the CRD's schema does (`type` and `status` required).
+    #[test]
+    fn missing_and_null_fields_decode_as_go_and_validate() {
+        let m: StorageVersionMigration =
+            serde_json::from_value(json!({"metadata": null, "spec": null, "status": null})).expect("decodes");
+        assert_eq!(m, StorageVersionMigration::default());
+        let m: StorageVersionMigration = serde_json::from_value(json!({
+            "metadata": {"name": "m"},
+            "spec": {"resource": {"group": null, "version": "v1", "resource": null}, "continueToken": null},
+            "status": {"conditions": [null, {"type": "Running", "status": null, "lastUpdateTime": null,
+                                             "reason": null, "message": null}]},
+        }))
+        .expect("decodes");
+        assert_eq!(m.spec.continue_token, None);
+        assert_eq!(m.status.as_ref().map(|s| s.conditions.len()), Some(2));
+        let required = |f: &str| ("FieldValueRequired", f.to_string());
+        assert_eq!(
+            causes(&m),
+            [
+                required("spec.resource.resource"),
+                required("status.conditions[0].type"),
+                required("status.conditions[0].status"),
+                required("status.conditions[1].status"),
+            ]
+        );
+        // A value that is there but not allowed is still our own NotSupported.
+        let m: StorageVersionMigration = serde_json::from_value(json!({
+            "spec": {"resource": {"version": "v1", "resource": "pods"}},
+            "status": {"conditions": [{"type": "Done", "status": "Yes"}]},
+        }))
+        .expect("decodes");
+        let reasons: Vec<&str> = causes(&m).into_iter().map(|(r, _)| r).collect();
+        assert_eq!(reasons, ["FieldValueNotSupported", "FieldValueNotSupported"]);
     }
 }

@@ -375,9 +375,9 @@ pub fn drop_storing_server_metadata(obj: &mut Value) {
     }
 }
 
-/// Notes a field the typed decode did not know, by its path as Kubernetes writes it (keys and list indexes joined
-/// with dots: `spec.items.0.name`); apiVersion and kind, which the registry checks and the typed structs do not
-/// carry, excepted.
+/// Notes a field the typed decode did not know, by its path as kube-apiserver's strict decoding error writes it
+/// (keys joined with dots, list indexes in brackets: `spec.template.spec.initContainers[0].restartPolicy`);
+/// apiVersion and kind, which the registry checks and the typed structs do not carry, excepted.
 pub(super) fn note_unknown(path: &serde_ignored::Path<'_>, unknown: &mut Vec<String>) {
     use serde_ignored::Path;
     fn segments(path: &Path<'_>, out: &mut Vec<String>) {
@@ -385,7 +385,10 @@ pub(super) fn note_unknown(path: &serde_ignored::Path<'_>, unknown: &mut Vec<Str
             Path::Root => {}
             Path::Seq { parent, index } => {
                 segments(parent, out);
-                out.push(index.to_string());
+                match out.last_mut() {
+                    Some(last) => last.push_str(&format!("[{index}]")),
+                    None => out.push(format!("[{index}]")),
+                }
             }
             Path::Map { parent, key } => {
                 segments(parent, out);
@@ -427,4 +430,31 @@ pub(super) struct WithTypeMeta<'a, K> {
     pub(super) kind: &'a str,
     #[serde(flatten)]
     pub(super) object: &'a K,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::note_unknown;
+    use serde_json::json;
+
+    /// As kube-apiserver's strict decoding errors name them: `unknown field "spec.containers[0].ports"`.
+    #[test]
+    fn unknown_fields_are_named_as_kube_apiserver_names_them() {
+        #[derive(serde::Deserialize)]
+        struct Item {}
+        #[derive(serde::Deserialize)]
+        struct Object {
+            #[serde(default)]
+            _items: Vec<Item>,
+            #[serde(default)]
+            _nested: Vec<Vec<Item>>,
+            #[serde(default)]
+            _maybe: Option<Vec<Item>>,
+        }
+        let body =
+            json!({"kind": "K", "_items": [{}, {"x": 1}], "_nested": [[{"y": 1}]], "_maybe": [{"w": 1}], "z": 1});
+        let mut unknown = Vec::new();
+        let _: Object = serde_ignored::deserialize(body, |p| note_unknown(&p, &mut unknown)).expect("decodes");
+        assert_eq!(unknown, ["_items[1].x", "_maybe[0].w", "_nested[0][0].y", "z"]);
+    }
 }

@@ -3,50 +3,40 @@
 //! 422 naming `status.conditions[i].lastTransitionTime: Required value` beside every other error of the object,
 //! where a strict decoder would answer 400 `missing field lastTransitionTime` alone.
 
+use crate::api::go_decode::{self, zero_time};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::{Deserialize, Deserializer};
 
-/// Go's zero `time.Time` (0001-01-01T00:00:00Z), in Unix seconds: what an unset `metav1.Time` is.
-pub(super) const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
-
-/// A metav1.Condition with every field optional, as the wire may carry it.
+/// A metav1.Condition as the wire may carry it: its strings Go's values, its time optional here only because Go's
+/// zero time is not Rust's [`Default`] (k8s-openapi's `Condition` wants one, and its decoder a present one).
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct WireCondition {
-    #[serde(rename = "type", default)]
-    type_: Option<String>,
-    #[serde(default)]
-    status: Option<String>,
+    #[serde(rename = "type", default, deserialize_with = "go_decode::null_as_default")]
+    type_: String,
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
+    status: String,
     #[serde(default)]
     observed_generation: Option<i64>,
     #[serde(default)]
     last_transition_time: Option<Time>,
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
+    reason: String,
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
+    message: String,
 }
 
-fn go_zero_time() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::from_second(GO_ZERO_TIME_SECONDS).unwrap_or_default())
-}
-
-/// `deserialize_with` for `status.conditions` (a missing or `null` list is empty, as for Go).
+/// `deserialize_with` for `status.conditions` (a missing or `null` list is empty, a `null` entry a zero condition).
 pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Condition>, D::Error> {
-    let wire: Option<Vec<Option<WireCondition>>> = Option::deserialize(d)?;
-    Ok(wire
-        .unwrap_or_default()
+    Ok(go_decode::list::<D, WireCondition>(d)?
         .into_iter()
-        .map(|c| {
-            let c = c.unwrap_or_default();
-            Condition {
-                type_: c.type_.unwrap_or_default(),
-                status: c.status.unwrap_or_default(),
-                observed_generation: c.observed_generation,
-                last_transition_time: c.last_transition_time.unwrap_or_else(go_zero_time),
-                reason: c.reason.unwrap_or_default(),
-                message: c.message.unwrap_or_default(),
-            }
+        .map(|c| Condition {
+            type_: c.type_,
+            status: c.status,
+            observed_generation: c.observed_generation,
+            last_transition_time: c.last_transition_time.unwrap_or_else(zero_time),
+            reason: c.reason,
+            message: c.message,
         })
         .collect())
 }
@@ -65,7 +55,7 @@ mod tests {
         ]}))
         .expect("decodes");
         assert_eq!(s.conditions.len(), 3);
-        assert_eq!(s.conditions[0].last_transition_time.0.as_second(), super::GO_ZERO_TIME_SECONDS);
+        assert_eq!(s.conditions[0].last_transition_time.0.as_second(), crate::api::go_decode::GO_ZERO_TIME_SECONDS);
         assert_eq!((s.conditions[1].reason.as_str(), s.conditions[1].status.as_str()), ("", ""));
         assert_eq!(s.conditions[2].type_, "");
         let none: StorageVersionMigrationStatus = serde_json::from_value(json!({"conditions": null})).expect("decodes");
@@ -75,5 +65,20 @@ mod tests {
             json!({"conditions": [{"lastTransitionTime": "yesterday"}]})
         )
         .is_err());
+    }
+
+    /// The rest of the kind (staging/src/k8s.io/api/storagemigration/v1/types.go): metadata, spec, its
+    /// GroupResource and status.resourceVersion are Go values too.
+    #[test]
+    fn the_whole_object_decodes_as_go() {
+        let m: super::super::StorageVersionMigration = serde_json::from_value(json!({
+            "metadata": null, "spec": {"resource": {"group": null, "resource": null}},
+            "status": {"resourceVersion": null, "conditions": null},
+        }))
+        .expect("decodes");
+        assert_eq!(m.spec, Default::default());
+        assert_eq!(m.status, Some(Default::default()));
+        let m: super::super::StorageVersionMigration = serde_json::from_value(json!({"spec": null})).expect("decodes");
+        assert_eq!(m, Default::default());
     }
 }

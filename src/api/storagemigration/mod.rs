@@ -9,6 +9,7 @@
 //! no unconditional update). Upstream declares no short names and no categories for this resource,
 //! so neither do we (`svm` stays `migration.k8s.io`'s).
 
+use crate::api::go_decode;
 use crate::error::FieldError;
 use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo};
@@ -41,10 +42,10 @@ pub const CONDITION_FAILED: &str = "Failed";
 #[schemars(rename = "io.k8s.api.storagemigration.v1.StorageVersionMigration")]
 pub struct StorageVersionMigration {
     /// metadata is the standard object metadata.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::object_meta")]
     pub metadata: ObjectMeta,
     /// spec is the specification of the migration.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub spec: StorageVersionMigrationSpec,
     /// status is the status of the migration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,7 +59,7 @@ pub struct StorageVersionMigration {
 pub struct StorageVersionMigrationSpec {
     /// resource is the resource that is being migrated. The migrator sends requests to the endpoint serving the
     /// resource. Immutable.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub resource: GroupResource,
 }
 
@@ -68,9 +69,9 @@ pub struct StorageVersionMigrationSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.GroupResource")]
 pub struct GroupResource {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub group: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub resource: String,
 }
 
@@ -98,7 +99,7 @@ pub struct StorageVersionMigrationStatus {
     /// resourceVersion to compare with the GC cache for performing the migration. This is the current resource
     /// version of given group, version and resource when kube-controller-manager first observes this
     /// StorageVersionMigration resource.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, deserialize_with = "go_decode::null_as_default", skip_serializing_if = "String::is_empty")]
     pub resource_version: String,
 }
 

@@ -6,8 +6,8 @@
 //! which the declarative ones keep. Metadata (the DNS-subdomain name rule and the metadata update rules) is the
 //! registry's part, as `ValidateObjectMeta`/`ValidateObjectMetaUpdate` are upstream's.
 
-use super::conditions::GO_ZERO_TIME_SECONDS;
 use super::{StorageVersionMigration, StorageVersionMigrationSpec, CONDITION_FAILED, CONDITION_SUCCEEDED};
+use crate::api::go_decode::is_zero_time;
 use crate::error::{CauseType, FieldError};
 use crate::registry::object_meta::{condition_reason, dns1035_label, dns1123_subdomain, qualified_name};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -124,7 +124,7 @@ fn validate_condition(c: &Condition, at: &str) -> Vec<FieldError> {
         ));
     }
     // Go's zero time: also what a missing or null lastTransitionTime decodes to (`conditions::deserialize`).
-    if c.last_transition_time.0.as_second() == GO_ZERO_TIME_SECONDS {
+    if is_zero_time(&c.last_transition_time) {
         errs.push(FieldError::required(format!("{at}.lastTransitionTime")));
     }
     if c.reason.is_empty() {
