@@ -731,7 +731,8 @@ async fn core_v1_event() {
     );
     case.patch = json!({"involvedObject": {"namespace": "elsewhere"}});
     cases.push(case);
-    // With an eventTime, legacyValidateEvent checks reportingController as IsQualifiedName.
+    // With an eventTime, legacyValidateEvent checks reportingController as IsQualifiedName, at the field's core/v1
+    // name (its reportingControllerFieldName).
     let reporting = |n: usize, controller: &str, want: Result<(), Vec<Cause>>| {
         let mut case = k.case(
             format!("reportingController: events.go legacyValidateEvent ({n})"),
@@ -742,17 +743,18 @@ async fn core_v1_event() {
                             "reportingInstance": "i", "action": "Do"});
         case
     };
-    cases.extend(reporting_cases(reporting));
+    cases.extend(reporting_cases("reportingComponent", reporting));
     let s = Server::start(&[]);
     k.run(&s, cases).await;
 }
 
-/// An Event's `reportingController`: required and a qualified name, reported at `reportingController`.
-fn reporting_cases(case: impl Fn(usize, &str, Result<(), Vec<Cause>>) -> Case) -> Vec<Case> {
+/// An Event's reporting controller: required and a qualified name, reported at `field` (`reportingController`, or
+/// `reportingComponent` for a core/v1 request).
+fn reporting_cases(field: &str, case: impl Fn(usize, &str, Result<(), Vec<Cause>>) -> Case) -> Vec<Case> {
     let at = |controller: &str, details: &[&str]| -> Vec<Cause> {
-        details.iter().map(|d| invalid("reportingController", controller, d)).collect()
+        details.iter().map(|d| invalid(field, controller, d)).collect()
     };
-    let mut required = vec![Cause::Exact("FieldValueRequired", "reportingController".into(), "Required value".into())];
+    let mut required = vec![Cause::Exact("FieldValueRequired", field.into(), "Required value".into())];
     required.extend(at("", &["name part must be non-empty", NAME_PART_REGEX]));
     vec![
         case(1, "migration.k8s.io/storage-version-migrator", Ok(())),
@@ -793,7 +795,7 @@ async fn events_v1_event() {
         case.patch = json!({"reportingController": controller});
         case
     };
-    cases.extend(reporting_cases(reporting));
+    cases.extend(reporting_cases("reportingController", reporting));
     // The order of ValidateEventCreate: the legacy checks, the metadata, the new API's fields.
     let mut case = k.case(
         "events.go ValidateEventCreate: the order of its checks",
