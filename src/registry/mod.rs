@@ -14,6 +14,7 @@ mod json_patch;
 pub mod managed;
 pub mod object_meta;
 mod read;
+pub mod syntax;
 pub use read::WatchEventType;
 pub mod selectors;
 mod splice;
