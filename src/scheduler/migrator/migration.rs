@@ -17,6 +17,7 @@
 //! That kind has no field for a continue token or progress: ours are kept in annotations (written through the main
 //! resource, whose update leaves the status alone), so that it resumes after a crash as ours do.
 
+use super::in_tree::*;
 use super::ANNOTATION_MIGRATED_AT_TOKEN;
 use crate::api::storage_version_migration::{
     GroupVersionResource, MigrationCondition, StorageVersionMigration, CONDITION_FAILED, CONDITION_RUNNING,
@@ -32,16 +33,6 @@ pub const ANNOTATION_CONTINUE_TOKEN: &str = "migration.k8s.io/continue-token";
 /// An in-tree migration's progress (our kind has `status.migratedObjects` and `status.remainingObjectsEstimate`).
 pub const ANNOTATION_MIGRATED_OBJECTS: &str = "migration.k8s.io/migrated-objects";
 pub const ANNOTATION_REMAINING_OBJECTS: &str = "migration.k8s.io/remaining-objects-estimate";
-
-/// The in-tree controllers' condition reasons and messages.
-pub const IN_TREE_REASON_RUNNING: &str = "MigrationRunning";
-pub const IN_TREE_REASON_COMPLETED: &str = "MigrationCompleted";
-pub const IN_TREE_REASON_SUCCEEDED: &str = "StorageVersionMigrationSucceeded";
-pub const IN_TREE_REASON_FAILED: &str = "StorageVersionMigrationFailed";
-pub const IN_TREE_RUNNING: &str = "The migration is running";
-pub const IN_TREE_COMPLETED: &str = "Migration completed";
-pub const IN_TREE_NOT_IN_DISCOVERY: &str = "resource does not exist in discovery";
-pub const IN_TREE_UNHANDLED_ERROR: &str = "migration encountered unhandled error";
 
 /// Our kind's condition reasons.
 const REASON_MIGRATING: &str = "Migrating";
@@ -78,61 +69,6 @@ pub enum Outcome {
     Succeeded { total: i64, message: String },
     /// `message` is ours; `in_tree` what the in-tree controllers say; `counts` the progress when it failed.
     Failed { message: String, in_tree: InTreeFailure, counts: Option<Counts> },
-}
-
-/// An in-tree migration's failure, as kube-controller-manager words it.
-#[derive(Clone, Debug)]
-pub enum InTreeFailure {
-    /// The resource-version controller's message (discovery, verbs, the list's resourceVersion), as it is.
-    Checkpoint(String),
-    /// The migrator's: `X/Y not yet migrated. migration encountered unhandled error: <error>`.
-    Unhandled(String),
-}
-
-/// A migration's progress as the in-tree controller counts it: objects not yet migrated, of all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Counts {
-    pub not_migrated: i64,
-    pub total: i64,
-}
-
-impl Counts {
-    /// From the objects handled and the estimate of those left (None: not known yet).
-    pub fn of(handled: i64, remaining: Option<i64>) -> Option<Counts> {
-        remaining.map(|r| Counts { not_migrated: r, total: handled.saturating_add(r) })
-    }
-}
-
-/// The in-tree Running message while the migration runs: `The migration is running`, then `, X/Y objects not yet
-/// migrated` once the counts are known, then `; transient error: <error>` while a request is retried (upstream's
-/// util.go formats; upstream writes it on a transient error, this server also every few seconds).
-pub fn in_tree_running_message(counts: Option<Counts>, transient: Option<&str>) -> String {
-    let mut m = IN_TREE_RUNNING.to_string();
-    if let Some(c) = counts {
-        m.push_str(&format!(", {}/{} objects not yet migrated", c.not_migrated, c.total));
-    }
-    if let Some(why) = transient {
-        m.push_str(&format!("; transient error: {why}"));
-    }
-    super::truncate(&m, 32000)
-}
-
-/// The in-tree Running message once every object is handled: `The migration is running, Y objects verified
-/// migrated` (without the count when there were none).
-pub fn in_tree_verified_message(total: i64) -> String {
-    match total {
-        0 => IN_TREE_RUNNING.to_string(),
-        n => format!("{IN_TREE_RUNNING}, {n} objects verified migrated"),
-    }
-}
-
-/// The in-tree Failed message of an error while migrating.
-pub fn in_tree_unhandled_message(counts: Option<Counts>, error: &str) -> String {
-    let m = match counts {
-        Some(c) => format!("{}/{} not yet migrated. {IN_TREE_UNHANDLED_ERROR}: {error}", c.not_migrated, c.total),
-        None => format!("{IN_TREE_UNHANDLED_ERROR}: {error}"),
-    };
-    super::truncate(&m, 32000)
 }
 
 /// Which part of the work writes a migration: upstream's three in-tree controllers name themselves apart.

@@ -42,6 +42,8 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 pub mod crd;
+mod in_tree;
+pub use in_tree::*;
 mod migration;
 pub use migration::*;
 mod target;
