@@ -276,7 +276,7 @@ fn run_walkthrough(dir: &Path, blocks: &[(String, String)], started: bool) -> (V
 fn the_key_rotation_walkthrough_works_as_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let blocks = blocks("docs/guides/key-rotation.md", "rotation");
-    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client", "client"]);
+    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
     let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks, false);
     let log = server.log();
     let out = &outputs[1];
