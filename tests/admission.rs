@@ -338,6 +338,16 @@ async fn validate_shoot_state_in_both_versions() {
         let st = denied(&post(&c, "/validate", &review("s-4", "CREATE", Some(&dotted), None, "")).await.review("s-4"));
         assert_eq!(cause_fields(&st), ["metadata.name"], "{st}");
     }
+    // An array for a struct of the object: denied with the decoder's 400 naming it, as the aggregated API answers.
+    let listed = shoot_state("v1beta1", json!([["ca", "secret"]]));
+    let r = post(&c, "/validate", &review("s-6", "CREATE", Some(&listed), None, "")).await.review("s-6");
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!((r["status"]["code"].clone(), r["status"]["reason"].clone()), (json!(400), json!("BadRequest")), "{r}");
+    assert_eq!(
+        r["status"]["message"],
+        "error decoding ShootState at spec.gardener[0]: invalid type: sequence, expected struct GardenerResourceData",
+        "{r}"
+    );
     // An object whose apiVersion disagrees with request.kind: denied with the decoder's 400.
     let mut mismatched = review("s-5", "CREATE", Some(&shoot_state("v1beta1", json!([]))), None, "");
     mismatched["request"]["kind"]["version"] = json!("v1alpha1");
@@ -428,6 +438,19 @@ async fn malformed_reviews_are_400() {
         let mut v = good.clone();
         v["request"]["operation"] = json!("PATCH");
         cases.push(("request.operation", serde_json::to_vec(&v).unwrap()));
+        // An array is no struct, as Go decodes the review (serde alone reads its items as the fields in order).
+        let mut v = good.clone();
+        v["request"] = json!(["x-1", null, null, "", "pods", "", "CREATE", {}]);
+        cases.push((
+            "request: invalid type: sequence, expected struct AdmissionRequest",
+            serde_json::to_vec(&v).unwrap(),
+        ));
+        let mut v = good.clone();
+        v["request"]["kind"] = json!(["migration.k8s.io", "v1alpha1", "StorageState"]);
+        cases.push((
+            "request.kind: invalid type: sequence, expected struct GroupVersionKind",
+            serde_json::to_vec(&v).unwrap(),
+        ));
         cases.push(("invalid JSON", b"{\"apiVersion\": \"admission.k8s.io/v1\",".to_vec()));
         cases.push(("invalid JSON", Vec::new()));
         for (what, body) in cases {

@@ -1118,6 +1118,32 @@ async fn the_api_answers_like_a_virtual_resource() {
         call(&c, Method::POST, &format!("{base}?fieldValidation=Strict"), serde_json::to_vec(&unknown).unwrap()).await;
     assert_eq!(r.0, 400, "{}", r.1);
     assert!(r.1["message"].as_str().unwrap().contains("unknown field \"spec.bogus\""), "{}", r.1);
+    // A JSON array for a struct is a decode error at its path, as a value of any other wrong type, not read as the
+    // struct's fields in order (serde's derived decoders would), in our types and k8s-openapi's alike.
+    for (spec, path, expected) in [
+        (json!([]), "spec", "struct CSITranslationSpec"),
+        (
+            json!({"repairVolumeHandle": ["pd.csi.storage.gke.io", "h", "n"]}),
+            "spec.repairVolumeHandle",
+            "struct VolumeHandleRepair",
+        ),
+        (
+            json!({"storageClass": {"provisioner": "kubernetes.io/aws-ebs", "metadata": []}}),
+            "spec.storageClass.metadata",
+            "ObjectMeta",
+        ),
+    ] {
+        let mut listed = body.clone();
+        listed["spec"] = spec;
+        let r = call(&c, Method::POST, base, serde_json::to_vec(&listed).unwrap()).await;
+        assert_eq!((r.0, r.1["reason"].as_str()), (400, Some("BadRequest")), "{}", r.1);
+        assert_eq!(
+            r.1["message"],
+            format!("error decoding CSITranslation at {path}: invalid type: sequence, expected {expected}"),
+            "{}",
+            r.1
+        );
+    }
     // Every other verb: 405.
     for (m, p) in [
         (Method::GET, base.to_string()),

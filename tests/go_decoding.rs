@@ -3,7 +3,7 @@
 //! field of a value type (string, number, struct, slice, map, `metav1.Time`) that is missing or `null` is its zero
 //! value, and validation answers for it beside the object's other errors (422), never a 400 `missing field`; a
 //! `null` list item or map value is the item's zero value; a pointer field is unset. A value of the wrong JSON type
-//! is a 400 naming its path, an unknown field under `fieldValidation=Strict` a 400 naming it as kube-apiserver
+//! is a 400 naming its path (a JSON array for a struct too, which Go never decodes), an unknown field under `fieldValidation=Strict` a 400 naming it as kube-apiserver
 //! does, and a status carried by a create is dropped (kept as stored by a main-resource update) before validation.
 //!
 //! Each table names the upstream source of its expectations: the kind's Go types (which fields are pointers) and
@@ -53,6 +53,13 @@ fn absent(pointer: &'static str) -> (&'static str, Option<Value>) {
 /// The message of a 400 for a value of the wrong type: the kind and the path of the value, then serde's words.
 fn wrong_type(kind: &str, path: &str, why: &str) -> Want {
     Want::BadRequest(format!("error decoding {kind} at {path}: {why}"))
+}
+
+/// The 400 for a JSON array where the kind has a struct (`expected` as serde names the struct: `struct Name`, or
+/// k8s-openapi's bare `Name`): Go's decoder takes no array for a struct, where serde's derived decoders would take
+/// its items as the fields in order.
+fn array_for(kind: &str, path: &str, expected: &str) -> Want {
+    wrong_type(kind, path, &format!("invalid type: sequence, expected {expected}"))
 }
 
 /// kube-apiserver's strict decoding error.
@@ -197,6 +204,21 @@ async fn migration_k8s_io_storage_version_migrations() {
                 svm("m6", json!({"resource": {"group": null, "version": "v1", "resource": "pods", "bogus": 1}})),
                 unknown(kind, "v1alpha1", "spec.resource.bogus"),
             ),
+            case(
+                "an array for spec",
+                json!({"metadata": {"name": "m7"}, "spec": []}),
+                array_for(kind, "spec", "struct StorageVersionMigrationSpec"),
+            ),
+            case(
+                "an array for metadata",
+                json!({"metadata": ["m8"], "spec": {"resource": {"version": "v1", "resource": "pods"}}}),
+                array_for(kind, "metadata", "struct ObjectMeta"),
+            ),
+            case(
+                "an array for spec.resource, its fields in order",
+                svm("m9", json!({"resource": ["", "v1", "pods"]})),
+                array_for(kind, "spec.resource", "struct GroupVersionResource"),
+            ),
         ],
     )
     .await;
@@ -229,6 +251,11 @@ async fn migration_k8s_io_storage_version_migrations() {
                 "an unknown field in a condition, named with its index",
                 json!({"status": {"conditions": [null, {"type": "Running", "status": "True", "bogus": 1}]}}),
                 unknown(kind, "v1alpha1", "status.conditions[1].bogus"),
+            ),
+            case(
+                "an array for a condition",
+                json!({"status": {"conditions": [{"type": "Running", "status": "True"}, ["Succeeded", "True"]]}}),
+                array_for(kind, "status.conditions[1]", "struct MigrationCondition"),
             ),
         ],
     )
@@ -280,6 +307,21 @@ async fn storage_states() {
                 json!({"metadata": {"name": "y"}, "spec": {"resource": {"resource": ["pods"]}}}),
                 wrong_type(kind, "spec.resource.resource", "invalid type: sequence, expected a string"),
             ),
+            case(
+                "an array for spec",
+                json!({"metadata": {"name": "z"}, "spec": []}),
+                array_for(kind, "spec", "struct StorageStateSpec"),
+            ),
+            case(
+                "an array for metadata",
+                json!({"metadata": [], "spec": {"resource": {"resource": "pods"}}}),
+                array_for(kind, "metadata", "struct ObjectMeta"),
+            ),
+            case(
+                "an array for spec.resource, its fields in order",
+                json!({"metadata": {"name": "w"}, "spec": {"resource": ["", "w"]}}),
+                array_for(kind, "spec.resource", "struct GroupResource"),
+            ),
         ],
     )
     .await;
@@ -300,6 +342,11 @@ async fn storage_states() {
                 "a wrong time",
                 json!({"status": {"lastHeartbeatTime": 5}}),
                 wrong_type(kind, "status.lastHeartbeatTime", "invalid type: integer `5`, expected a timestamp string"),
+            ),
+            case(
+                "an array for a reporter's entry",
+                json!({"status": {"currentStorageVersionHashes": [["r", "h"]]}}),
+                array_for(kind, "status.currentStorageVersionHashes[0]", "struct ReportedStorageVersionHash"),
             ),
             strict(
                 "an unknown field in a reporter's entry",
@@ -368,6 +415,27 @@ async fn storagemigration_k8s_io_storage_version_migrations() {
                     json!({"metadata": {"name": name("e")}, "spec": {"resource": {"resource": "pods"}},
                            "status": {"conditions": [{"type": "Running", "bogus": true}]}}),
                     unknown(kind, version, "status.conditions[0].bogus"),
+                ),
+                case(
+                    "an array for spec",
+                    json!({"metadata": {"name": name("f")}, "spec": []}),
+                    array_for(kind, "spec", "struct StorageVersionMigrationSpec"),
+                ),
+                case(
+                    "an array for metadata",
+                    json!({"metadata": [name("g")], "spec": {"resource": {"resource": "pods"}}}),
+                    array_for(kind, "metadata", "struct ObjectMeta"),
+                ),
+                case(
+                    "an array for spec.resource, its fields in order",
+                    json!({"metadata": {"name": name("h")}, "spec": {"resource": ["apps", "deployments"]}}),
+                    array_for(kind, "spec.resource", "struct GroupResource"),
+                ),
+                case(
+                    "an array for a condition of a dropped status is still a decode error",
+                    json!({"metadata": {"name": name("i")}, "spec": {"resource": {"resource": "pods"}},
+                           "status": {"conditions": [["Running", "True"]]}}),
+                    array_for(kind, "status.conditions[0]", "struct Condition"),
                 ),
             ],
         )
@@ -485,6 +553,22 @@ async fn shoot_states() {
                     state("g", json!({"extensions": [{"kind": "Worker", "bogus": 1}]})),
                     unknown(kind, version, "spec.extensions[0].bogus"),
                 ),
+                case("an array for spec", state("h", json!([])), array_for(kind, "spec", "struct ShootStateSpec")),
+                case(
+                    "an array for metadata",
+                    json!({"metadata": [], "spec": {}}),
+                    array_for(kind, "metadata", "struct ObjectMeta"),
+                ),
+                case(
+                    "an array for a gardener entry, its fields in order",
+                    state("i", json!({"gardener": [["ca", "secret"]]})),
+                    array_for(kind, "spec.gardener[0]", "struct GardenerResourceData"),
+                ),
+                case(
+                    "an array for an extension's resource reference",
+                    state("j", json!({"extensions": [{"kind": "Worker", "resources": [{"name": "r", "resourceRef": ["Secret", "s", "v1"]}]}]})),
+                    array_for(kind, "spec.extensions[0].resources[0].resourceRef", "struct CrossVersionObjectReference"),
+                ),
             ],
         )
         .await;
@@ -543,6 +627,21 @@ async fn core_events() {
                 "an unknown field in the involved object",
                 with(event("c"), json!({"involvedObject": {"kind": "Pod", "bogus": 1}})),
                 unknown(kind, "v1", "involvedObject.bogus"),
+            ),
+            case(
+                "an array for the involved object (k8s-openapi's ObjectReference)",
+                with(event("f"), json!({"involvedObject": ["Pod", "p"]})),
+                array_for(kind, "involvedObject", "ObjectReference"),
+            ),
+            case(
+                "an array for metadata",
+                json!({"metadata": ["g"], "involvedObject": {"namespace": "default"}}),
+                array_for(kind, "metadata", "struct ObjectMeta"),
+            ),
+            case(
+                "an array for an owner reference in metadata",
+                json!({"metadata": {"name": "h", "ownerReferences": [["v1", "Pod", "p", "u"]]}}),
+                array_for(kind, "metadata.ownerReferences[0]", "OwnerReference"),
             ),
         ],
     )
@@ -617,6 +716,21 @@ async fn events_k8s_io_events() {
                 event("f", json!({"series": {"count": 2, "lastObservedTime": "2026-11-21T03:00:00.000000Z", "x": 1}})),
                 unknown(kind, "v1", "series.x"),
             ),
+            case(
+                "an array for a series, its fields in order",
+                event("g", json!({"series": [2, "2026-11-21T03:00:00.000000Z"]})),
+                array_for(kind, "series", "struct EventSeries"),
+            ),
+            case(
+                "an array for regarding (k8s-openapi's ObjectReference)",
+                event("h", json!({"regarding": ["Pod"]})),
+                array_for(kind, "regarding", "ObjectReference"),
+            ),
+            case(
+                "an array for metadata",
+                event("i", json!({"metadata": []})),
+                array_for(kind, "metadata", "struct ObjectMeta"),
+            ),
         ],
     )
     .await;
@@ -663,6 +777,17 @@ async fn namespaces() {
                 "an unknown field in a condition of a dropped status is still unknown",
                 json!({"metadata": {"name": "n4"}, "status": {"conditions": [{"type": "T", "bogus": 1}]}}),
                 unknown(kind, "v1", "status.conditions[0].bogus"),
+            ),
+            case(
+                "an array for spec, its finalizers in it",
+                json!({"metadata": {"name": "n5"}, "spec": [["kubernetes"]]}),
+                array_for(kind, "spec", "struct NamespaceSpec"),
+            ),
+            case("an array for metadata", json!({"metadata": ["n6"]}), array_for(kind, "metadata", "struct ObjectMeta")),
+            case(
+                "an array for a condition of a dropped status is still a decode error",
+                json!({"metadata": {"name": "n7"}, "status": {"conditions": [["T", "True"]]}}),
+                array_for(kind, "status.conditions[0]", "struct NamespaceCondition"),
             ),
         ],
     )

@@ -7,15 +7,19 @@
 //! - a `null` item of a slice and a `null` value of a map are the item type's zero value;
 //! - a *pointer* field (`*string`, `*int64`, `*metav1.Time`, an optional struct) is nil when missing or `null`,
 //!   which is what Rust's `Option` decodes to already;
-//! - a value of the wrong JSON type is still a decode error (a 400 naming its path).
+//! - a value of the wrong JSON type is still a decode error (a 400 naming its path), a JSON array for a struct
+//!   included: serde's derived struct decoders take an array too (its items as the fields in order), which Go's
+//!   never does, so a kind is decoded through [`GoStructs`], which refuses it.
 //!
 //! A Go value field in Rust: `#[serde(default, deserialize_with = "go_decode::null_as_default")]` on a `String`,
 //! number, bool or struct, [`list`] on a `Vec`, [`map`] on a `BTreeMap`, [`object_meta`] on `metadata`. Where a
 //! value field is kept as an `Option` in Rust (None standing for the zero value), nothing is needed.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference, Time};
+use serde::de::{self, DeserializeSeed, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// Go's zero `time.Time` (0001-01-01T00:00:00Z), in Unix seconds: what an unset `metav1.Time` value is.
 pub const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
@@ -134,6 +138,176 @@ pub fn object_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Err
     })
 }
 
+/// A deserializer whose structs take only a JSON object, as Go's `encoding/json` decodes a struct: a JSON array for
+/// one is `invalid type: sequence, expected struct ...`, the error serde gives for any other value of the wrong
+/// type. serde's derived struct decoders (`visit_seq`) would take the array's items as the fields in order.
+///
+/// Every deserializer reached from this one (a map's values, a list's items, an `Option`'s or newtype's content,
+/// an enum's variant) is wrapped again, so nested structs are held to it too; everything else is passed through
+/// unchanged, so it composes with `serde_ignored` and `serde_path_to_error` (wrap the innermost deserializer).
+pub struct GoStructs<D>(pub D);
+
+/// `visitor`, with what it is given wrapped in [`GoStructs`]; when `struct_` (it was asked for by
+/// `deserialize_struct` or a struct variant), a sequence is refused.
+struct Visit<V> {
+    visitor: V,
+    struct_: bool,
+}
+
+fn visit<V>(visitor: V) -> Visit<V> {
+    Visit { visitor, struct_: false }
+}
+
+/// A seed whose deserializer is wrapped in [`GoStructs`].
+struct Seed<S>(S);
+
+/// A sequence, map or enum access whose values' deserializers are wrapped in [`GoStructs`].
+struct Access<A>(A);
+
+macro_rules! forward_deserialize {
+    ($($method:ident $(($($arg:ident: $ty:ty),*))?;)*) => {
+        $(fn $method<V: Visitor<'de>>(self, $($($arg: $ty,)*)? visitor: V) -> Result<V::Value, D::Error> {
+            self.0.$method($($($arg,)*)? visit(visitor))
+        })*
+    };
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for GoStructs<D> {
+    type Error = D::Error;
+
+    forward_deserialize! {
+        deserialize_any; deserialize_bool; deserialize_i8; deserialize_i16; deserialize_i32; deserialize_i64;
+        deserialize_i128; deserialize_u8; deserialize_u16; deserialize_u32; deserialize_u64; deserialize_u128;
+        deserialize_f32; deserialize_f64; deserialize_char; deserialize_str; deserialize_string; deserialize_bytes;
+        deserialize_byte_buf; deserialize_option; deserialize_unit; deserialize_seq; deserialize_map;
+        deserialize_identifier; deserialize_ignored_any;
+        deserialize_unit_struct(name: &'static str);
+        deserialize_newtype_struct(name: &'static str);
+        deserialize_tuple(len: usize);
+        deserialize_tuple_struct(name: &'static str, len: usize);
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_struct(name, fields, Visit { visitor, struct_: true })
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.0.is_human_readable()
+    }
+}
+
+macro_rules! forward_visit {
+    ($($method:ident($ty:ty);)*) => {
+        $(fn $method<E: de::Error>(self, v: $ty) -> Result<V::Value, E> {
+            self.visitor.$method(v)
+        })*
+    };
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Visit<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.visitor.expecting(f)
+    }
+
+    forward_visit! {
+        visit_bool(bool); visit_i8(i8); visit_i16(i16); visit_i32(i32); visit_i64(i64); visit_i128(i128);
+        visit_u8(u8); visit_u16(u16); visit_u32(u32); visit_u64(u64); visit_u128(u128); visit_f32(f32);
+        visit_f64(f64); visit_char(char); visit_str(&str); visit_borrowed_str(&'de str); visit_string(String);
+        visit_bytes(&[u8]); visit_borrowed_bytes(&'de [u8]); visit_byte_buf(Vec<u8>);
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.visitor.visit_none()
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.visitor.visit_unit()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.visitor.visit_some(GoStructs(d))
+    }
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.visitor.visit_newtype_struct(GoStructs(d))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+        if self.struct_ {
+            return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
+        }
+        self.visitor.visit_seq(Access(seq))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_map(Access(map))
+    }
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_enum(Access(data))
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Seed<S> {
+    type Value = S::Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+        self.0.deserialize(GoStructs(d))
+    }
+}
+
+impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Access<A> {
+    type Error = A::Error;
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
+        self.0.next_element_seed(Seed(seed))
+    }
+    fn size_hint(&self) -> Option<usize> {
+        self.0.size_hint()
+    }
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Access<A> {
+    type Error = A::Error;
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        self.0.next_key_seed(Seed(seed))
+    }
+    fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, A::Error> {
+        self.0.next_value_seed(Seed(seed))
+    }
+    fn size_hint(&self) -> Option<usize> {
+        self.0.size_hint()
+    }
+}
+
+impl<'de, A: EnumAccess<'de>> EnumAccess<'de> for Access<A> {
+    type Error = A::Error;
+    type Variant = Access<A::Variant>;
+    fn variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<(T::Value, Self::Variant), A::Error> {
+        self.0.variant_seed(Seed(seed)).map(|(v, variant)| (v, Access(variant)))
+    }
+}
+
+impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Access<A> {
+    type Error = A::Error;
+    fn unit_variant(self) -> Result<(), A::Error> {
+        self.0.unit_variant()
+    }
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, A::Error> {
+        self.0.newtype_variant_seed(Seed(seed))
+    }
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
+        self.0.tuple_variant(len, visit(visitor))
+    }
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, A::Error> {
+        self.0.struct_variant(fields, Visit { visitor, struct_: true })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,7 +339,7 @@ mod tests {
     }
 
     fn decode(v: Value) -> Result<Object, String> {
-        serde_path_to_error::deserialize(v).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+        serde_path_to_error::deserialize(GoStructs(v)).map_err(|e| format!("{}: {}", e.path(), e.inner()))
     }
 
     #[test]
@@ -230,11 +404,74 @@ mod tests {
         }
     }
 
+    /// A JSON array is no struct, at the top or anywhere below (a list's item, a map's value, a pointer, our
+    /// wrappers of k8s-openapi's metadata and k8s-openapi's own types inside it), with the words of any other
+    /// wrong type; serde's derived decoders alone take it, its items as the fields in order.
+    #[test]
+    fn arrays_are_no_structs() {
+        #[derive(Deserialize, Default, Debug)]
+        struct Outer {
+            #[serde(default, deserialize_with = "null_as_default")]
+            item: Item,
+            #[serde(default)]
+            pointer: Option<Item>,
+            #[serde(default, deserialize_with = "map")]
+            by_name: BTreeMap<String, Item>,
+            #[serde(default)]
+            nested: Vec<Vec<Item>>,
+        }
+        let decode_outer = |v: Value| {
+            serde_path_to_error::deserialize::<_, Outer>(GoStructs(v))
+                .map_err(|e| format!("{}: {}", e.path(), e.inner()))
+        };
+        let sequence = "invalid type: sequence, expected struct Item";
+        for (body, path) in [
+            (json!({"item": []}), "item"),
+            (json!({"item": ["a", 1, null]}), "item"),
+            (json!({"pointer": []}), "pointer"),
+            (json!({"by_name": {"a": {}, "b": ["x"]}}), "by_name.b"),
+            (json!({"nested": [[], [{}, []]]}), "nested[1][1]"),
+        ] {
+            assert_eq!(decode_outer(body.clone()).unwrap_err(), format!("{path}: {sequence}"), "{body}");
+        }
+        let o = decode_outer(json!({"item": {"name": "a"}, "pointer": {}, "by_name": {"b": null}, "nested": [[{}]]}))
+            .expect("objects decode");
+        assert_eq!(
+            (o.item.name.as_str(), o.pointer, o.by_name.len(), o.nested),
+            ("a", Some(Item::default()), 1, vec![vec![Item::default()]])
+        );
+        assert_eq!(decode(json!({"items": [{}, null, []]})).unwrap_err(), format!("items[2]: {sequence}"));
+        for (body, want) in [
+            (json!({"metadata": []}), "metadata: invalid type: sequence, expected struct ObjectMeta"),
+            (
+                json!({"metadata": {"ownerReferences": [{}, ["v1", "Pod"]]}}),
+                "metadata.ownerReferences[1]: invalid type: sequence, expected OwnerReference",
+            ),
+            (
+                json!({"metadata": {"managedFields": [[]]}}),
+                "metadata.managedFields[0]: invalid type: sequence, expected ManagedFieldsEntry",
+            ),
+        ] {
+            assert_eq!(decode(body.clone()).unwrap_err(), want, "{body}");
+        }
+        // What the adapter is for: serde alone fills the fields from the items.
+        let o: Object = serde_json::from_value(json!({"item": ["a", 1]})).expect("serde takes an array");
+        assert_eq!(o.item, Item { name: "a".into(), count: 1, pointer: None });
+        // From text as from a value; lists, maps and everything else decode as before.
+        let mut de = serde_json::Deserializer::from_str(r#"{"item": {"name": "a"}, "items": [[]]}"#);
+        let e = serde_path_to_error::deserialize::<_, Object>(GoStructs(&mut de)).unwrap_err();
+        assert_eq!(format!("{}: {}", e.path(), e.inner()), format!("items[0]: {sequence} at line 1 column 36"));
+        let mut de =
+            serde_json::Deserializer::from_str(r#"{"item": {"name": "a"}, "names": ["b"], "labels": {"c": "d"}}"#);
+        let o = Object::deserialize(GoStructs(&mut de)).expect("decodes");
+        assert_eq!((o.item.name, o.names, o.labels["c"].as_str()), ("a".to_string(), vec!["b".to_string()], "d"));
+    }
+
     #[test]
     fn unknown_fields_are_still_seen() {
         let body = json!({"metadata": {"bogus": 1, "labels": {"a": null}}, "items": [null, {"extra": true}]});
         let mut unknown = Vec::new();
-        let _: Object = serde_ignored::deserialize(body, |p| unknown.push(p.to_string())).expect("decodes");
+        let _: Object = serde_ignored::deserialize(GoStructs(body), |p| unknown.push(p.to_string())).expect("decodes");
         // `?` is an `Option` on the way, which the registry's paths leave out (`metadata.bogus`, `items[1].extra`).
         assert_eq!(unknown, ["items.?.1.?.extra", "metadata.?.bogus"]);
     }

@@ -12,6 +12,7 @@ use super::{
     check_namespace, decode, steps, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation,
     ObjectRef, Resource, WriteOptions, Written,
 };
+use crate::api::go_decode::GoStructs;
 use crate::error::{ApiError, ApiResult};
 use crate::storage::{KeyValue, Storage, StorageError};
 use bytes::Bytes;
@@ -34,14 +35,15 @@ impl<K: Kind> Store<K> {
 }
 
 /// A request's object decoded into the kind's type, and the fields the decoder did not know, sorted; a value of
-/// the wrong type is a 400 naming its path. Without the kind's defaults (see [`decode_defaulted`]).
+/// the wrong type (a JSON array for a struct included, as Go's decoder has it: [`GoStructs`]) is a 400 naming its
+/// path. Without the kind's defaults (see [`decode_defaulted`]).
 pub(super) fn decode_typed<K: Kind>(obj: &Value) -> ApiResult<(K, Vec<String>)> {
     let mut unknown = Vec::new();
     // Objects that decode (nearly all) take one pass; the path of an error is found by decoding again.
-    let typed: K = match serde_ignored::deserialize(obj, |p| note_unknown(&p, &mut unknown)) {
+    let typed: K = match serde_ignored::deserialize(GoStructs(obj), |p| note_unknown(&p, &mut unknown)) {
         Ok(typed) => typed,
         Err(_) => {
-            let e = serde_path_to_error::deserialize::<_, K>(obj).err();
+            let e = serde_path_to_error::deserialize::<_, K>(GoStructs(obj)).err();
             let (path, inner) = match e {
                 Some(e) => (path_string(e.path()), e.into_inner().to_string()),
                 None => (String::new(), "the object does not decode".to_string()),
@@ -299,5 +301,116 @@ impl<K: Kind> Strategy for Store<K> {
     }
     fn name_and_age_columns(&self) -> bool {
         K::NAME_AND_AGE_COLUMNS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_typed;
+    use crate::api::{
+        csi_translation, event, events_event, namespace, shoot_state, storage_state, storage_version_migration,
+        storagemigration,
+    };
+    use crate::registry::strategy::Kind;
+    use serde_json::{json, Value};
+
+    /// The 400 `body` gets, as `reason: message`.
+    fn refused<K: Kind>(body: Value) -> String {
+        let e = decode_typed::<K>(&body).err().unwrap_or_else(|| panic!("{body} decodes"));
+        assert_eq!(e.code, 400, "{body}");
+        format!("{:?}: {}", e.reason, e.message)
+    }
+
+    /// A JSON array where a kind has a struct is a 400 naming its path and the struct, as a value of any other
+    /// wrong type is: Go's decoder takes no array for a struct (serde's derived decoders would, field by field).
+    #[test]
+    fn arrays_are_no_structs_in_any_kind() {
+        fn check<K: Kind>(cases: &[(Value, &str, &str)]) {
+            let kind = K::info().kind;
+            // Every kind has metadata (Go's decoding of it, or k8s-openapi's for CSITranslation, which is no
+            // upstream kind), and ownerReferences (k8s-openapi's own type) in it.
+            let meta = if kind == "CSITranslation" { "ObjectMeta" } else { "struct ObjectMeta" };
+            let common = [
+                (json!({"metadata": []}), "metadata", meta),
+                (
+                    json!({"metadata": {"name": "a", "ownerReferences": [["v1"]]}}),
+                    "metadata.ownerReferences[0]",
+                    "OwnerReference",
+                ),
+            ];
+            for (body, path, expected) in common.iter().chain(cases) {
+                assert_eq!(
+                    refused::<K>(body.clone()),
+                    format!("BadRequest: error decoding {kind} at {path}: invalid type: sequence, expected {expected}"),
+                    "{kind}: {body}"
+                );
+            }
+        }
+        check::<storage_version_migration::StorageVersionMigration>(&[
+            (json!({"spec": []}), "spec", "struct StorageVersionMigrationSpec"),
+            (json!({"spec": {"resource": ["", "v1", "pods"]}}), "spec.resource", "struct GroupVersionResource"),
+            (json!({"status": {"conditions": [[]]}}), "status.conditions[0]", "struct MigrationCondition"),
+        ]);
+        check::<storage_state::StorageState>(&[
+            (json!({"spec": []}), "spec", "struct StorageStateSpec"),
+            (json!({"spec": {"resource": ["", "pods"]}}), "spec.resource", "struct GroupResource"),
+            (json!({"status": []}), "status", "struct StorageStateStatus"),
+            (
+                json!({"status": {"currentStorageVersionHashes": [["r", "h"]]}}),
+                "status.currentStorageVersionHashes[0]",
+                "struct ReportedStorageVersionHash",
+            ),
+        ]);
+        check::<storagemigration::StorageVersionMigration>(&[
+            (json!({"spec": []}), "spec", "struct StorageVersionMigrationSpec"),
+            (json!({"spec": {"resource": ["a", "b"]}}), "spec.resource", "struct GroupResource"),
+            (json!({"status": {"conditions": [[]]}}), "status.conditions[0]", "struct Condition"),
+        ]);
+        check::<shoot_state::ShootState>(&[
+            (json!({"spec": []}), "spec", "struct ShootStateSpec"),
+            (json!({"spec": {"gardener": [["ca"]]}}), "spec.gardener[0]", "struct GardenerResourceData"),
+            (
+                json!({"spec": {"extensions": [{"kind": "Worker", "resources": [["r"]]}]}}),
+                "spec.extensions[0].resources[0]",
+                "struct NamedResourceReference",
+            ),
+        ]);
+        check::<event::Event>(&[
+            (json!({"involvedObject": []}), "involvedObject", "ObjectReference"),
+            (json!({"source": ["c"]}), "source", "EventSource"),
+            (json!({"series": []}), "series", "EventSeries"),
+        ]);
+        check::<events_event::Event>(&[
+            (json!({"regarding": []}), "regarding", "ObjectReference"),
+            (json!({"series": [2]}), "series", "struct EventSeries"),
+        ]);
+        check::<namespace::Namespace>(&[
+            (json!({"spec": []}), "spec", "struct NamespaceSpec"),
+            (json!({"status": {"conditions": [["T"]]}}), "status.conditions[0]", "struct NamespaceCondition"),
+        ]);
+        check::<csi_translation::CSITranslation>(&[
+            (json!({"spec": []}), "spec", "struct CSITranslationSpec"),
+            (
+                json!({"spec": {"repairVolumeHandle": ["d", "h"]}}),
+                "spec.repairVolumeHandle",
+                "struct VolumeHandleRepair",
+            ),
+            (json!({"spec": {"persistentVolume": {"spec": []}}}), "spec.persistentVolume.spec", "PersistentVolumeSpec"),
+        ]);
+    }
+
+    /// Objects in place of the structs still decode, Go's zero values and the unknown fields with them.
+    #[test]
+    fn objects_still_decode() {
+        let (m, unknown) = decode_typed::<storagemigration::StorageVersionMigration>(&json!({
+            "metadata": {"name": "a", "labels": {"x": null}}, "spec": {"resource": {"group": null, "resource": "pods"}},
+            "status": {"conditions": [null], "bogus": []}
+        }))
+        .expect("decodes");
+        assert_eq!(
+            (m.spec.resource.resource.as_str(), m.metadata.labels.unwrap_or_default()["x"].as_str()),
+            ("pods", "")
+        );
+        assert_eq!(unknown, ["status.bogus"]);
     }
 }

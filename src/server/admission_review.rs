@@ -4,6 +4,7 @@
 //! denial naming the field, and its response always writes a `status`; these are plain serde types instead.
 
 use super::rest::read_body;
+use crate::api::go_decode::GoStructs;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::decode::starts_object;
 use axum::extract::Request;
@@ -86,12 +87,15 @@ pub fn parse_review(raw: &[u8]) -> ApiResult<AdmissionRequest> {
             Err(e) => malformed(format!("invalid JSON: {e}")),
         });
     }
-    // Reviews that decode (nearly all) take one pass; the path of an error is found by decoding again.
-    let review: AdmissionReview = match serde_json::from_slice(raw) {
+    // Reviews that decode (nearly all) take one pass; the path of an error is found by decoding again. As Go
+    // decodes it (kube-apiserver's own types are Go's): an array is no struct ([`GoStructs`]).
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let review = AdmissionReview::deserialize(GoStructs(&mut de)).and_then(|review| de.end().map(|()| review));
+    let review = match review {
         Ok(review) => review,
         Err(_) => {
             let mut de = serde_json::Deserializer::from_slice(raw);
-            let e = match serde_path_to_error::deserialize::<_, AdmissionReview>(&mut de) {
+            let e = match serde_path_to_error::deserialize::<_, AdmissionReview>(GoStructs(&mut de)) {
                 Ok(_) => de.end().err().map(|e| format!("invalid JSON: {e}")),
                 Err(e) if e.inner().is_syntax() || e.inner().is_eof() => Some(format!("invalid JSON: {}", e.inner())),
                 Err(e) => Some(format!("{}: {}", e.path(), e.inner())),
@@ -207,4 +211,41 @@ impl Answer {
 pub async fn review_body(req: Request) -> Result<bytes::Bytes, Response> {
     let (parts, body) = req.into_parts();
     read_body(body, &parts.headers).await.map_err(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_review;
+    use serde_json::json;
+
+    /// An array where the review has a struct is malformed, at its path, as any other value of the wrong type;
+    /// serde's derived decoders alone would read the array's items as the fields in order.
+    #[test]
+    fn arrays_are_no_structs() {
+        let review = |request: serde_json::Value| {
+            serde_json::to_vec(
+                &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}),
+            )
+            .expect("encodes")
+        };
+        let ok = json!({"uid": "u", "operation": "CREATE", "object": {}, "kind": {"version": "v1", "kind": "Pod"}});
+        assert_eq!(parse_review(&review(ok.clone())).expect("a review").uid, "u");
+        let mut kind_list = ok;
+        kind_list["kind"] = json!(["", "v1", "Pod"]);
+        for (request, want) in [
+            (
+                json!(["u", null, null, "", "", "", "CREATE"]),
+                "request: invalid type: sequence, expected struct AdmissionRequest",
+            ),
+            (kind_list, "request.kind: invalid type: sequence, expected struct GroupVersionKind"),
+        ] {
+            let e = parse_review(&review(request)).expect_err("malformed");
+            assert_eq!(e.code, 400);
+            assert!(
+                e.message.starts_with(&format!("malformed AdmissionReview: {want} at line 1 column")),
+                "{}",
+                e.message
+            );
+        }
+    }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer};
 /// A metav1.Condition as the wire may carry it: its strings Go's values, its time optional here only because Go's
 /// zero time is not Rust's [`Default`] (k8s-openapi's `Condition` wants one, and its decoder a present one).
 #[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", expecting = "struct Condition")]
 struct WireCondition {
     #[serde(rename = "type", default, deserialize_with = "go_decode::null_as_default")]
     type_: String,
