@@ -15,6 +15,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use std::time::{Duration, Instant};
 
+/// The Lease's writes, named as the leader election's.
+fn params() -> kube::api::PostParams {
+    crate::scheduler::managers::post(crate::scheduler::managers::LEADER_ELECTION)
+}
+
 /// The record as last read, and when (our clock) it was first seen with this content.
 #[derive(Clone, Debug)]
 pub struct Observed {
@@ -166,20 +171,12 @@ impl LeaderLock for LeaseLock {
                     },
                     spec: Some(spec),
                 };
-                self.api
-                    .create(&crate::scheduler::managers::post(crate::scheduler::managers::LEADER_ELECTION), &lease)
-                    .await
+                self.api.create(&params(), &lease).await
             }
             LeaseAction::Update(spec) => {
                 let mut lease = current.unwrap_or_default();
                 lease.spec = Some(spec);
-                self.api
-                    .replace(
-                        &self.name,
-                        &crate::scheduler::managers::post(crate::scheduler::managers::LEADER_ELECTION),
-                        &lease,
-                    )
-                    .await
+                self.api.replace(&self.name, &params(), &lease).await
             }
         };
         match written {
@@ -202,11 +199,7 @@ impl LeaderLock for LeaseLock {
             return Ok(());
         };
         lease.spec = Some(released(spec, Timestamp::now()));
-        match self
-            .api
-            .replace(&self.name, &crate::scheduler::managers::post(crate::scheduler::managers::LEADER_ELECTION), &lease)
-            .await
-        {
+        match self.api.replace(&self.name, &params(), &lease).await {
             Ok(written) => {
                 self.last = Some(written);
                 Ok(())

@@ -14,6 +14,7 @@ use crate::api::storage_version_migration::GroupVersionResource;
 use crate::error::StatusReason;
 use crate::scheduler::api_reason;
 use crate::scheduler::events::{EventRecorder, EventType};
+use crate::scheduler::managers;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
@@ -152,15 +153,8 @@ impl Crds {
             let Some(next) = edit(&crd, migration, phase, Timestamp::now()) else { return };
             // `next` carries the resourceVersion it was computed from: the write is a compare-and-swap.
             let Ok(body) = serde_json::from_value::<DynamicObject>(next.clone()) else { return };
-            match self
-                .api
-                .replace_status(
-                    &name,
-                    &crate::scheduler::managers::post(crate::scheduler::managers::MIGRATION_RUNNER),
-                    &body,
-                )
-                .await
-            {
+            let params = managers::post(managers::MIGRATION_RUNNER);
+            match self.api.replace_status(&name, &params, &body).await {
                 Ok(_) => {
                     let (stored, before) = (&next["status"]["storedVersions"], &crd["status"]["storedVersions"]);
                     tracing::info!(crd = %name, migration, ?phase, stored_versions = %stored,
