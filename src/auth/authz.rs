@@ -197,6 +197,9 @@ pub fn forbidden(user: &UserInfo, attrs: &RequestAttributes, reason: &str) -> Ap
             )
         }
     };
+    // responsewriters' sanitizer: the message must not look like HTML (the reason and the object's name are left
+    // as they are, as upstream leaves them).
+    let what = what.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
     let what = if reason.is_empty() { what } else { format!("{what}: {reason}") };
     let (message, details) = match &attrs.resource {
         None => (format!("forbidden: {what}"), Details::default()),
@@ -405,6 +408,8 @@ mod tests {
         assert!(e.message.contains("cannot patch resource \"storagestates/status\""), "{}", e.message);
         let e = forbidden(&alice, &attrs(Method::GET, "/metrics", None), "");
         assert_eq!(e.message, "forbidden: User \"alice\" cannot get path \"/metrics\"");
+        let e = forbidden(&user("<b>&", &[]), &attrs(Method::GET, "/metrics", None), "<why>");
+        assert_eq!(e.message, "forbidden: User \"&lt;b&gt;&amp;\" cannot get path \"/metrics\": <why>");
         assert_eq!(e.status()["details"], serde_json::json!({}));
     }
 
