@@ -19,6 +19,7 @@ pub mod query;
 mod render;
 pub mod rest;
 pub mod roles;
+mod self_review;
 pub mod serve;
 pub mod table;
 mod watch;
