@@ -110,6 +110,41 @@ fn subject_review(user: &UserInfo, request: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::authn::{Authenticator, TokenAuthenticator};
+    use crate::registry::Registry;
+    use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+    use std::sync::Arc;
+
+    #[derive(Debug)]
+    struct NoTokens;
+
+    #[async_trait::async_trait]
+    impl TokenAuthenticator for NoTokens {
+        async fn authenticate_token(&self, _token: &str) -> crate::auth::Result<Option<UserInfo>> {
+            Ok(None)
+        }
+    }
+
+    /// Standalone, the self reviews are served and discovered; behind the aggregator (a cluster authenticates for
+    /// us) their groups are kube-apiserver's, and this server neither serves nor discovers them.
+    #[test]
+    fn served_standalone_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).expect("store");
+        let kinds = crate::api::kinds(&Default::default()).expect("kinds");
+        let registry = Arc::new(Registry::new(storage, kinds, Default::default()));
+        let cluster = Authenticator::new().with_token_review(Arc::new(NoTokens));
+        for (authn, standalone) in [(Authenticator::new(), true), (cluster, false)] {
+            let metrics = Arc::new(super::super::metrics::Metrics::new());
+            let st = AppState::new(registry.clone(), Arc::new(authn), metrics, std::time::Duration::from_secs(1));
+            for (group, resource) in
+                [("authorization.k8s.io", "selfsubjectaccessreviews"), ("authentication.k8s.io", "selfsubjectreviews")]
+            {
+                assert_eq!(st.registry.resource(group, "v1", resource).is_some(), standalone, "{group}");
+                assert_eq!(st.discovery.groups.contains_key(group), standalone, "{group}");
+            }
+        }
+    }
 
     #[test]
     fn a_subject_review_is_the_user() {
