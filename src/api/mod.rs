@@ -8,6 +8,7 @@ pub mod events_event;
 pub mod go_decode;
 pub mod namespace;
 pub mod printers;
+pub mod self_review;
 pub mod shoot_state;
 pub mod storage_state;
 pub mod storage_version_migration;
@@ -69,13 +70,16 @@ pub fn kinds(
     Ok(all)
 }
 
-/// The kinds of the core group (and events.k8s.io) served only when standalone, with no kube-apiserver in front:
-/// namespaces and events, stored in v1 (see `AppState::new`).
+/// The kinds of kube-apiserver's groups served only when standalone, with no kube-apiserver in front: namespaces
+/// and events, stored in v1 (see `AppState::new`), and the self reviews kubectl's `auth can-i` and `auth whoami`
+/// create, which store nothing.
 pub fn standalone_kinds() -> Vec<Arc<dyn Strategy>> {
     vec![
         Arc::new(Store::<namespace::Namespace>::new("v1")),
         Arc::new(Store::<event::Event>::new("v1")),
         Arc::new(Store::<events_event::Event>::new("v1")),
+        Arc::new(Store::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>::new("v1")),
+        Arc::new(Store::<k8s_openapi::api::authentication::v1::SelfSubjectReview>::new("v1")),
     ]
 }
 

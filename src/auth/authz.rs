@@ -7,7 +7,10 @@
 //! - everything else is a SubjectAccessReview (`authorization.k8s.io/v1`) to kube-apiserver ([`AccessReviewer`]),
 //!   with the request's attributes mapped exactly as kube-apiserver maps them ([`RequestAttributes::from_request`]).
 //!   Decisions, allow and deny, are cached briefly (10 s by default, like k8s.io/apiserver's delegated authorizer).
-//! - standalone, with no cluster to ask: only `system:masters`, unless `--authorization-mode=AlwaysAllow`.
+//! - standalone, with no cluster to ask: only `system:masters`, unless `--authorization-mode=AlwaysAllow`; besides,
+//!   as kube-apiserver's bootstrap RBAC policy grants them to `system:authenticated`, every authenticated user may
+//!   read discovery (`system:discovery`) and create the self reviews (`system:basic-user`: `kubectl auth can-i`,
+//!   `kubectl auth whoami`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,7 +21,7 @@ use axum::http::Method;
 use k8s_openapi::api::authorization::v1 as authorization;
 use sha2::{Digest, Sha256};
 
-use super::authn::{UserInfo, GROUP_MASTERS};
+use super::authn::{UserInfo, GROUP_AUTHENTICATED, GROUP_MASTERS};
 use super::cache::TtlCache;
 use super::Result;
 use crate::error::{ApiError, Details};
@@ -126,6 +129,7 @@ impl Authorizer {
         }
         let reviewer = match &self.mode {
             AuthorizationMode::AlwaysAllow => return Ok(Decision::Allow),
+            AuthorizationMode::MastersOnly if granted_to_authenticated(user, attrs) => return Ok(Decision::Allow),
             AuthorizationMode::MastersOnly => return Ok(Decision::Deny { reason: String::new() }),
             AuthorizationMode::Delegated(reviewer) => reviewer,
         };
@@ -138,6 +142,32 @@ impl Authorizer {
         let ttl = if decision == Decision::Allow { self.allowed_ttl } else { self.denied_ttl };
         self.cache.insert(key, decision.clone(), ttl);
         Ok(decision)
+    }
+}
+
+/// What kube-apiserver's bootstrap policy lets every member of `system:authenticated` do, through the bindings of
+/// `system:discovery` (get on the discovery, OpenAPI and version paths) and `system:basic-user` (create the self
+/// reviews). The health paths need no authorization here at all.
+fn granted_to_authenticated(user: &UserInfo, attrs: &RequestAttributes) -> bool {
+    if !user.in_group(GROUP_AUTHENTICATED) {
+        return false;
+    }
+    match &attrs.resource {
+        None => {
+            let p = attrs.path.as_str();
+            attrs.verb == "get"
+                && (matches!(p, "/api" | "/apis" | "/openapi" | "/version" | "/version/")
+                    || ["/api/", "/apis/", "/openapi/"].iter().any(|prefix| p.starts_with(prefix)))
+        }
+        Some(r) => {
+            attrs.verb == "create"
+                && r.subresource.is_empty()
+                && matches!(
+                    (r.group.as_str(), r.resource.as_str()),
+                    ("authorization.k8s.io", "selfsubjectaccessreviews" | "selfsubjectrulesreviews")
+                        | ("authentication.k8s.io", "selfsubjectreviews")
+                )
+        }
     }
 }
 
@@ -197,6 +227,9 @@ pub fn forbidden(user: &UserInfo, attrs: &RequestAttributes, reason: &str) -> Ap
             )
         }
     };
+    // responsewriters' sanitizer: the message must not look like HTML (the reason and the object's name are left
+    // as they are, as upstream leaves them).
+    let what = what.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
     let what = if reason.is_empty() { what } else { format!("{what}: {reason}") };
     let (message, details) = match &attrs.resource {
         None => (format!("forbidden: {what}"), Details::default()),
@@ -405,6 +438,8 @@ mod tests {
         assert!(e.message.contains("cannot patch resource \"storagestates/status\""), "{}", e.message);
         let e = forbidden(&alice, &attrs(Method::GET, "/metrics", None), "");
         assert_eq!(e.message, "forbidden: User \"alice\" cannot get path \"/metrics\"");
+        let e = forbidden(&user("<b>&", &[]), &attrs(Method::GET, "/metrics", None), "<why>");
+        assert_eq!(e.message, "forbidden: User \"&lt;b&gt;&amp;\" cannot get path \"/metrics\": <why>");
         assert_eq!(e.status()["details"], serde_json::json!({}));
     }
 
@@ -443,6 +478,20 @@ mod tests {
             Authorizer::new(AuthorizationMode::MastersOnly).authorize(&bob, &list).await.ok(),
             Some(Decision::Deny { .. })
         ));
+        // kube-apiserver's system:discovery and system:basic-user, for the authenticated only.
+        let standalone = Authorizer::new(AuthorizationMode::MastersOnly);
+        let ssar = attrs(Method::POST, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", None);
+        let ssr = attrs(Method::POST, "/apis/authentication.k8s.io/v1/selfsubjectreviews", None);
+        let discovery = attrs(Method::GET, "/apis/migration.k8s.io/v1alpha1", None);
+        let anonymous = user("system:anonymous", &["system:unauthenticated"]);
+        for a in [&ssar, &ssr, &discovery, &attrs(Method::GET, "/openapi/v3", None), &attrs(Method::GET, "/api", None)]
+        {
+            assert_eq!(standalone.authorize(&bob, a).await.ok(), Some(Decision::Allow), "{a:?}");
+            assert!(matches!(standalone.authorize(&anonymous, a).await.ok(), Some(Decision::Deny { .. })), "{a:?}");
+        }
+        for a in [attrs(Method::GET, "/metrics", None), attrs(Method::POST, "/apis", None), list.clone()] {
+            assert!(matches!(standalone.authorize(&bob, &a).await.ok(), Some(Decision::Deny { .. })), "{a:?}");
+        }
 
         let reviewer = Arc::new(Reviewer::default());
         let authz = Authorizer::new(AuthorizationMode::Delegated(reviewer.clone()));

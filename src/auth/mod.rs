@@ -8,6 +8,7 @@
 //! - [`x509v1`]: X.509 v1 client certificates, which rustls refuses and kube-apiserver accepts.
 //! - [`authn`]: request authentication: front proxy, x509, static tokens, TokenReview.
 //! - [`authz`]: request attributes as kube-apiserver derives them; authorization by SubjectAccessReview.
+//! - [`impersonation`]: the `Impersonate-*` headers, between authentication and authorization.
 //! - [`delegated`]: the calls to kube-apiserver (TokenReview, SubjectAccessReview, the
 //!   extension-apiserver-authentication ConfigMap).
 //! - [`options`]: the flags, and the assembly of all of the above with its file and ConfigMap watchers.
@@ -17,6 +18,7 @@ pub mod authz;
 pub mod cache;
 pub mod certs;
 pub mod delegated;
+pub mod impersonation;
 pub mod options;
 pub mod tls;
 pub mod trust;

@@ -19,6 +19,7 @@ pub mod query;
 mod render;
 pub mod rest;
 pub mod roles;
+mod self_review;
 pub mod serve;
 pub mod table;
 mod watch;
@@ -26,6 +27,7 @@ mod write_options;
 
 use crate::auth::authn::{Authenticator, PeerCertificates, UserInfo};
 use crate::auth::authz::{forbidden, AuthorizationMode, Authorizer, Decision, RequestAttributes};
+use crate::auth::impersonation::{self, Impersonation};
 use crate::error::{ApiError, ApiResult, StatusReason};
 use crate::registry::Registry;
 use crate::request_info::RequestInfo;
@@ -223,8 +225,9 @@ fn code_label(code: StatusCode) -> Label {
     }
 }
 
-/// Authentication (401 without a valid credential), then authorization (403 when denied), then the handler, which
-/// finds the [`UserInfo`] in the request extensions. The front-proxy identity headers never reach a handler.
+/// Authentication (401 without a valid credential), then impersonation (400, 403), then authorization (403 when
+/// denied), then the handler, which finds the [`UserInfo`] in the request extensions. The front-proxy identity
+/// headers never reach a handler, nor do the impersonation headers.
 async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next) -> Response {
     // The scheduler's in-process client carries its identity as an extension, which no network client can set.
     let internal = req.extensions().get::<crate::scheduler::InternalIdentity>().map(|i| i.0.clone());
@@ -235,7 +238,16 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
     st.authn.strip_request_headers(req.headers_mut());
     let public = is_public(req.uri().path());
     let Some(user) = user else {
+        impersonation::strip_headers(req.headers_mut());
         return if public { next.run(req).await } else { ApiError::unauthorized().into_response() };
+    };
+    // The scheduler's in-process requests act as themselves (they send no impersonation headers).
+    let user = match internal {
+        Some(_) => user,
+        None => match impersonate(st, user, &mut req).await {
+            Ok(user) => user,
+            Err(e) => return e.into_response(),
+        },
     };
     if !public && internal.is_none() {
         let attrs = match req.extensions().get::<RequestInfo>() {
@@ -256,6 +268,17 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
     }
     req.extensions_mut().insert(user);
     next.run(req).await
+}
+
+/// k8s.io/apiserver's WithImpersonation between authentication and authorization: the user the request acts as,
+/// and, when it impersonates, both users as the request's [`Impersonation`] extension (for the audit log). The
+/// impersonation headers never reach what comes after.
+async fn impersonate(st: &AppState, user: UserInfo, req: &mut Request) -> ApiResult<UserInfo> {
+    let impersonated = impersonation::impersonate(&st.authz, &user, req.headers()).await;
+    impersonation::strip_headers(req.headers_mut());
+    let Some(impersonated) = impersonated? else { return Ok(user) };
+    req.extensions_mut().insert(Impersonation { original: user, impersonated: impersonated.clone() });
+    Ok(impersonated)
 }
 
 async fn health() -> &'static str {

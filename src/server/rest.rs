@@ -260,7 +260,7 @@ async fn dispatch(
         }
         (Method::POST, None) => {
             labels.verb = "POST";
-            call.create(body).await
+            call.create(request.user, body).await
         }
         (Method::PUT, Some(name)) => {
             labels.verb = "PUT";
@@ -371,12 +371,14 @@ impl Call<'_> {
         render_list(res, v, list, out, q)
     }
 
-    async fn create(self, body: Body) -> ApiResult<Response> {
+    async fn create(self, user: Option<&UserInfo>, body: Body) -> ApiResult<Response> {
         let (res, ns, v) = (&self.res, self.ns, self.v);
         let out = self.negotiate(false)?;
         let (obj, dups) = object_body(body, self.headers, res, v).await?;
         let opts = self.write_options("CreateOptions")?;
-        let w = res.create(ns, v, obj, &dups, &opts).await?;
+        let mut w = res.create(ns, v, obj, &dups, &opts).await?;
+        // A self review's answer is about the user, which only this layer knows.
+        super::self_review::answer(self.st, user, res.strategy.info(), &mut w.object).await?;
         object_response(res, StatusCode::CREATED, &w.object, out, &w.warnings)
     }
 

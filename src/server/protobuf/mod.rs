@@ -1,6 +1,7 @@
 //! Kubernetes' protobuf wire format (`application/vnd.kubernetes.protobuf`), for the kinds kube-apiserver serves in
-//! it that this server serves too: the core/v1 Namespace, standalone. kubectl's typed clients (`kubectl create
-//! namespace`) send and ask for it; other kinds stay JSON-only, as custom resources and aggregated servers are.
+//! it that this server serves too, standalone: the core/v1 Namespace and the self reviews. kubectl's typed clients
+//! (`kubectl create namespace`, `kubectl auth can-i`, `kubectl auth whoami`) send and ask for it; other kinds stay
+//! JSON-only, as custom resources and aggregated servers are.
 //!
 //! As k8s.io/apimachinery/pkg/runtime/serializer/protobuf (protobuf.go): an object is the 4-byte magic `k8s\0` and
 //! a `runtime.Unknown` whose `typeMeta` names its apiVersion and kind and whose `raw` holds the object's message. A
@@ -11,6 +12,7 @@
 
 mod meta;
 mod namespace;
+mod self_review;
 
 use crate::error::{ApiError, ApiResult};
 use crate::registry::strategy::KindInfo;
@@ -44,25 +46,36 @@ pub enum DecodeError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProtoKind {
     Namespace,
+    SelfSubjectAccessReview,
+    SelfSubjectReview,
 }
 
 impl ProtoKind {
-    /// The protobuf form of a kind, if it has one here: only the core group's Namespace.
+    /// The protobuf form of a kind, if it has one here: kube-apiserver's kinds that this server serves.
     pub fn of(info: &KindInfo) -> Option<Self> {
-        (info.group.is_empty() && info.kind == "Namespace").then_some(Self::Namespace)
+        match (info.group, info.kind) {
+            ("", "Namespace") => Some(Self::Namespace),
+            ("authorization.k8s.io", "SelfSubjectAccessReview") => Some(Self::SelfSubjectAccessReview),
+            ("authentication.k8s.io", "SelfSubjectReview") => Some(Self::SelfSubjectReview),
+            _ => None,
+        }
     }
 
     /// The message of one object (no envelope) of this kind, from its JSON form.
     fn encode(self, object: &Value) -> ApiResult<Vec<u8>> {
         match self {
             Self::Namespace => Ok(namespace::to_proto(object)?.encode_to_vec()),
+            Self::SelfSubjectAccessReview => Ok(self_review::access_review_to_proto(object)?.encode_to_vec()),
+            Self::SelfSubjectReview => Ok(self_review::subject_review_to_proto(object)?.encode_to_vec()),
         }
     }
 
-    /// The message of a list of this kind: its ListMeta (JSON) and items (JSON objects).
+    /// The message of a list of this kind: its ListMeta (JSON) and items (JSON objects). The reviews have no
+    /// lists (they are create-only).
     fn encode_list(self, meta: &Value, items: &[Value]) -> ApiResult<Vec<u8>> {
         match self {
             Self::Namespace => Ok(namespace::list_to_proto(meta, items)?.encode_to_vec()),
+            _ => Err(ApiError::internal("a create-only kind has no list")),
         }
     }
 
@@ -70,6 +83,8 @@ impl ProtoKind {
     fn decode(self, raw: &[u8]) -> Result<Value, DecodeError> {
         match self {
             Self::Namespace => namespace::from_proto(raw),
+            Self::SelfSubjectAccessReview => self_review::access_review_from_proto(raw),
+            Self::SelfSubjectReview => self_review::subject_review_from_proto(raw),
         }
     }
 }
