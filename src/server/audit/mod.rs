@@ -395,3 +395,6 @@ pub fn authorization_error(req: &Request) {
         ctx.annotate(req, &[(REASON, "internal error")]);
     }
 }
+
+#[cfg(test)]
+mod tests;
