@@ -470,3 +470,35 @@ async fn audit_ids_without_a_policy_and_a_bad_policy_stops_the_start() {
     );
     assert!(!dir.path().join("data").exists(), "nothing was opened");
 }
+
+/// manifests/audit/policy.yaml: ShootStates at Metadata whatever the verb, writes of the migration kinds at
+/// RequestResponse, probes and scrapes not at all, Metadata otherwise.
+#[test]
+fn the_recommended_policy() {
+    use migration_apiserver::request_info::RequestInfo;
+    use policy::{Attributes, Level, Policy, PolicyRuleEvaluator};
+    let file = repo().join("manifests/audit/policy.yaml");
+    let p = PolicyRuleEvaluator::new(Policy::from_file(&file).expect("the recommended policy validates"));
+    let user = migration_apiserver::auth::authn::UserInfo { name: "u".into(), ..Default::default() };
+    let shootstates = "/apis/core.gardener.cloud/v1beta1/namespaces/garden/shootstates";
+    let cases = [
+        ("POST", shootstates.to_string(), Level::Metadata),
+        ("PUT", format!("{shootstates}/s"), Level::Metadata),
+        ("GET", format!("{shootstates}/s/status"), Level::Metadata),
+        ("POST", SS.to_string(), Level::RequestResponse),
+        ("DELETE", format!("{SS}/a.b"), Level::RequestResponse),
+        ("PATCH", "/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations/m".into(), Level::RequestResponse),
+        ("GET", SS.to_string(), Level::Metadata),
+        ("GET", "/apis".into(), Level::Metadata),
+        ("GET", "/healthz".into(), Level::None),
+        ("GET", "/readyz/etcd".into(), Level::None),
+        ("GET", "/metrics".into(), Level::None),
+        ("GET", "/version".into(), Level::None),
+    ];
+    for (method, path, level) in cases {
+        let info = RequestInfo::parse(&method.parse().expect("method"), &path, None);
+        let got = p.evaluate(&Attributes { user: Some(&user), info: &info });
+        assert_eq!(got.level, level, "{method} {path}");
+        assert!(got.omit_stages.contains(policy::Stage::RequestReceived), "{method} {path}");
+    }
+}
