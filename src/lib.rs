@@ -1,5 +1,6 @@
 //! migration-apiserver: an aggregated API server and admission webhook server for storage version migration.
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod byte_size;
 pub mod cli;

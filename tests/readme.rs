@@ -337,15 +337,22 @@ fn the_readme_lists_exactly_the_metrics_served() {
         .collect();
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut server = MakeRun { dir: tmp.path().to_path_buf(), port: free_port(), child: None };
-    server.start(&[]);
+    // Auditing on, with the recommended policy, to a log that refuses every write (/dev/full, never rotated): the
+    // audit families all have series (apiserver_audit_error_total once the scheduler's requests fail to be logged).
+    let policy = repo().join("manifests/audit/policy.yaml");
+    let audit = ["--audit-policy-file", policy.to_str().expect("utf-8"), "--audit-log-path", "/dev/full"];
+    server.start(&audit.iter().chain(&["--audit-log-maxsize", "0"]).map(|a| a.to_string()).collect::<Vec<_>>());
     let kubeconfig = tmp.path().join("certs/admin.kubeconfig");
     // A family is served once it has series (as client_golang's): once the scheduler's first migrations have
     // migrated objects and ended, every one has.
     let text = eventually("the first migrations' metrics", Duration::from_secs(30), || {
         let out = kubectl_with(&kubeconfig, &["get", "--raw", "/metrics"], None);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let families =
-            ["storage_migrator_core_migrator_migrations{", "storage_migrator_core_migrator_migrated_objects{"];
+        let families = [
+            "storage_migrator_core_migrator_migrations{",
+            "storage_migrator_core_migrator_migrated_objects{",
+            "apiserver_audit_error_total{",
+        ];
         families.iter().all(|f| text.contains(f)).then_some(text)
     });
     let served: BTreeSet<(String, String)> = text

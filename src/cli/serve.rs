@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// --authorization-kubeconfig, --requestheader-*, ... (see `auth::options`).
     #[command(flatten)]
     pub auth: Box<crate::auth::options::AuthArgs>,
+    /// Auditing: --audit-policy-file, --audit-log-* (see `audit::options`).
+    #[command(flatten)]
+    pub audit: Box<crate::audit::options::AuditArgs>,
     /// Storage version of a resource, `<plural>.<group>=<version>`; repeatable.
     #[arg(long, value_parser = parse_storage_version)]
     pub storage_version: Vec<(String, String)>,
@@ -224,6 +227,7 @@ pub fn init_logging(format: LogFormat) {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // First, so that an invalid config fails the start before anything is bound, generated or opened.
     let encryption = args.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
+    let auditor = Arc::new(args.audit.build(Arc::default())?);
     let served = served_kinds(&args)?;
     crate::auth::tls::install_default_crypto_provider();
     let addr = SocketAddr::new(args.bind_address, args.secure_port);
@@ -252,7 +256,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // TLS, authentication and authorization with their reloads; kept alive until the server stops.
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
-    let state = app_state(&args, served.clone(), storage, etcd.as_ref(), &auth).await?;
+    let state = app_state(&args, served.clone(), storage, etcd.as_ref(), &auth, auditor.clone()).await?;
     // The scheduler's identity is also the apiserver identity of the encryption config's metrics.
     let identity = crate::scheduler::election::identity();
     // The key-rotation trigger follows the config in use too.
@@ -277,6 +281,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     println!("  kubectl --kubeconfig {} get storagestates", dev.admin_kubeconfig_path.display());
     println!("  (or: export KUBECONFIG={})", dev.admin_kubeconfig_path.display());
     serve_until_signal(listener, &auth, app, state, scheduler).await;
+    // Batch mode's queued events are written before the process ends.
+    auditor.shutdown(Duration::from_secs(5));
     if let Some(reports) = key_reports {
         reports.stop();
     }
@@ -407,6 +413,7 @@ async fn app_state(
     storage: Arc<dyn Storage>,
     etcd: Option<&Arc<EtcdStorage>>,
     auth: &crate::auth::options::AuthStack,
+    auditor: Arc<crate::audit::Auditor>,
 ) -> anyhow::Result<Arc<AppState>> {
     let registry = Arc::new(Registry::new(
         storage,
@@ -424,6 +431,7 @@ async fn app_state(
     Ok(Arc::new(
         AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
             .with_authorizer(auth.authorizer.clone())
+            .with_auditor(auditor)
             .with_csi_migration(csi_migration(args).await?)
             .with_event_ttl(args.event_ttl),
     ))

@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod admission_review;
+pub mod audit;
 pub mod cert_metrics;
 pub mod cluster_check;
 pub mod crd;
@@ -56,6 +57,8 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Feature gates and CSIDriver lookup of the CSI migration webhooks.
     pub csi_migration: Arc<csi_admission::CsiMigration>,
+    /// The audit policy and backend (`--audit-*`); off until [`AppState::with_auditor`].
+    pub audit: Arc<crate::audit::Auditor>,
     /// Set once the namespaces of objects stored before namespaces were served exist (see [`namespaces`]).
     namespaces_in_use: tokio::sync::OnceCell<()>,
 }
@@ -87,6 +90,7 @@ impl AppState {
             bookmark_interval,
             ready: AtomicBool::new(true),
             csi_migration: Arc::default(),
+            audit: Arc::new(crate::audit::Auditor::disabled(Arc::default())),
             namespaces_in_use: tokio::sync::OnceCell::new(),
         }
     }
@@ -95,6 +99,13 @@ impl AppState {
 impl AppState {
     pub fn with_authorizer(mut self, authz: Arc<Authorizer>) -> Self {
         self.authz = authz;
+        self
+    }
+
+    /// Audits requests with `auditor`, whose metrics this server then serves.
+    pub fn with_auditor(mut self, auditor: Arc<crate::audit::Auditor>) -> Self {
+        auditor.metrics.register(&mut self.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+        self.audit = auditor;
         self
     }
 
@@ -131,7 +142,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(rest::handle)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate_and_measure))
+        // Auditing sees the panics before `answer_panics` answers them, and the Audit-ID is on every answer.
+        .layer(axum::middleware::from_fn_with_state(state.audit.clone(), audit::audit))
         .layer(axum::middleware::from_fn(answer_panics))
+        .layer(axum::middleware::from_fn(audit::audit_id))
         .layer(axum::middleware::map_response(default_cache_control))
         .with_state(state)
 }
@@ -239,8 +253,22 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
     let public = is_public(req.uri().path());
     let Some(user) = user else {
         impersonation::strip_headers(req.headers_mut());
-        return if public { next.run(req).await } else { ApiError::unauthorized().into_response() };
+        if !public {
+            audit::authentication_failed(&req);
+            return ApiError::unauthorized().into_response();
+        }
+        // Audited as kube-apiserver's anonymous user; the public paths need no authorizer.
+        if let Some(rejected) = audit::request_received(&mut req, &audit::anonymous()) {
+            return rejected;
+        }
+        audit::authorized(&req, "");
+        return next.run(req).await;
     };
+    // Audited as the user who sent it: upstream's WithAudit runs before WithImpersonation, whose user the later
+    // stages record as `impersonatedUser`.
+    if let Some(rejected) = audit::request_received(&mut req, &user) {
+        return rejected;
+    }
     // The scheduler's in-process requests act as themselves (they send no impersonation headers).
     let user = match internal {
         Some(_) => user,
@@ -249,19 +277,23 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
             Err(e) => return e.into_response(),
         },
     };
-    if !public && internal.is_none() {
+    if public || internal.is_some() {
+        audit::authorized(&req, "");
+    } else {
         let attrs = match req.extensions().get::<RequestInfo>() {
             Some(info) => RequestAttributes::from_info(info),
             None => RequestAttributes::from_request(req.method(), req.uri().path(), req.uri().query()),
         };
         match st.authz.authorize(&user, &attrs).await {
-            Ok(Decision::Allow) => {}
+            Ok(Decision::Allow) => audit::authorized(&req, ""),
             Ok(Decision::Deny { reason }) => {
                 tracing::debug!(user = %user.name, verb = %attrs.verb, path = %attrs.path, "forbidden");
+                audit::forbidden(&req, &reason);
                 return forbidden(&user, &attrs, &reason).into_response();
             }
             Err(e) => {
                 tracing::warn!(error = %e, user = %user.name, path = %attrs.path, "authorization failed");
+                audit::authorization_error(&req);
                 return ApiError::internal(e.to_string()).into_response();
             }
         }
@@ -277,6 +309,7 @@ async fn impersonate(st: &AppState, user: UserInfo, req: &mut Request) -> ApiRes
     let impersonated = impersonation::impersonate(&st.authz, &user, req.headers()).await;
     impersonation::strip_headers(req.headers_mut());
     let Some(impersonated) = impersonated? else { return Ok(user) };
+    req.extensions_mut().insert(crate::audit::ImpersonatedUser(impersonated.clone()));
     req.extensions_mut().insert(Impersonation { original: user, impersonated: impersonated.clone() });
     Ok(impersonated)
 }

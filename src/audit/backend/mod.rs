@@ -1,0 +1,340 @@
+//! Where events go: a [`Backend`] (the log file today; a webhook can be another) behind one of upstream's modes
+//! (`--audit-<plugin>-mode`, k8s.io/apiserver `pkg/server/options/audit.go`):
+//!
+//! - **blocking**: the request's own thread writes its event; a failed write is counted and the request goes on.
+//! - **blocking-strict**: the same, but a RequestReceived event that cannot be written fails the request (500).
+//! - **batch** (upstream's `buffered` plugin): the event is handed to a bounded queue and the request goes on at
+//!   once; a writer thread takes batches from it (up to the max size, or what came within the max wait), throttles
+//!   them if asked, and writes them. A full queue drops the event and counts it (`plugin="buffered"`): a slow disk
+//!   never slows requests. Events are encoded on the writer thread.
+//!
+//! Truncation (`--audit-<plugin>-truncate-*`, upstream's `truncate` plugin) runs right before the backend: an event
+//! larger than the max event size loses its request and response objects, and is dropped if still too large.
+
+pub mod log;
+mod rotate;
+
+use super::event::Event;
+use super::metrics::AuditMetrics;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A destination of events. Called from one thread at a time (the request's, under the blocking modes' lock, or
+/// the batch writer's).
+pub trait Backend: Send {
+    /// The plugin name of `apiserver_audit_error_total{plugin}`: `log`, `webhook`.
+    fn plugin(&self) -> &'static str;
+    /// Stores `events` in order. On error, how many of them were lost, and why.
+    fn process(&mut self, events: &[Event]) -> Result<(), BackendError>;
+    /// The encoded size of an event, as truncation measures it.
+    fn encoded_size(&self, event: &Event) -> usize;
+}
+
+#[derive(Debug)]
+pub struct BackendError {
+    pub lost: usize,
+    pub error: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Batch,
+    Blocking,
+    BlockingStrict,
+}
+
+#[derive(Clone, Debug)]
+pub struct BatchConfig {
+    pub buffer_size: usize,
+    pub max_batch_size: usize,
+    pub max_batch_wait: Duration,
+    pub throttle: Option<(f32, usize)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct TruncateConfig {
+    pub max_event_size: usize,
+    pub max_batch_size: usize,
+}
+
+/// The request side of a backend in its mode.
+pub enum Sink {
+    Blocking { backend: Mutex<Stage>, strict: bool },
+    Batch { queue: SyncSender<Message>, writer: Mutex<Option<std::thread::JoinHandle<()>>> },
+}
+
+/// What the batch writer receives.
+pub enum Message {
+    Event(Box<Event>),
+    /// Everything queued before is written; then the writer acknowledges and stops.
+    Stop(std::sync::mpsc::Sender<()>),
+}
+
+/// A backend with its truncation, as the blocking modes and the batch writer call it.
+pub struct Stage {
+    backend: Box<dyn Backend>,
+    truncate: Option<TruncateConfig>,
+    metrics: Arc<AuditMetrics>,
+}
+
+impl Stage {
+    /// Truncates, splits into batches of the max batch size, writes; false when an event was lost.
+    fn process(&mut self, events: Vec<Event>) -> bool {
+        let plugin = self.backend.plugin();
+        let Some(limits) = self.truncate else {
+            return match self.backend.process(&events) {
+                Ok(()) => true,
+                Err(e) => {
+                    self.metrics.plugin_error(plugin, e.lost, &e.error);
+                    false
+                }
+            };
+        };
+        let (mut ok, mut batch, mut batch_size, mut too_large) = (true, Vec::new(), 0, 0);
+        for mut event in events {
+            let mut size = self.backend.encoded_size(&event);
+            if size > limits.max_event_size && event.level >= super::policy::Level::Request {
+                event.request_object = None;
+                event.response_object = None;
+                event.annotations.insert("audit.k8s.io/truncated".into(), "true".into());
+                size = self.backend.encoded_size(&event);
+            }
+            if size > limits.max_event_size {
+                too_large += 1;
+                continue;
+            }
+            if !batch.is_empty() && batch_size + size > limits.max_batch_size {
+                ok &= self.write(&std::mem::take(&mut batch));
+                batch_size = 0;
+            }
+            batch_size += size;
+            batch.push(event);
+        }
+        if !batch.is_empty() {
+            ok &= self.write(&batch);
+        }
+        if too_large > 0 {
+            self.metrics.plugin_error("truncate", too_large, &"event is too large even after truncating");
+        }
+        ok
+    }
+
+    fn write(&mut self, batch: &[Event]) -> bool {
+        match self.backend.process(batch) {
+            Ok(()) => true,
+            Err(e) => {
+                self.metrics.plugin_error(self.backend.plugin(), e.lost, &e.error);
+                false
+            }
+        }
+    }
+}
+
+impl Sink {
+    pub fn new(
+        backend: Box<dyn Backend>,
+        mode: Mode,
+        batch: BatchConfig,
+        truncate: Option<TruncateConfig>,
+        metrics: Arc<AuditMetrics>,
+    ) -> Sink {
+        let stage = Stage { backend, truncate, metrics };
+        match mode {
+            Mode::Blocking | Mode::BlockingStrict => {
+                Sink::Blocking { backend: Mutex::new(stage), strict: mode == Mode::BlockingStrict }
+            }
+            Mode::Batch => {
+                let (queue, rx) = std::sync::mpsc::sync_channel(batch.buffer_size.max(1));
+                let writer = std::thread::Builder::new()
+                    .name("audit-batch".into())
+                    .spawn(move || run_batches(rx, stage, batch))
+                    .expect("spawn the audit writer thread");
+                Sink::Batch { queue, writer: Mutex::new(Some(writer)) }
+            }
+        }
+    }
+
+    /// Hands over one event; false only when blocking-strict could not store it.
+    pub fn process(&self, event: Event, metrics: &AuditMetrics) -> bool {
+        match self {
+            Sink::Blocking { backend, strict } => {
+                let mut stage = backend.lock().unwrap_or_else(|p| p.into_inner());
+                stage.process(vec![event]) || !strict
+            }
+            Sink::Batch { queue, .. } => {
+                match queue.try_send(Message::Event(Box::new(event))) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) => metrics.plugin_error("buffered", 1, &"audit buffer queue blocked"),
+                    Err(TrySendError::Disconnected(_)) => {
+                        metrics.plugin_error("buffered", 1, &"audit backend shut down")
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// At shutdown: the batch writer writes what is queued (within `timeout`) and stops.
+    pub fn shutdown(&self, timeout: Duration) {
+        let Sink::Batch { queue, writer } = self else { return };
+        let (done, wait) = std::sync::mpsc::channel();
+        if send_within(queue, Message::Stop(done), timeout).is_ok() && wait.recv_timeout(timeout).is_ok() {
+            if let Some(w) = writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = w.join();
+            }
+        }
+    }
+}
+
+/// A bounded queue's send that gives up after `timeout` (a stuck writer must not hold the shutdown).
+fn send_within<T>(queue: &SyncSender<T>, mut msg: T, timeout: Duration) -> Result<(), ()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match queue.try_send(msg) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                msg = m;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return Err(()),
+        }
+    }
+}
+
+/// The batch writer: collects up to `max_batch_size` events, or what arrives within `max_batch_wait` of the first
+/// (with batches of one, the default for the log, each event is written as it comes), throttles, writes.
+fn run_batches(rx: Receiver<Message>, mut stage: Stage, config: BatchConfig) {
+    let mut throttle = config.throttle.map(|(qps, burst)| TokenBucket::new(qps, burst));
+    loop {
+        let mut batch = Vec::new();
+        let mut stop = None;
+        match rx.recv() {
+            Ok(Message::Event(e)) => batch.push(*e),
+            Ok(Message::Stop(done)) => stop = Some(done),
+            Err(_) => return,
+        }
+        let deadline = Instant::now() + config.max_batch_wait;
+        while stop.is_none() && batch.len() < config.max_batch_size {
+            let msg = match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => rx.recv_timeout(left),
+                _ => rx.try_recv().map_err(|_| RecvTimeoutError::Timeout),
+            };
+            match msg {
+                Ok(Message::Event(e)) => batch.push(*e),
+                Ok(Message::Stop(done)) => stop = Some(done),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            if let Some(t) = throttle.as_mut() {
+                t.accept();
+            }
+            stage.process(batch);
+        }
+        if let Some(done) = stop {
+            // What was queued after the stop request is written too, then the writer ends.
+            let rest: Vec<Event> = rx
+                .try_iter()
+                .filter_map(|m| match m {
+                    Message::Event(e) => Some(*e),
+                    Message::Stop(_) => None,
+                })
+                .collect();
+            if !rest.is_empty() {
+                stage.process(rest);
+            }
+            let _ = done.send(());
+            return;
+        }
+    }
+}
+
+/// client-go's token bucket rate limiter: `accept` waits for a token.
+struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    fn new(qps: f32, burst: usize) -> TokenBucket {
+        let burst = burst.max(1) as f64;
+        TokenBucket { qps: f64::from(qps).max(f64::MIN_POSITIVE), burst, tokens: burst, last: Instant::now() }
+    }
+
+    fn accept(&mut self) {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.qps).min(self.burst);
+        self.last = now;
+        if self.tokens < 1.0 {
+            std::thread::sleep(Duration::from_secs_f64((1.0 - self.tokens) / self.qps));
+            self.last = Instant::now();
+            self.tokens = 1.0;
+        }
+        self.tokens -= 1.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counting(Arc<Mutex<Vec<usize>>>);
+
+    impl Backend for Counting {
+        fn plugin(&self) -> &'static str {
+            "counting"
+        }
+        fn process(&mut self, events: &[Event]) -> Result<(), BackendError> {
+            self.0.lock().expect("lock").push(events.len());
+            Ok(())
+        }
+        fn encoded_size(&self, e: &Event) -> usize {
+            e.request_object.as_ref().map_or(10, |o| 10 + o.bytes.len())
+        }
+    }
+
+    fn event() -> Event {
+        let t = chrono::Utc::now();
+        Event {
+            level: super::super::policy::Level::Request,
+            audit_id: "id".into(),
+            stage: super::super::policy::Stage::ResponseComplete,
+            request_uri: "/".into(),
+            verb: "get".into(),
+            user: None,
+            impersonated_user: None,
+            source_ips: vec![],
+            user_agent: String::new(),
+            object_ref: None,
+            response_status: None,
+            request_object: None,
+            response_object: None,
+            request_received: t,
+            stage_timestamp: t,
+            annotations: Default::default(),
+        }
+    }
+
+    /// truncate_test.go: a large event loses its objects and is annotated; batches are split at the max size.
+    #[test]
+    fn truncation_drops_objects_then_events_and_splits_batches() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let metrics = Arc::new(AuditMetrics::default());
+        let mut stage = Stage {
+            backend: Box::new(Counting(seen.clone())),
+            truncate: Some(TruncateConfig { max_event_size: 50, max_batch_size: 25 }),
+            metrics,
+        };
+        let mut big = event();
+        big.request_object = Some(super::super::event::Payload {
+            bytes: bytes::Bytes::from(vec![b'x'; 100]),
+            yaml: false,
+            omit_managed_fields: false,
+        });
+        assert!(stage.process(vec![event(), event(), big]));
+        assert_eq!(*seen.lock().expect("lock"), [2, 1]);
+    }
+}
