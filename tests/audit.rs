@@ -375,6 +375,49 @@ async fn a_forbidden_request_is_annotated_with_the_decision() {
     assert_eq!(ev[1]["user"], json!({"username": "eve", "groups": ["devs", "system:authenticated"]}));
 }
 
+/// Impersonation (k8s.io/apiserver's WithAudit before WithImpersonation): RequestReceived records the user who sent
+/// the request; the later stages add `impersonatedUser`, and the decision is the impersonated user's. An impersonation
+/// the sender may not make is a 403 recorded under the sender alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_records_both_users() {
+    let policy = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n";
+    let (s, log, _d) = audited(policy, &[]);
+    let admin = s.client().await;
+    let st = send(&admin, Method::GET, SS, "as-alice", &[("Impersonate-User", "alice")], Value::Null)
+        .await
+        .status_err(403, "Forbidden");
+    assert!(st["message"].as_str().unwrap_or_default().contains("User \"alice\" cannot list"), "{st}");
+    let ev = wait_events(&log, "as-alice", 2);
+    assert_eq!(stages(&ev.iter().collect::<Vec<_>>()), ["RequestReceived", "ResponseComplete"]);
+    assert!(ev[0]["impersonatedUser"].is_null(), "{}", ev[0]);
+    assert!(ev[0]["user"]["groups"].as_array().is_some_and(|g| g.contains(&json!("system:masters"))), "{}", ev[0]);
+    assert_eq!(
+        ev[1]["impersonatedUser"],
+        json!({"username": "alice", "groups": ["system:authenticated"]}),
+        "{}",
+        ev[1]
+    );
+    assert_eq!(ev[1]["user"], ev[0]["user"]);
+    assert_eq!(ev[1]["annotations"]["authorization.k8s.io/decision"], "forbid", "{}", ev[1]);
+    // dave may not impersonate: the 403 is the impersonation's, under dave alone.
+    let dave = anonymous(&s).await;
+    let st = send(
+        &dave,
+        Method::GET,
+        SS,
+        "dave-as-tim",
+        &[("Authorization", "Bearer dave-token"), ("Impersonate-User", "tim@k8s.io")],
+        Value::Null,
+    )
+    .await
+    .status_err(403, "Forbidden");
+    assert!(st["message"].as_str().unwrap_or_default().contains("cannot impersonate resource \"users\""), "{st}");
+    let ev = wait_events(&log, "dave-as-tim", 2);
+    assert_eq!(ev[1]["user"]["username"], "dave", "{}", ev[1]);
+    assert!(ev[1]["impersonatedUser"].is_null(), "{}", ev[1]);
+    assert_eq!(ev[1]["responseStatus"]["code"], 403, "{}", ev[1]);
+}
+
 /// Small max size: the file rotates to lumberjack's names, mode 0600, at most --audit-log-maxbackup backups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_rotates_with_upstreams_names_and_mode() {
