@@ -14,6 +14,7 @@
 
 pub mod log;
 mod rotate;
+pub mod webhook;
 
 use super::event::Event;
 use super::metrics::AuditMetrics;

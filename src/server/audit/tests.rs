@@ -45,7 +45,7 @@ fn auditor(mode: Mode, buffer: usize, gate: Option<mpsc::Receiver<()>>) -> (Arc<
         None,
         metrics.clone(),
     );
-    (Arc::new(Auditor::new(Some(PolicyRuleEvaluator::new(policy)), Some(sink), metrics)), events)
+    (Arc::new(Auditor::new(Some(PolicyRuleEvaluator::new(policy)), vec![sink], metrics)), events)
 }
 
 /// The chain of `server::router` in small: Audit-ID, panics answered, the audit filter, an authenticated user.
