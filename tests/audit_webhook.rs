@@ -272,6 +272,30 @@ async fn batches_reach_the_webhook_with_every_stage() {
     }
 }
 
+/// Blocking mode: a request's RequestReceived event is at the receiver before the request is answered (one batch
+/// per event), and its ResponseComplete follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_mode_sends_before_answering() {
+    let receiver = Receiver::start(vec![]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("https://127.0.0.1:{}", receiver.port);
+    let kubeconfig = webhook_kubeconfig(dir.path(), &url, &receiver.ca_pem);
+    let s = audited(dir.path(), POLICY, &kubeconfig, &["--audit-webhook-mode=blocking"]);
+    let c = anonymous(&s).await;
+    let resp = as_tim(&c, Method::GET, SS, Value::Null).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let id = resp.header("audit-id").expect("Audit-Id");
+    let received: Vec<Value> = receiver.events().into_iter().filter(|e| e["auditID"] == id.as_str()).collect();
+    assert_eq!(received.first().map(|e| e["stage"].clone()), Some(json!("RequestReceived")), "{received:?}");
+    eventually("the ResponseComplete event", Duration::from_secs(20), || {
+        let all = receiver.events();
+        all.iter().any(|e| e["auditID"] == id.as_str() && e["stage"] == "ResponseComplete").then_some(())
+    });
+    let posts = receiver.posts();
+    assert!(posts.iter().all(|p| p.body["items"].as_array().map(Vec::len) == Some(1)), "{posts:?}");
+    assert!(posts.iter().all(|p| p.path == "/"), "{posts:?}");
+}
+
 /// Batch mode with a webhook that is down (nothing listens; each batch retried for over a minute at the default
 /// backoff): requests are served at once, the queue fills and its overflow is dropped and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
