@@ -152,6 +152,9 @@ pub struct Encodable<'a> {
     object_ref: Option<ObjectReference>,
     request_object: Option<Value>,
     response_object: Option<Value>,
+    /// `kind` and `apiVersion`: written for an event on its own (a log line), not for an item of an `EventList`
+    /// (kube-apiserver's webhook batches carry them once, on the list).
+    type_meta: bool,
 }
 
 impl Event {
@@ -181,6 +184,7 @@ impl Event {
                 .as_ref()
                 .filter(|_| logged(Level::RequestResponse))
                 .and_then(Payload::decode),
+            type_meta: true,
         }
     }
 
@@ -272,12 +276,22 @@ impl Serialize for User<'_> {
     }
 }
 
+impl Encodable<'_> {
+    /// As an item of an `EventList`: without its own `kind` and `apiVersion`.
+    pub fn list_item(mut self) -> Self {
+        self.type_meta = false;
+        self
+    }
+}
+
 impl Serialize for Encodable<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let e = self.event;
         let mut st = s.serialize_struct("Event", 18)?;
-        st.serialize_field("kind", "Event")?;
-        st.serialize_field("apiVersion", "audit.k8s.io/v1")?;
+        if self.type_meta {
+            st.serialize_field("kind", "Event")?;
+            st.serialize_field("apiVersion", "audit.k8s.io/v1")?;
+        }
         st.serialize_field("level", e.level.as_str())?;
         st.serialize_field("auditID", &e.audit_id)?;
         st.serialize_field("stage", e.stage.as_str())?;

@@ -23,30 +23,31 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct ImpersonatedUser(pub UserInfo);
 
-/// The policy, the backend in its mode, and the metrics: one per server, shared by every request (nothing in it is
-/// locked per request except a blocking mode's backend, whose writes are serialised by nature).
+/// The policy, the backends each in its mode, and the metrics: one per server, shared by every request (nothing in
+/// it is locked per request except the log's file, whose writes are serialised by nature).
 pub struct Auditor {
     policy: Option<policy::PolicyRuleEvaluator>,
-    sink: Option<backend::Sink>,
+    /// The log's, then the webhook's: each gets every event (upstream's union).
+    sinks: Vec<backend::Sink>,
     pub metrics: Arc<metrics::AuditMetrics>,
 }
 
 impl Auditor {
     /// Auditing off (no policy file); the metrics are still served, as upstream registers them regardless.
     pub fn disabled(metrics: Arc<metrics::AuditMetrics>) -> Auditor {
-        Auditor { policy: None, sink: None, metrics }
+        Auditor { policy: None, sinks: Vec::new(), metrics }
     }
 
     pub fn new(
         policy: Option<policy::PolicyRuleEvaluator>,
-        sink: Option<backend::Sink>,
+        sinks: Vec<backend::Sink>,
         metrics: Arc<metrics::AuditMetrics>,
     ) -> Auditor {
-        Auditor { policy, sink, metrics }
+        Auditor { policy, sinks, metrics }
     }
 
     pub fn enabled(&self) -> bool {
-        self.policy.is_some() && self.sink.is_some()
+        self.policy.is_some() && !self.sinks.is_empty()
     }
 
     /// The policy's decision for one request, counted in `apiserver_audit_level_total`.
@@ -63,16 +64,20 @@ impl Auditor {
         config
     }
 
-    /// Hands an event to the backend; false when blocking-strict could not store it.
+    /// Hands an event to every backend; false when one in blocking-strict mode could not store it.
     pub fn process(&self, event: event::Event) -> bool {
-        let Some(sink) = &self.sink else { return true };
+        let Some((last, others)) = self.sinks.split_last() else { return true };
         self.metrics.event();
-        sink.process(event, &self.metrics)
+        let mut stored = true;
+        for sink in others {
+            stored &= sink.process(event.clone(), &self.metrics);
+        }
+        stored & last.process(event, &self.metrics)
     }
 
-    /// At shutdown: what batch mode has queued is written (bounded by `timeout`).
+    /// At shutdown: what batch mode has queued is written or sent (each backend within `timeout`).
     pub fn shutdown(&self, timeout: std::time::Duration) {
-        if let Some(sink) = &self.sink {
+        for sink in &self.sinks {
             sink.shutdown(timeout);
         }
     }

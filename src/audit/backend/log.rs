@@ -2,10 +2,11 @@
 //! legacy text format, to standard output or to a file rotated as kube-apiserver's (lumberjack, see [`super::rotate`]).
 
 use super::rotate::RotatingFile;
-use super::{Backend, BackendError};
+use super::{fills_object_ref, Backend, BackendError};
 use crate::audit::event::Event;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -33,7 +34,8 @@ enum Output {
 }
 
 pub struct LogBackend {
-    out: Output,
+    /// One writer at a time: lines must not interleave, and rotation renames the file under the writer.
+    out: Mutex<Output>,
     format: Format,
 }
 
@@ -51,7 +53,7 @@ impl LogBackend {
                 options.compress,
             )?),
         };
-        Ok(LogBackend { out, format: options.format })
+        Ok(LogBackend { out: Mutex::new(out), format: options.format })
     }
 
     fn line(&self, event: &Event) -> Result<Vec<u8>, String> {
@@ -62,20 +64,18 @@ impl LogBackend {
     }
 }
 
-/// A create's or update's request object completes its objectRef (the others have no object with metadata).
-fn fills_object_ref(event: &Event) -> bool {
-    matches!(event.verb.as_str(), "create" | "update")
-}
-
 impl Backend for LogBackend {
     fn plugin(&self) -> &'static str {
         "log"
     }
 
-    fn process(&mut self, events: &[Event]) -> Result<(), BackendError> {
+    fn process(&self, events: &[Event]) -> Result<(), BackendError> {
         let (mut lost, mut last_error) = (0, String::new());
-        for event in events {
-            let written = self.line(event).and_then(|line| match &mut self.out {
+        // Encoded before the lock: in the blocking modes other requests' lines wait only for the writes.
+        let lines: Vec<_> = events.iter().map(|e| self.line(e)).collect();
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        for line in lines {
+            let written = line.and_then(|line| match &mut *out {
                 Output::Stdout => std::io::stdout().lock().write_all(&line).map_err(|e| e.to_string()),
                 Output::File(f) => f.write_line(&line).map_err(|e| e.to_string()),
             });

@@ -1,4 +1,4 @@
-//! Where events go: a [`Backend`] (the log file today; a webhook can be another) behind one of upstream's modes
+//! Where events go: a [`Backend`] (the log file, the webhook) behind one of upstream's modes
 //! (`--audit-<plugin>-mode`, k8s.io/apiserver `pkg/server/options/audit.go`):
 //!
 //! - **blocking**: the request's own thread writes its event; a failed write is counted and the request goes on.
@@ -6,13 +6,15 @@
 //! - **batch** (upstream's `buffered` plugin): the event is handed to a bounded queue and the request goes on at
 //!   once; a writer thread takes batches from it (up to the max size, or what came within the max wait), throttles
 //!   them if asked, and writes them. A full queue drops the event and counts it (`plugin="buffered"`): a slow disk
-//!   never slows requests. Events are encoded on the writer thread.
+//!   or webhook never slows requests. Events are encoded on the writer thread. The webhook's batches are started
+//!   there and sent concurrently (upstream's AsyncDelegate), so that one batch's retries do not hold the next.
 //!
 //! Truncation (`--audit-<plugin>-truncate-*`, upstream's `truncate` plugin) runs right before the backend: an event
 //! larger than the max event size loses its request and response objects, and is dropped if still too large.
 
 pub mod log;
 mod rotate;
+pub mod webhook;
 
 use super::event::Event;
 use super::metrics::AuditMetrics;
@@ -20,15 +22,36 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A destination of events. Called from one thread at a time (the request's, under the blocking modes' lock, or
-/// the batch writer's).
-pub trait Backend: Send {
+/// The outcome of a batch started with [`Backend::start`].
+pub type Done = Box<dyn FnOnce(Result<(), BackendError>) + Send>;
+
+/// A destination of events. Shared by every request's thread in the blocking modes (a backend that must serialise
+/// its writes, as the log does, locks inside) and by the batch writer.
+pub trait Backend: Send + Sync {
     /// The plugin name of `apiserver_audit_error_total{plugin}`: `log`, `webhook`.
     fn plugin(&self) -> &'static str;
-    /// Stores `events` in order. On error, how many of them were lost, and why.
-    fn process(&mut self, events: &[Event]) -> Result<(), BackendError>;
+    /// Stores `events` in order, waiting for the outcome. On error, how many of them were lost, and why.
+    fn process(&self, events: &[Event]) -> Result<(), BackendError>;
     /// The encoded size of an event, as truncation measures it.
     fn encoded_size(&self, event: &Event) -> usize;
+    /// Whether `process` waits on another server (the webhook, whose retries take over a minute): the blocking
+    /// modes then wait off the async worker threads, so that other requests are still served meanwhile.
+    fn remote(&self) -> bool {
+        false
+    }
+    /// Batch mode's hand-over: starts storing `events` and may return before they are (the webhook sends each batch
+    /// on its own task); `done` gets the outcome. By default, as the log, `process` at once.
+    fn start(&self, events: Vec<Event>, done: Done) {
+        done(self.process(&events));
+    }
+    /// At shutdown, after the last [`Backend::start`]: waits until `deadline` for what was started to be done.
+    fn wait_started(&self, _deadline: Instant) {}
+}
+
+/// A create's or update's request object completes its objectRef (the others have no object with metadata), in
+/// every backend's encoding.
+fn fills_object_ref(event: &Event) -> bool {
+    matches!(event.verb.as_str(), "create" | "update")
 }
 
 #[derive(Debug)]
@@ -60,8 +83,16 @@ pub struct TruncateConfig {
 
 /// The request side of a backend in its mode.
 pub enum Sink {
-    Blocking { backend: Mutex<Stage>, strict: bool },
-    Batch { queue: SyncSender<Message>, writer: Mutex<Option<std::thread::JoinHandle<()>>> },
+    Blocking {
+        stage: Stage,
+        strict: bool,
+    },
+    Batch {
+        queue: SyncSender<Message>,
+        writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+        /// Also the writer's: at shutdown, what it started is waited for.
+        stage: Arc<Stage>,
+    },
 }
 
 /// What the batch writer receives.
@@ -79,17 +110,38 @@ pub struct Stage {
 }
 
 impl Stage {
-    /// Truncates, splits into batches of the max batch size, writes; false when an event was lost.
-    fn process(&mut self, events: Vec<Event>) -> bool {
-        let plugin = self.backend.plugin();
+    /// Truncates, splits into batches of the max batch size, writes and waits; false when an event was lost.
+    fn process(&self, events: Vec<Event>) -> bool {
+        self.batches(events, |batch| match self.backend.process(&batch) {
+            Ok(()) => true,
+            Err(e) => {
+                self.metrics.plugin_error(self.backend.plugin(), e.lost, &e.error);
+                false
+            }
+        })
+    }
+
+    /// Batch mode: truncates and splits as [`Stage::process`], then starts each batch (the outcome is counted when
+    /// it comes; the webhook's does not come before the next batch is collected).
+    fn start(&self, events: Vec<Event>) {
+        self.batches(events, |batch| {
+            let (metrics, plugin) = (self.metrics.clone(), self.backend.plugin());
+            self.backend.start(
+                batch,
+                Box::new(move |outcome| {
+                    if let Err(e) = outcome {
+                        metrics.plugin_error(plugin, e.lost, &e.error);
+                    }
+                }),
+            );
+            true
+        });
+    }
+
+    /// Truncation, then `write` per batch of at most the max batch size; false when an event was lost.
+    fn batches(&self, events: Vec<Event>, mut write: impl FnMut(Vec<Event>) -> bool) -> bool {
         let Some(limits) = self.truncate else {
-            return match self.backend.process(&events) {
-                Ok(()) => true,
-                Err(e) => {
-                    self.metrics.plugin_error(plugin, e.lost, &e.error);
-                    false
-                }
-            };
+            return write(events);
         };
         let (mut ok, mut batch, mut batch_size, mut too_large) = (true, Vec::new(), 0, 0);
         for mut event in events {
@@ -105,29 +157,19 @@ impl Stage {
                 continue;
             }
             if !batch.is_empty() && batch_size + size > limits.max_batch_size {
-                ok &= self.write(&std::mem::take(&mut batch));
+                ok &= write(std::mem::take(&mut batch));
                 batch_size = 0;
             }
             batch_size += size;
             batch.push(event);
         }
         if !batch.is_empty() {
-            ok &= self.write(&batch);
+            ok &= write(batch);
         }
         if too_large > 0 {
             self.metrics.plugin_error("truncate", too_large, &"event is too large even after truncating");
         }
         ok
-    }
-
-    fn write(&mut self, batch: &[Event]) -> bool {
-        match self.backend.process(batch) {
-            Ok(()) => true,
-            Err(e) => {
-                self.metrics.plugin_error(self.backend.plugin(), e.lost, &e.error);
-                false
-            }
-        }
     }
 }
 
@@ -141,16 +183,16 @@ impl Sink {
     ) -> Sink {
         let stage = Stage { backend, truncate, metrics };
         match mode {
-            Mode::Blocking | Mode::BlockingStrict => {
-                Sink::Blocking { backend: Mutex::new(stage), strict: mode == Mode::BlockingStrict }
-            }
+            Mode::Blocking | Mode::BlockingStrict => Sink::Blocking { stage, strict: mode == Mode::BlockingStrict },
             Mode::Batch => {
                 let (queue, rx) = std::sync::mpsc::sync_channel(batch.buffer_size.max(1));
+                let stage = Arc::new(stage);
+                let writer_stage = stage.clone();
                 let writer = std::thread::Builder::new()
                     .name("audit-batch".into())
-                    .spawn(move || run_batches(rx, stage, batch))
+                    .spawn(move || run_batches(rx, &writer_stage, batch))
                     .expect("spawn the audit writer thread");
-                Sink::Batch { queue, writer: Mutex::new(Some(writer)) }
+                Sink::Batch { queue, writer: Mutex::new(Some(writer)), stage }
             }
         }
     }
@@ -158,9 +200,12 @@ impl Sink {
     /// Hands over one event; false only when blocking-strict could not store it.
     pub fn process(&self, event: Event, metrics: &AuditMetrics) -> bool {
         match self {
-            Sink::Blocking { backend, strict } => {
-                let mut stage = backend.lock().unwrap_or_else(|p| p.into_inner());
-                stage.process(vec![event]) || !strict
+            Sink::Blocking { stage, strict } => {
+                let stored = match stage.backend.remote() {
+                    true => off_the_async_workers(|| stage.process(vec![event])),
+                    false => stage.process(vec![event]),
+                };
+                stored || !strict
             }
             Sink::Batch { queue, .. } => {
                 match queue.try_send(Message::Event(Box::new(event))) {
@@ -175,15 +220,28 @@ impl Sink {
         }
     }
 
-    /// At shutdown: the batch writer writes what is queued (within `timeout`) and stops.
+    /// At shutdown: the batch writer writes what is queued and stops, and what it started is waited for, all within
+    /// `timeout`.
     pub fn shutdown(&self, timeout: Duration) {
-        let Sink::Batch { queue, writer } = self else { return };
+        let Sink::Batch { queue, writer, stage } = self else { return };
+        let deadline = Instant::now() + timeout;
         let (done, wait) = std::sync::mpsc::channel();
         if send_within(queue, Message::Stop(done), timeout).is_ok() && wait.recv_timeout(timeout).is_ok() {
             if let Some(w) = writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 let _ = w.join();
             }
+            stage.backend.wait_started(deadline);
         }
+    }
+}
+
+/// Runs `f`, which may wait long, without holding an async worker thread of a multi-threaded runtime (tokio moves
+/// the worker's other tasks elsewhere meanwhile). Elsewhere (a plain thread, a single-threaded runtime) `f` just runs.
+fn off_the_async_workers<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
@@ -204,7 +262,7 @@ fn send_within<T>(queue: &SyncSender<T>, mut msg: T, timeout: Duration) -> Resul
 
 /// The batch writer: collects up to `max_batch_size` events, or what arrives within `max_batch_wait` of the first
 /// (with batches of one, the default for the log, each event is written as it comes), throttles, writes.
-fn run_batches(rx: Receiver<Message>, mut stage: Stage, config: BatchConfig) {
+fn run_batches(rx: Receiver<Message>, stage: &Stage, config: BatchConfig) {
     let mut throttle = config.throttle.map(|(qps, burst)| TokenBucket::new(qps, burst));
     loop {
         let mut batch = Vec::new();
@@ -230,7 +288,7 @@ fn run_batches(rx: Receiver<Message>, mut stage: Stage, config: BatchConfig) {
             if let Some(t) = throttle.as_mut() {
                 t.accept();
             }
-            stage.process(batch);
+            stage.start(batch);
         }
         if let Some(done) = stop {
             // What was queued after the stop request is written too, then the writer ends.
@@ -242,7 +300,7 @@ fn run_batches(rx: Receiver<Message>, mut stage: Stage, config: BatchConfig) {
                 })
                 .collect();
             if !rest.is_empty() {
-                stage.process(rest);
+                stage.start(rest);
             }
             let _ = done.send(());
             return;
@@ -287,7 +345,7 @@ mod tests {
         fn plugin(&self) -> &'static str {
             "counting"
         }
-        fn process(&mut self, events: &[Event]) -> Result<(), BackendError> {
+        fn process(&self, events: &[Event]) -> Result<(), BackendError> {
             self.0.lock().expect("lock").push(events.len());
             Ok(())
         }
@@ -323,7 +381,7 @@ mod tests {
     fn truncation_drops_objects_then_events_and_splits_batches() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let metrics = Arc::new(AuditMetrics::default());
-        let mut stage = Stage {
+        let stage = Stage {
             backend: Box::new(Counting(seen.clone())),
             truncate: Some(TruncateConfig { max_event_size: 50, max_batch_size: 25 }),
             metrics,

@@ -13,16 +13,16 @@ use tower::ServiceExt;
 /// Keeps the events; `gate` (when set) holds each write until the test lets it go.
 struct Recorder {
     events: Arc<Mutex<Vec<Event>>>,
-    gate: Option<mpsc::Receiver<()>>,
+    gate: Option<Mutex<mpsc::Receiver<()>>>,
 }
 
 impl Backend for Recorder {
     fn plugin(&self) -> &'static str {
         "recorder"
     }
-    fn process(&mut self, events: &[Event]) -> Result<(), BackendError> {
+    fn process(&self, events: &[Event]) -> Result<(), BackendError> {
         if let Some(gate) = &self.gate {
-            let _ = gate.recv();
+            let _ = gate.lock().expect("lock").recv();
         }
         self.events.lock().expect("lock").extend_from_slice(events);
         Ok(())
@@ -38,8 +38,14 @@ fn auditor(mode: Mode, buffer: usize, gate: Option<mpsc::Receiver<()>>) -> (Arc<
         Policy::from_bytes(b"apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]").expect("policy");
     let metrics = Arc::new(AuditMetrics::default());
     let batch = BatchConfig { buffer_size: buffer, max_batch_size: 1, max_batch_wait: Duration::ZERO, throttle: None };
-    let sink = Sink::new(Box::new(Recorder { events: events.clone(), gate }), mode, batch, None, metrics.clone());
-    (Arc::new(Auditor::new(Some(PolicyRuleEvaluator::new(policy)), Some(sink), metrics)), events)
+    let sink = Sink::new(
+        Box::new(Recorder { events: events.clone(), gate: gate.map(Mutex::new) }),
+        mode,
+        batch,
+        None,
+        metrics.clone(),
+    );
+    (Arc::new(Auditor::new(Some(PolicyRuleEvaluator::new(policy)), vec![sink], metrics)), events)
 }
 
 /// The chain of `server::router` in small: Audit-ID, panics answered, the audit filter, an authenticated user.
