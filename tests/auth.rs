@@ -947,6 +947,7 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
             "ClusterRole",
             "ClusterRoleBinding",
             "ClusterRoleBinding",
+            "ConfigMap",
             "Deployment",
             "Namespace",
             "PersistentVolumeClaim",
@@ -1059,6 +1060,20 @@ fn manifests_render_least_privilege_and_every_rule_is_used() {
     let serving =
         pod["volumes"].as_array().expect("volumes").iter().find(|v| v["name"] == "serving").expect("serving volume");
     assert_eq!(serving["secret"]["secretName"], "migration-apiserver-serving");
+    // Audited with the recommended policy: its ConfigMap (the file's bytes) mounted read-only, the log on stdout.
+    let policy = find(&docs, "ConfigMap", "migration-apiserver-audit-policy");
+    assert_eq!(policy["metadata"]["namespace"], "migration-apiserver");
+    let recommended = std::fs::read_to_string(repo().join("manifests/audit/policy.yaml")).expect("policy.yaml");
+    assert_eq!(policy["data"]["policy.yaml"].as_str(), Some(recommended.as_str()));
+    let volume = pod["volumes"].as_array().expect("volumes").iter().find(|v| v["name"] == "audit-policy");
+    assert_eq!(volume.expect("audit-policy volume")["configMap"]["name"], "migration-apiserver-audit-policy");
+    let mount = c["volumeMounts"].as_array().expect("mounts").iter().find(|m| m["name"] == "audit-policy");
+    let mount = mount.expect("audit-policy mount");
+    assert_eq!(mount["readOnly"], true);
+    let policy_flag = format!("--audit-policy-file={}/policy.yaml", mount["mountPath"].as_str().expect("mountPath"));
+    for flag in [policy_flag.as_str(), "--audit-log-path=-"] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
     // The flags in the Deployment exist.
     let help = std::process::Command::new(BIN).args(["serve", "--help"]).output().expect("help");
     let help = String::from_utf8_lossy(&help.stdout);
@@ -1236,7 +1251,11 @@ fn make_deploy_fills_ca_bundles_and_the_serving_secret() {
             assert_eq!(hook["clientConfig"]["caBundle"], ca_bundle.as_str(), "{}", w["metadata"]["name"]);
         }
     }
-    assert!(!docs.iter().any(|d| d["kind"] == "ConfigMap"), "the CA bundle source is local only");
+    // The CA bundle's ConfigMap is local only (kustomize drops it); the one ConfigMap applied is the audit policy's,
+    // which manifests/ has had since the Deployment audits (issue 37).
+    let config_maps: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ConfigMap").collect();
+    assert_eq!(config_maps.len(), 1, "{config_maps:?}");
+    assert_eq!(config_maps[0]["metadata"]["name"], "migration-apiserver-audit-policy");
     find(&docs, "ClusterRoleBinding", "migration-apiserver:webhook-caller");
     for role in ["migration-apiserver:aggregate-to-view", "migration-apiserver:aggregate-to-edit"] {
         find(&docs, "ClusterRole", role);

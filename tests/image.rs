@@ -113,8 +113,45 @@ fn copy_tree(from: &Path, to: &Path) {
             copy_tree(&entry.path(), &to.join(entry.file_name()));
         }
     } else {
+        // As docker does, a file copied to a path whose directories do not exist yet creates them.
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).expect("mkdir");
+        }
         std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
     }
+}
+
+/// Every file the server's sources include at compile time (`include_str!`/`include_bytes!` of a literal path,
+/// relative to the including file), as a path under the repository root.
+fn compile_time_includes() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut sources = Vec::new();
+    walk(&repo().join("src"), &mut sources);
+    let mut includes = Vec::new();
+    for source in sources {
+        let text = std::fs::read_to_string(&source).expect("read");
+        for macro_call in ["include_str!(\"", "include_bytes!(\""] {
+            for (at, _) in text.match_indices(macro_call) {
+                let rest = &text[at + macro_call.len()..];
+                let literal = &rest[..rest.find('"').expect("closing quote")];
+                let path = source.parent().expect("dir").join(literal);
+                let path = path.canonicalize().unwrap_or_else(|e| panic!("{}: {literal}: {e}", source.display()));
+                let root = repo().canonicalize().expect("repo");
+                let relative = path.strip_prefix(&root).expect("inside the repository");
+                includes.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    includes
 }
 
 /// The host's target triple: the build stage's image is a Linux one like this machine.
@@ -190,6 +227,12 @@ fn the_build_stage_resolves_the_workspace_from_what_it_copies() {
     let Checked { stages, build } = dockerfile();
     let stage = &stages[build];
     let (_tmp, root) = lay_out_build_context(stage);
+    // What the sources include at compile time is copied too (the recommended audit policy, for one).
+    let includes = compile_time_includes();
+    assert!(includes.iter().any(|i| i == "manifests/audit/policy.yaml"), "{includes:?}");
+    for include in &includes {
+        assert!(root.join(include).is_file(), "{include} is included at compile time but the build stage lacks it");
+    }
     let out = Command::new("cargo")
         .args(["metadata", "--locked", "--offline", "--format-version", "1", "--filter-platform"])
         .arg(host_triple())

@@ -26,6 +26,8 @@ mod admission;
 use admission::*;
 mod encryption;
 use encryption::*;
+mod audit;
+use audit::*;
 mod migration;
 use migration::*;
 mod rotation;
@@ -87,7 +89,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "core,admission,encryption,migration,rotation,scale,etcd"
+        default_value = "core,admission,encryption,audit,migration,rotation,scale,etcd"
     )]
     only: Vec<Group>,
     /// An extra argument for every migration-apiserver the bench starts, after the bench's own; repeatable, one
@@ -110,6 +112,9 @@ enum Group {
     Admission,
     /// ShootState create and get with a 100 KiB body, aesgcm against identity (starts its own servers).
     Encryption,
+    /// GET and CREATE with an audit policy writing to a file (Metadata, blocking and batch; RequestResponse)
+    /// against no audit, a server of its own each (issue 37).
+    Audit,
     /// The migrator: 10^4 and 10^5 objects of another server (starts its own servers).
     Migration,
     /// Key rotation (issue 31): a rotation of 10^5 ShootStates next to a storage-version migration of them, and GET
@@ -199,6 +204,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         match bin {
             Some(bin) => rows.extend(encryption_rows(bin, conns, duration, &run).await),
             None => needs_server("encryption"),
+        }
+    }
+    if on(Group::Audit) {
+        match bin {
+            Some(bin) => rows.extend(audit_rows(bin, conns, duration, &run).await),
+            None => needs_server("audit"),
         }
     }
     if on(Group::Migration) {

@@ -1,7 +1,7 @@
 //! Every generated file at once (`migration-apiserver manifests --output-dir .`): each directory's generator, by
 //! the path it writes under the repository root.
 
-use super::{apiservice, rbac, webhooks, Files};
+use super::{apiservice, audit_policy, rbac, webhooks, Files};
 use crate::registry::strategy::Strategy;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,12 +19,13 @@ pub enum ManifestError {
 
 /// Every generated file, by its path under the repository root.
 pub fn all(kinds: &[Arc<dyn Strategy>]) -> Result<Vec<(PathBuf, String)>, ManifestError> {
-    let dirs: [(&str, Files); 5] = [
+    let dirs: [(&str, Files); 6] = [
         ("manifests/crds", crate::server::crd::files(kinds)?),
         ("manifests/roles", crate::server::roles::files(kinds)?),
         ("apiservice", apiservice::files(kinds)?),
         ("manifests/webhooks", webhooks::files(kinds)?),
         ("manifests", rbac::files(kinds)?),
+        ("manifests/audit", audit_policy::files()?),
     ];
     let mut out = Vec::new();
     for (dir, files) in dirs {

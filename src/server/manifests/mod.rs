@@ -10,11 +10,14 @@
 //! | `apiservice/` | every file: one APIService per served group version | [`apiservice`] |
 //! | `manifests/webhooks/` | the configurations for our kinds (the CSI ones are hand-kept) | [`webhooks`] |
 //! | `manifests/` | the migrator's rule for our own kinds, a patch of `rbac.yaml`'s ClusterRole | [`rbac`] |
+//! | `manifests/audit/` | `configmap.yaml`: the ConfigMap of the recommended audit policy (`policy.yaml`) | [`audit_policy`] |
 //!
 //! What names no kind (the Deployment, the delegated-auth bindings, leases, other resources' migrator rules, the
-//! CSI webhooks) stays hand-written YAML.
+//! CSI webhooks) stays hand-written YAML; the audit policy's ConfigMap is generated only so that its data is the
+//! policy file's bytes.
 
 pub mod apiservice;
+pub mod audit_policy;
 pub mod generate;
 pub mod rbac;
 pub mod webhooks;
