@@ -189,6 +189,30 @@ impl Event {
     }
 
     /// One JSON line (with its newline), as the log backend's json format writes it.
+    /// An event of `level` at ResponseComplete with nothing else known, for tests to fill in.
+    #[cfg(test)]
+    pub(crate) fn for_tests(level: super::policy::Level, audit_id: &str, request_uri: &str) -> Event {
+        let t = chrono::Utc::now();
+        Event {
+            level,
+            audit_id: audit_id.into(),
+            stage: super::policy::Stage::ResponseComplete,
+            request_uri: request_uri.into(),
+            verb: "get".into(),
+            user: None,
+            impersonated_user: None,
+            source_ips: vec![],
+            user_agent: String::new(),
+            object_ref: None,
+            response_status: None,
+            request_object: None,
+            response_object: None,
+            request_received: t,
+            stage_timestamp: t,
+            annotations: Default::default(),
+        }
+    }
+
     pub fn to_json_line(&self, fill_ref: bool) -> Result<Vec<u8>, serde_json::Error> {
         let mut line = serde_json::to_vec(&self.encodable(fill_ref))?;
         line.push(b'\n');

@@ -355,25 +355,7 @@ mod tests {
     }
 
     fn event() -> Event {
-        let t = chrono::Utc::now();
-        Event {
-            level: super::super::policy::Level::Request,
-            audit_id: "id".into(),
-            stage: super::super::policy::Stage::ResponseComplete,
-            request_uri: "/".into(),
-            verb: "get".into(),
-            user: None,
-            impersonated_user: None,
-            source_ips: vec![],
-            user_agent: String::new(),
-            object_ref: None,
-            response_status: None,
-            request_object: None,
-            response_object: None,
-            request_received: t,
-            stage_timestamp: t,
-            annotations: Default::default(),
-        }
+        Event::for_tests(super::super::policy::Level::Request, "id", "/")
     }
 
     /// truncate_test.go: a large event loses its objects and is annotated; batches are split at the max size.

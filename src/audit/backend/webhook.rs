@@ -291,25 +291,7 @@ mod tests {
 
     #[test]
     fn batches_are_event_lists_whose_items_carry_no_type() {
-        let t = chrono::Utc::now();
-        let event = Event {
-            level: crate::audit::policy::Level::Metadata,
-            audit_id: "id-1".into(),
-            stage: crate::audit::policy::Stage::ResponseComplete,
-            request_uri: "/healthz".into(),
-            verb: "get".into(),
-            user: None,
-            impersonated_user: None,
-            source_ips: vec![],
-            user_agent: String::new(),
-            object_ref: None,
-            response_status: None,
-            request_object: None,
-            response_object: None,
-            request_received: t,
-            stage_timestamp: t,
-            annotations: Default::default(),
-        };
+        let event = Event::for_tests(crate::audit::policy::Level::Metadata, "id-1", "/healthz");
         let body = encode(&[event.clone(), event]).expect("encode");
         let list: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
         assert_eq!(list["kind"], "EventList");
