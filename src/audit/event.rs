@@ -188,7 +188,6 @@ impl Event {
         }
     }
 
-    /// One JSON line (with its newline), as the log backend's json format writes it.
     /// An event of `level` at ResponseComplete with nothing else known, for tests to fill in.
     #[cfg(test)]
     pub(crate) fn for_tests(level: super::policy::Level, audit_id: &str, request_uri: &str) -> Event {
@@ -213,6 +212,7 @@ impl Event {
         }
     }
 
+    /// One JSON line (with its newline), as the log backend's json format writes it.
     pub fn to_json_line(&self, fill_ref: bool) -> Result<Vec<u8>, serde_json::Error> {
         let mut line = serde_json::to_vec(&self.encodable(fill_ref))?;
         line.push(b'\n');
