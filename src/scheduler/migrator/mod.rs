@@ -242,8 +242,15 @@ fn queue_label(m: &Migration) -> String {
 
 /// Which of `queue` (unfinished migrations not running, in any order) start now: oldest first (Running ones, being
 /// resumed, before pending ones), across both APIs; at most one per resource, counting those `running`; at most
-/// `capacity` in all. Returns the indices into `queue` to start, and the others by resource label (pending).
-fn select(queue: &[Migration], running: &[ResourceKey], capacity: usize) -> (Vec<usize>, BTreeMap<String, i64>) {
+/// `capacity` in all. A migration `waiting` (backing off) does not start and takes no capacity, but keeps its
+/// resource: no younger migration of it overtakes it. Returns the indices into `queue` to start, and the others by
+/// resource label (pending).
+fn select(
+    queue: &[Migration],
+    running: &[ResourceKey],
+    waiting: &[MigrationKey],
+    capacity: usize,
+) -> (Vec<usize>, BTreeMap<String, i64>) {
     let mut order: Vec<usize> = (0..queue.len()).collect();
     order.sort_by(|&a, &b| {
         let key = |m: &Migration| (!m.is_running(), m.meta().creation_timestamp.clone(), m.api(), m.name().to_string());
@@ -253,7 +260,8 @@ fn select(queue: &[Migration], running: &[ResourceKey], capacity: usize) -> (Vec
     let (mut start, mut pending) = (Vec::new(), BTreeMap::new());
     for i in order {
         let resource = queue[i].resource();
-        if start.len() < capacity.saturating_sub(running.len()) && !busy.contains(&resource) {
+        let free = start.len() < capacity.saturating_sub(running.len()) && !busy.contains(&resource);
+        if free && !waiting.contains(&queue[i].key()) {
             start.push(i);
         } else {
             *pending.entry(queue_label(&queue[i])).or_default() += 1;
@@ -367,7 +375,7 @@ impl Scheduler {
         for m in &running {
             *running_now.entry(queue_label(m)).or_default() += 1;
         }
-        // A migration backing off keeps its resource (no younger one overtakes it) but does not start yet.
+        // A migration backing off keeps its resource but not a place among the `concurrency` running.
         let now = tokio::time::Instant::now();
         self.backing_off.retain(|key, _| all.iter().any(|m| m.key() == *key && !m.is_finished()));
         let waiting: Vec<MigrationKey> =
@@ -379,11 +387,8 @@ impl Scheduler {
             .cloned()
             .collect();
         let capacity = self.ctx.target.config.concurrency.max(1);
-        let (start, pending) = select(&queue, &running_resources, capacity);
+        let (start, pending) = select(&queue, &running_resources, &waiting, capacity);
         for i in start {
-            if waiting.contains(&queue[i].key()) {
-                continue;
-            }
             *running_now.entry(queue_label(&queue[i])).or_default() += 1;
             self.start(queue[i].clone());
         }
@@ -534,16 +539,26 @@ mod tests {
         ];
         let names = |start: &[usize]| start.iter().map(|&i| queue[i].name().to_string()).collect::<Vec<_>>();
         // Capacity for all: the younger migration of `as` waits for the older one of the other API.
-        let (start, pending) = select(&queue, &[], 10);
+        let (start, pending) = select(&queue, &[], &[], 10);
         assert_eq!(names(&start), ["a-old", "b-new", "c"]);
         assert_eq!(pending.values().sum::<i64>(), 1);
         // A running migration of `bs` holds its resource; capacity 2 leaves one place.
         let running = [ResourceKey { group: "g".into(), resource: "bs".into() }];
-        let (start, _) = select(&queue, &running, 2);
+        let (start, _) = select(&queue, &running, &[], 2);
         assert_eq!(names(&start), ["a-old"]);
         // A migration being resumed (Running) goes before older pending ones.
         let queue = vec![migration("ours", "old", &t(1), "xs", false), migration("in-tree", "new", &t(5), "ys", true)];
-        let (start, _) = select(&queue, &[], 1);
+        let (start, _) = select(&queue, &[], &[], 1);
         assert_eq!(start.iter().map(|&i| queue[i].name()).collect::<Vec<_>>(), ["new"]);
+        // Backing off, it leaves its place to the next one, and keeps its resource from a younger migration.
+        let queue = vec![
+            migration("ours", "old", &t(1), "xs", false),
+            migration("in-tree", "new", &t(5), "ys", true),
+            migration("in-tree", "newer", &t(6), "ys", false),
+        ];
+        let waiting = [queue[1].key()];
+        let (start, pending) = select(&queue, &[], &waiting, 1);
+        assert_eq!(start.iter().map(|&i| queue[i].name()).collect::<Vec<_>>(), ["old"]);
+        assert_eq!(pending.values().sum::<i64>(), 2);
     }
 }
