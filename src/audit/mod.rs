@@ -64,15 +64,14 @@ impl Auditor {
         config
     }
 
-    /// Hands an event to every backend; false when one in blocking-strict mode could not store it.
-    pub fn process(&self, event: event::Event) -> bool {
-        let Some((last, others)) = self.sinks.split_last() else { return true };
-        self.metrics.event();
-        let mut stored = true;
-        for sink in others {
-            stored &= sink.process(event.clone(), &self.metrics);
+    /// Hands an event to every backend; false when one in blocking-strict mode could not store it. Borrowed: the
+    /// blocking modes encode it where it is, and only a backend that keeps it (batch mode's queue) copies it.
+    pub fn process(&self, event: &event::Event) -> bool {
+        if self.sinks.is_empty() {
+            return true;
         }
-        stored & last.process(event, &self.metrics)
+        self.metrics.event();
+        self.sinks.iter().fold(true, |stored, sink| sink.process(event, &self.metrics) & stored)
     }
 
     /// At shutdown: what batch mode has queued is written or sent (each backend within `timeout`).

@@ -112,13 +112,26 @@ pub struct Stage {
 impl Stage {
     /// Truncates, splits into batches of the max batch size, writes and waits; false when an event was lost.
     fn process(&self, events: Vec<Event>) -> bool {
-        self.batches(events, |batch| match self.backend.process(&batch) {
+        self.batches(events, |batch| self.write(&batch))
+    }
+
+    /// The blocking modes' one event: written as it is, copied only when truncation may change it.
+    fn process_one(&self, event: &Event) -> bool {
+        match self.truncate {
+            None => self.write(std::slice::from_ref(event)),
+            Some(_) => self.process(vec![event.clone()]),
+        }
+    }
+
+    /// Writes and waits; a loss is counted.
+    fn write(&self, events: &[Event]) -> bool {
+        match self.backend.process(events) {
             Ok(()) => true,
             Err(e) => {
                 self.metrics.plugin_error(self.backend.plugin(), e.lost, &e.error);
                 false
             }
-        })
+        }
     }
 
     /// Batch mode: truncates and splits as [`Stage::process`], then starts each batch (the outcome is counted when
@@ -198,17 +211,17 @@ impl Sink {
     }
 
     /// Hands over one event; false only when blocking-strict could not store it.
-    pub fn process(&self, event: Event, metrics: &AuditMetrics) -> bool {
+    pub fn process(&self, event: &Event, metrics: &AuditMetrics) -> bool {
         match self {
             Sink::Blocking { stage, strict } => {
                 let stored = match stage.backend.remote() {
-                    true => off_the_async_workers(|| stage.process(vec![event])),
-                    false => stage.process(vec![event]),
+                    true => off_the_async_workers(|| stage.process_one(event)),
+                    false => stage.process_one(event),
                 };
                 stored || !strict
             }
             Sink::Batch { queue, .. } => {
-                match queue.try_send(Message::Event(Box::new(event))) {
+                match queue.try_send(Message::Event(Box::new(event.clone()))) {
                     Ok(()) => {}
                     Err(TrySendError::Full(_)) => metrics.plugin_error("buffered", 1, &"audit buffer queue blocked"),
                     Err(TrySendError::Disconnected(_)) => {

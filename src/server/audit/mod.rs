@@ -163,17 +163,18 @@ impl RequestAudit {
             subresource: info.subresource.clone(),
             ..Default::default()
         });
-        let a = &p.arrived;
+        // The arrival's strings move into the event: the policy is evaluated once per request, so this runs once.
+        let a = &mut p.arrived;
         let event = Event {
             level: config.level,
-            audit_id: a.audit_id.clone(),
+            audit_id: std::mem::take(&mut a.audit_id),
             stage: Stage::RequestReceived,
-            request_uri: a.request_uri.clone(),
+            request_uri: std::mem::take(&mut a.request_uri),
             verb: info.verb.clone(),
             user: user.cloned(),
             impersonated_user: None,
-            source_ips: a.source_ips.clone(),
-            user_agent: a.user_agent.clone(),
+            source_ips: std::mem::take(&mut a.source_ips),
+            user_agent: std::mem::take(&mut a.user_agent),
             object_ref,
             response_status: None,
             request_object: None,
@@ -194,7 +195,7 @@ impl RequestAudit {
         }
         event.stage = stage;
         event.stage_timestamp = if stage == Stage::RequestReceived { event.request_received } else { Utc::now() };
-        self.auditor.process(event.clone())
+        self.auditor.process(event)
     }
 
     fn annotate(&self, req: &Request, pairs: &[(&str, &str)]) {
