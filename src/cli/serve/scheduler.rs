@@ -32,7 +32,7 @@ impl RunningScheduler {
                 let _ = e.await;
             }
             if let Some((own, id)) = &self.withdraw {
-                match crate::scheduler::trigger::withdraw(own, id).await {
+                match crate::scheduler::storage_version::withdraw(own, id).await {
                     Ok(n) => tracing::info!(storagestates = n, reporter = %id, "trigger: reports withdrawn"),
                     Err(e) => tracing::warn!(error = %e, "trigger: withdrawing our reports"),
                 }

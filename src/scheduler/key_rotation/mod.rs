@@ -23,7 +23,9 @@ pub use decide::*;
 use crate::api::storage_state::{StorageState, StorageStateStatus};
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::scheduler::events::{reference_to, EventRecorder, EventType};
-use crate::scheduler::trigger::{discover, is_finished, of_resource, start_migration, OwnObjects, StoreError};
+use crate::scheduler::trigger::{
+    discover, is_finished, of_resource, start_migration, OwnObjects, StoreError, NEVER_MIGRATED, STATE_WRITE_ATTEMPTS,
+};
 use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
 use crate::storage::encryption::EncryptionConfigHandle;
 use crate::storage::StorageError;
@@ -42,10 +44,6 @@ pub const EVENT_ROTATION_STARTED: &str = "EncryptionKeyRotationStarted";
 pub const EVENT_ROTATION_FINISHED: &str = "EncryptionKeyRotationFinished";
 /// Event reason on the StorageState: values under other keys were left after the migration.
 pub const EVENT_ROTATION_INCOMPLETE: &str = "EncryptionKeyRotationIncomplete";
-/// Resources never migrated (their objects expire anyway), as the storage-version trigger's list.
-const NEVER_MIGRATED: &[&str] = &["events"];
-/// Conflicting status writes (the reporter writes the same StorageStates) are retried this often.
-const STATE_WRITE_ATTEMPTS: usize = 10;
 
 /// The key-rotation trigger's flags.
 #[derive(clap::Args, Debug, Clone)]
