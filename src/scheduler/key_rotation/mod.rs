@@ -63,6 +63,15 @@ impl TriggerFlags for KeyRotationFlags {
     }
 }
 
+/// What the trigger reads of this process, besides the target: its own encrypted store, only when that store is
+/// the target (standalone; a cluster's stores are not ours), and with several replicas on etcd the key each live
+/// replica writes with. Without it in [`TriggerContext::inputs`] the trigger does nothing.
+#[derive(Clone)]
+pub struct OwnStoreKeys {
+    pub encryption: EncryptionConfigHandle,
+    pub replica_writes: Option<std::sync::Arc<crate::storage::encryption::replicas::WriteGate>>,
+}
+
 pub struct KeyRotationTrigger {
     interval: Duration,
 }
@@ -77,13 +86,13 @@ impl Trigger for KeyRotationTrigger {
     }
 
     fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<tokio::task::JoinHandle<()>> {
-        let encryption = ctx.encryption.clone()?;
+        let OwnStoreKeys { encryption, replica_writes } = ctx.inputs.get::<OwnStoreKeys>()?.clone();
         let rotator = Rotator {
             own: ctx.own.with_manager(crate::scheduler::managers::KEY_ROTATION),
             target: ctx.target.clone(),
             timeout: ctx.config.request_timeout,
             encryption,
-            replica_writes: ctx.replica_writes.clone(),
+            replica_writes,
             events: events.clone(),
         };
         Some(tokio::spawn(rotator.run(self.interval)))
