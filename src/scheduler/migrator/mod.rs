@@ -219,10 +219,11 @@ mod tests {
     #[test]
     fn paths_and_messages() {
         let core = GroupVersionResource { group: String::new(), version: "v1".into(), resource: "secrets".into() };
-        assert_eq!(group_version_path(&core), "/api/v1");
+        let url = <kube::core::DynamicObject as kube::Resource>::url_path(&api_resource(&core), None);
+        assert_eq!(group_version_of(&url, "secrets"), "api/v1");
         let apps = GroupVersionResource { group: "apps".into(), version: "v1".into(), resource: "deployments".into() };
-        assert_eq!(group_version_path(&apps), "/apis/apps/v1");
-        assert_eq!(segment("system:node/x y"), "system:node%2Fx%20y");
+        let url = <kube::core::DynamicObject as kube::Resource>::url_path(&api_resource(&apps), None);
+        assert_eq!(group_version_of(&url, "deployments"), "apis/apps/v1");
         let r = Reply {
             code: 403,
             reason: Some(StatusReason::Forbidden),
