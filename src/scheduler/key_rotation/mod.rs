@@ -19,20 +19,16 @@
 
 mod decide;
 pub use decide::*;
+mod reconciler;
 
 use crate::api::storage_state::{StorageState, StorageStateStatus};
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::scheduler::events::{reference_to, EventRecorder, EventType};
-use crate::scheduler::trigger::{
-    discover, is_finished, of_resource, start_migration, OwnObjects, StoreError, NEVER_MIGRATED, STATE_WRITE_ATTEMPTS,
-};
+use crate::scheduler::trigger::{start_migration, OwnObjects, StoreError, STATE_WRITE_ATTEMPTS};
 use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
 use crate::storage::encryption::EncryptionConfigHandle;
 use crate::storage::StorageError;
-use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::watcher::{self, watcher, Event};
-use kube::runtime::WatchStreamExt;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -95,12 +91,11 @@ impl Trigger for KeyRotationTrigger {
             replica_writes,
             events: events.clone(),
         };
-        Some(tokio::spawn(rotator.run(self.interval)))
+        Some(tokio::spawn(reconciler::run(rotator, self.interval)))
     }
 }
 
-/// The leader's part: a round over every StorageState at start, at each new config, when a migration finishes,
-/// and every interval.
+/// The leader's part: what the reconciles of the StorageStates act with ([`reconciler`]).
 struct Rotator {
     own: OwnObjects,
     target: kube::Client,
@@ -112,24 +107,6 @@ struct Rotator {
 }
 
 impl Rotator {
-    async fn run(mut self, interval: Duration) {
-        let mut finished = watcher(self.own.migrations.clone(), watcher::Config::default())
-            .default_backoff()
-            .filter(|e| std::future::ready(matches!(e, Ok(Event::Apply(m)) if is_finished(m))))
-            .boxed();
-        let mut config = self.encryption.subscribe();
-        loop {
-            if let Err(e) = self.round(Timestamp::now()).await {
-                tracing::warn!(error = %e, "key rotation: reading storagestates and storageversionmigrations failed; retrying");
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                Some(_) = finished.next() => {}
-                Ok(()) = config.changed() => {}
-            }
-        }
-    }
-
     /// The key each live replica writes `resource` with; without several replicas, this one's configured key.
     fn live_writers(&self, resource: &str, configured: &str) -> Vec<String> {
         let key = crate::storage::encryption::resource_key_prefix(resource);
@@ -137,39 +114,6 @@ impl Rotator {
             Some(gate) => gate.writers_of(&key),
             None => vec![configured.to_string()],
         }
-    }
-
-    /// One decision per StorageState of a resource the target serves.
-    async fn round(&mut self, now: Timestamp) -> Result<(), RoundError> {
-        let config = self.encryption.current();
-        let discovery = discover(&self.target, self.timeout).await?;
-        let states = self.own.list_states().await?;
-        let migrations = self.own.list_migrations().await?;
-        for state in &states {
-            let r = &state.spec.resource;
-            if NEVER_MIGRATED.contains(&r.resource.as_str()) {
-                continue;
-            }
-            let Some(served) = discovery.resources.iter().find(|d| d.group == r.group && d.resource == r.resource)
-            else {
-                continue;
-            };
-            let configured = config.write_key_for_resource(&r.state_name());
-            let of = of_resource(&migrations, &r.group, &r.resource);
-            let replicas = self.live_writers(&r.state_name(), &configured);
-            let observed = Observed {
-                configured: &configured,
-                replicas: &replicas,
-                status: state.status.as_ref(),
-                migrations: &of,
-            };
-            let decision = decide(&observed);
-            let name = state.metadata.name.clone().unwrap_or_default();
-            if let Err(e) = self.act(state, decision, &configured, served, &of, now).await {
-                tracing::warn!(storagestate = %name, error = %e, "key rotation: acting on the decision failed; retrying next round");
-            }
-        }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
