@@ -7,13 +7,14 @@
 mod common;
 use common::apiservers::{config_hash_label, Apiservers};
 use common::proxy::Proxy;
+use common::shootstates::*;
 use common::*;
 
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 
-const RESOURCE: &str = "shootstates.core.gardener.cloud";
+const RESOURCE: &str = SHOOTSTATES;
 const IDS: [&str; 3] = [
     "apiserver-5qyo3ypfpdaxslhy6l4rbsbwbq",
     "apiserver-7s4ngdmbnesdnnj2i5o5i4wuqe",
@@ -40,27 +41,7 @@ fn write_copy(path: &Path, text: &str) -> String {
 
 /// A target with a few ShootStates behind the proxy serving the apiservers, and a migrating server with `extra`.
 async fn setup(apiservers: &Apiservers, extra: &[&str]) -> (Server, Proxy, Server) {
-    let target = Server::start(&["--disable-scheduler"]);
-    let client = target.client().await;
-    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-        client,
-        "garden",
-        &kube::discovery::ApiResource {
-            group: "core.gardener.cloud".into(),
-            version: "v1beta1".into(),
-            api_version: "core.gardener.cloud/v1beta1".into(),
-            kind: "ShootState".into(),
-            plural: "shootstates".into(),
-        },
-    );
-    for i in 0..5 {
-        let o: kube::api::DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-            "metadata": {"name": format!("s-{i}"), "namespace": "garden"}, "spec": {}
-        }))
-        .expect("object");
-        api.create(&Default::default(), &o).await.expect("create");
-    }
+    let target = target_with_shootstates(5).await;
     let proxy = Proxy::start(&target);
     apiservers.install(&proxy);
     let mut args =

@@ -6,13 +6,14 @@
 
 mod common;
 use common::proxy::{Fault, Proxy, RequestInfo};
+use common::shootstates::*;
 use common::*;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const CRD_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/shootstates.core.gardener.cloud";
-const RESOURCE: &str = "shootstates.core.gardener.cloud";
+const RESOURCE: &str = SHOOTSTATES;
 
 /// The stand-in's CRD and what happened to it.
 struct Crd {
@@ -115,27 +116,7 @@ impl Crd {
 
 /// A target with `n` ShootStates, a proxy standing in for the CRD, and a migrating server.
 async fn setup(n: usize, crd: Arc<Mutex<Crd>>, extra: &[&str]) -> (Server, Proxy, Server) {
-    let target = Server::start(&["--disable-scheduler"]);
-    let c = target.client().await;
-    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-        c,
-        "garden",
-        &kube::discovery::ApiResource {
-            group: "core.gardener.cloud".into(),
-            version: "v1beta1".into(),
-            api_version: "core.gardener.cloud/v1beta1".into(),
-            kind: "ShootState".into(),
-            plural: "shootstates".into(),
-        },
-    );
-    for i in 0..n {
-        let o: kube::api::DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-            "metadata": {"name": format!("s-{i}"), "namespace": "garden"}, "spec": {}
-        }))
-        .expect("object");
-        api.create(&Default::default(), &o).await.expect("create");
-    }
+    let target = target_with_shootstates(n).await;
     let proxy = Proxy::start(&target);
     let c2 = crd.clone();
     proxy.serve_locally(move |r, body| c2.lock().unwrap().serve(r, body));

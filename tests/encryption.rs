@@ -3,6 +3,7 @@
 //! identity -> aesgcm migration by no-op rewrites, and clear errors for bad configs and missing keys.
 
 mod common;
+use common::shootstates::*;
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -36,17 +37,13 @@ fn config_file(dir: &Path, name: &str, resources: &[&str], providers: &str) -> S
     path.display().to_string()
 }
 
-fn shootstate(name: &str, canary: &str) -> String {
-    json!({
-        "apiVersion": "core.gardener.cloud/v1beta1",
-        "kind": "ShootState",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "gardener": [{"name": "ca", "type": "secret", "labels": {"canary": canary}, "data": {"note": canary}}],
-            "extensions": [{"kind": "Infrastructure", "purpose": "provider", "state": {"secret": canary}}]
-        }
-    })
-    .to_string()
+/// A ShootState carrying `canary` in a secret's labels and data and in an extension's state: every place a
+/// plaintext leak would show.
+fn canary_shootstate(name: &str, canary: &str) -> String {
+    let mut o = shootstate("v1beta1", NS, name, json!({"note": canary}));
+    o["spec"]["gardener"][0]["labels"] = json!({"canary": canary});
+    o["spec"]["extensions"] = json!([{"kind": "Infrastructure", "purpose": "provider", "state": {"secret": canary}}]);
+    o.to_string()
 }
 
 /// `kubectl create` (not apply: `kubectl replace` rewrites apply's last-applied annotation, so it would not be a
@@ -106,17 +103,6 @@ async fn send(client: &kube::Client, method: &str, path: &str) -> (u16, Value) {
     (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
-fn shootstates_api(client: kube::Client) -> kube::Api<kube::api::DynamicObject> {
-    let ar = kube::api::ApiResource {
-        group: "core.gardener.cloud".into(),
-        version: "v1beta1".into(),
-        api_version: "core.gardener.cloud/v1beta1".into(),
-        kind: "ShootState".into(),
-        plural: "shootstates".into(),
-    };
-    kube::Api::namespaced_with(client, NS, &ar)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encrypted_at_rest_readable_through_the_api() {
     let cfg = tempfile::tempdir().expect("tempdir");
@@ -147,7 +133,7 @@ resources:
     std::fs::write(&config, yaml).expect("write config");
     let mut s = Server::start(&["--encryption-provider-config", &config]);
 
-    create(&s, &shootstate("s1", "CANARY-SHOOT-4f1d"));
+    create(&s, &canary_shootstate("s1", "CANARY-SHOOT-4f1d"));
     create(
         &s,
         "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageState\nmetadata:\n  name: deployments.apps\n  \
@@ -171,7 +157,7 @@ resources:
     assert!(list.contains("CANARY-SHOOT-4f1d"), "{list}");
 
     // Watch events are decrypted too (the value and, for the registry, the previous one).
-    let api = shootstates_api(s.client().await);
+    let api = shootstates_api(&s.client().await, NS);
     let start = rv(&s, "s1").to_string();
     let mut events = Box::pin(api.watch(&kube::api::WatchParams::default(), &start).await.expect("watch"));
     s.kubectl_ok(&["label", "shootstate", "-n", NS, "s1", "seen=yes"]);
@@ -247,8 +233,8 @@ fn key_rotation_moves_objects_on_rewrite_only() {
     let v1 = config_file(cfg.path(), "v1.yaml", &res, &aesgcm(&[("key1", KEY1)]));
     let v2 = config_file(cfg.path(), "v2.yaml", &res, &aesgcm(&[("key2", KEY2), ("key1", KEY1)]));
     let mut s = Server::start(&["--encryption-provider-config", &v1]);
-    create(&s, &shootstate("a", "CANARY-A"));
-    create(&s, &shootstate("b", "CANARY-B"));
+    create(&s, &canary_shootstate("a", "CANARY-A"));
+    create(&s, &canary_shootstate("b", "CANARY-B"));
     let (rv_a, rv_b) = (rv(&s, "a"), rv(&s, "b"));
     // Current with key1: a no-op rewrite writes nothing.
     assert_eq!(noop_replace(&s, "a"), rv_a);
@@ -293,8 +279,8 @@ async fn identity_to_aesgcm_and_missing_keys() {
 
     // Written without encryption: the plaintext is in the file (which shows the file check can see it).
     let mut s = Server::start(&[]);
-    create(&s, &shootstate("p", "CANARY-PLAIN-51e0"));
-    create(&s, &shootstate("q", "CANARY-PLAIN-q"));
+    create(&s, &canary_shootstate("p", "CANARY-PLAIN-51e0"));
+    create(&s, &canary_shootstate("q", "CANARY-PLAIN-q"));
     let rv_p = rv(&s, "p");
     s.stop();
     assert!(contains(&store_bytes(&s), "CANARY-PLAIN-51e0"));

@@ -5,6 +5,7 @@
 //! and hashes, the expected hashes computed here from the file's bytes and the logged identity.
 
 mod common;
+use common::shootstates::*;
 use common::*;
 use serde_json::json;
 use sha2::Digest;
@@ -43,18 +44,8 @@ fn file_hash(content: &str) -> String {
     format!("k8s:enc:unstable:1:{:x}", sha2::Sha256::digest(content.as_bytes()))
 }
 
-fn shootstate(name: &str) -> String {
-    json!({
-        "apiVersion": "core.gardener.cloud/v1beta1",
-        "kind": "ShootState",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"note": format!("CANARY-{name}")}}]}
-    })
-    .to_string()
-}
-
 fn create(s: &Server, name: &str) {
-    s.kubectl_ok_stdin(&["create", "-f", "-"], &shootstate(name));
+    kubectl_create(s, &[shootstate("v1beta1", NS, name, json!({"note": format!("CANARY-{name}")}))]);
 }
 
 fn note(s: &Server, name: &str) -> String {

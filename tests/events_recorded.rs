@@ -4,6 +4,7 @@
 
 mod common;
 use common::proxy::{Fault, Proxy};
+use common::shootstates::*;
 use common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -114,16 +115,7 @@ fn standalone_trigger_and_migration_events() {
 #[test]
 fn cluster_mode_retry_series_and_failure_go_to_the_target() {
     let t = Server::start(&["--disable-scheduler"]);
-    let stream: String = (0..3)
-        .map(|i| {
-            json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-                   "metadata": {"name": format!("s-{i}"), "namespace": "garden"},
-                   "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"index": i}}]}})
-            .to_string()
-                + "\n"
-        })
-        .collect();
-    t.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
+    kubectl_create(&t, &numbered_shootstates("garden", 3, |i| format!("s-{i}")));
     let proxy = Proxy::start(&t);
     // The no-op write of s-1 gets 503 twice, then passes.
     let mut refused = 0;

@@ -14,8 +14,9 @@ use migration_apiserver::api::storage_version_migration::{
 };
 use migration_apiserver::auth::authn::Authenticator;
 use migration_apiserver::registry::Registry;
+use migration_apiserver::scheduler::storage_version::{report, Decider, Served};
 use migration_apiserver::scheduler::trigger::{
-    is_finished, is_superseded, report, Decider, DiscoveredResource, Discovery, OwnObjects, Replicas, Served,
+    is_finished, is_superseded, DiscoveredResource, Discovery, OwnObjects, Replicas,
 };
 use migration_apiserver::scheduler::{in_process_client, SchedulerConfig};
 use migration_apiserver::server::{metrics::Metrics, router, AppState};

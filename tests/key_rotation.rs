@@ -4,6 +4,7 @@
 //! shows every value under the new key afterwards.
 
 mod common;
+use common::shootstates::*;
 use common::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -15,7 +16,6 @@ const SB1: &str = "QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8=";
 const SB2: &str = "YGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn8=";
 
 const NS: &str = "garden-rot";
-const SHOOTSTATES: &str = "shootstates.core.gardener.cloud";
 const STORAGESTATES: &str = "storagestates.migration.k8s.io";
 const REASON: &str = "encryption write key changed";
 /// Quick rounds, and a migration slow enough (one object per chunk, 4 requests/s) that Rotating can be seen.
@@ -49,14 +49,6 @@ fn config(shoot_keys: &[(&str, &str)], state_keys: &[(&str, &str)]) -> String {
 
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write the config");
-}
-
-fn create_shootstates(s: &Server, n: usize) {
-    for i in 0..n {
-        let o = json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-            "metadata": {"name": format!("s{i}"), "namespace": NS}, "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"n": i}}]}});
-        s.kubectl_ok_stdin(&["create", "-f", "-"], &o.to_string());
-    }
 }
 
 fn state(s: &Server, name: &str) -> Value {
@@ -130,7 +122,7 @@ fn a_new_write_key_at_restart_migrates_exactly_the_resources_whose_key_changed()
     let mut args = vec!["--encryption-provider-config", cfg];
     args.extend_from_slice(FLAGS);
     let mut s = Server::start(&args);
-    create_shootstates(&s, 5);
+    kubectl_create(&s, &numbered_shootstates(NS, 5, |i| format!("s{i}")));
     // First sight: recorded and counted (maybe before the ShootStates were created), nothing migrated.
     let first = wait_finished(&s, SHOOTSTATES, "aesgcm:v1:key1");
     assert_eq!(keys_in_use(&first), ["aesgcm:v1:key1"]);
@@ -198,7 +190,7 @@ fn a_new_write_key_by_reload_migrates_and_other_edits_start_nothing() {
     let mut args = vec!["--encryption-provider-config", cfg, "--encryption-provider-config-automatic-reload"];
     args.extend_from_slice(FLAGS);
     let mut s = Server::start(&args);
-    create_shootstates(&s, 5);
+    kubectl_create(&s, &numbered_shootstates(NS, 5, |i| format!("s{i}")));
     wait_finished(&s, SHOOTSTATES, "aesgcm:v1:key1");
     wait_finished(&s, STORAGESTATES, "secretbox:v1:sb1");
 

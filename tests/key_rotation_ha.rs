@@ -8,10 +8,10 @@
 
 mod common;
 use common::etcd::Etcd;
+use common::shootstates::*;
 use common::*;
 
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -69,17 +69,11 @@ fn reload(s: &mut Server, config: &Path) {
 }
 
 fn shoot_api(c: &kube::Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("core.gardener.cloud", "v1beta1", "ShootState");
-    Api::namespaced_with(c.clone(), "garden-rot", &ApiResource::from_gvk_with_plural(&gvk, "shootstates"))
+    shootstates_api(c, "garden-rot")
 }
 
 fn shoot(name: &str) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-        "metadata": {"name": name},
-        "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"note": format!("payload of {name}")}}]},
-    }))
-    .expect("object")
+    objects::dynamic(shootstate("v1beta1", "garden-rot", name, json!({"note": format!("payload of {name}")})))
 }
 
 async fn create(s: &Server, name: &str) {

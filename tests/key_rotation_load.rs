@@ -7,10 +7,10 @@
 //! --summary` shows every value under key2.
 
 mod common;
+use common::shootstates::*;
 use common::*;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 const KEY1: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const KEY2: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
 const NS: &str = "garden-load";
-const SHOOTSTATES: &str = "shootstates.core.gardener.cloud";
 const RELOADS: &str = "apiserver_encryption_config_controller_automatic_reloads_total";
 const CONFIG_INFO: &str = "apiserver_encryption_config_controller_last_config_info";
 /// The ShootStates created before the rotation (`s0` .. `s9999`); the writers update them and never delete them.
@@ -68,21 +67,18 @@ fn write(path: &Path, text: &str) {
 }
 
 fn shootstates(c: &kube::Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("core.gardener.cloud", "v1beta1", "ShootState");
-    Api::namespaced_with(c.clone(), NS, &ApiResource::from_gvk_with_plural(&gvk, "shootstates"))
+    shootstates_api(c, NS)
 }
 
-fn shootstate(name: &str, n: u64) -> DynamicObject {
-    objects::dynamic(json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"n": n}}]}}))
+fn numbered(name: &str, n: u64) -> DynamicObject {
+    objects::dynamic(shootstate("v1beta1", NS, name, json!({"n": n})))
 }
 
 async fn create_all(api: &Api<DynamicObject>) {
     futures::stream::iter(0..TOTAL)
         .map(|i| async move {
             let name = format!("s{i}");
-            api.create(&PostParams::default(), &shootstate(&name, 0)).await.unwrap_or_else(|e| panic!("{name}: {e}"))
+            api.create(&PostParams::default(), &numbered(&name, 0)).await.unwrap_or_else(|e| panic!("{name}: {e}"))
         })
         .buffer_unordered(CREATE_CONCURRENCY)
         .for_each(|_| async {})
@@ -185,7 +181,7 @@ async fn writer(api: Api<DynamicObject>, id: usize, stats: Arc<WorkerStats>, sto
             }
             _ => {
                 let own = format!("w{id}-{k}");
-                let r = api.create(&PostParams::default(), &shootstate(&own, k)).await;
+                let r = api.create(&PostParams::default(), &numbered(&own, k)).await;
                 if stats.record("create", &r, false) == Outcome::Ok {
                     created.push(own);
                 }

@@ -7,6 +7,7 @@
 
 mod common;
 use common::etcd::Etcd;
+use common::shootstates::*;
 use common::status::is_true;
 use common::*;
 use serde_json::Value;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW: Duration = Duration::from_secs(3);
 const RETRY: Duration = Duration::from_millis(500);
-const SS: &str = "shootstates.core.gardener.cloud";
+const SS: &str = SHOOTSTATES;
 
 const REPLICA_FLAGS: &[&str] = &[
     "--leader-elect-lease-duration",
@@ -177,20 +178,6 @@ fn a_leader_cut_off_from_etcd_stops_within_the_renew_deadline() {
     eventually("a leads again", Duration::from_secs(30), || leading(&a).filter(|l| *l));
 }
 
-/// `n` ShootStates in `namespace`, through kubectl (a stream of objects).
-fn create_shootstates(s: &Server, namespace: &str, n: usize) {
-    let stream: String = (0..n)
-        .map(|i| {
-            serde_json::json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-                "metadata": {"name": format!("shoot-{i:04}"), "namespace": namespace},
-                "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"index": i}}]}})
-            .to_string()
-                + "\n"
-        })
-        .collect();
-    s.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
-}
-
 fn svm(s: &Server, name: &str) -> Value {
     let out = s.kubectl_ok(&["get", "storageversionmigrations.migration.k8s.io", name, "-o", "json"]);
     serde_json::from_str(&out).expect("JSON")
@@ -281,7 +268,7 @@ async fn kill_9_of_the_leader_mid_migration_the_other_replica_finishes_it() {
         &etcd,
         &["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1alpha1"],
     );
-    create_shootstates(&seed, "garden-ha", N);
+    kubectl_create(&seed, &numbered_shootstates("garden-ha", N, |i| format!("shoot-{i:04}")));
     seed.stop();
     // Two replicas now store v1beta1; migrations by hand only (no trigger), slowly enough to kill one mid-way.
     let flags = [

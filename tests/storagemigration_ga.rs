@@ -12,6 +12,7 @@
 
 mod common;
 use common::proxy::{Fault, Proxy, RequestInfo};
+use common::shootstates::{target_with_shootstates, SHOOTSTATES};
 use common::*;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const IN_TREE: &str = "storageversionmigrations.storagemigration.k8s.io";
-const SHOOTSTATES: &str = "shootstates.core.gardener.cloud";
 const CRD_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/shootstates.core.gardener.cloud";
 const END: Duration = Duration::from_secs(90);
 
@@ -144,21 +144,7 @@ async fn stand_in(
     extra: &[&str],
     mut local: impl FnMut(&RequestInfo) -> Option<(u16, Value)> + Send + 'static,
 ) -> StandIn {
-    let target = Server::start(&["--disable-scheduler"]);
-    let shootstates: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-        target.client().await,
-        "garden",
-        &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("core.gardener.cloud", "v1beta1", "ShootState"),
-            "shootstates",
-        ),
-    );
-    for i in 0..n {
-        let o = serde_json::from_value(json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
-            "metadata": {"name": format!("s-{i}"), "namespace": "garden"}, "spec": {}}))
-        .expect("object");
-        shootstates.create(&Default::default(), &o).await.expect("create");
-    }
+    let target = target_with_shootstates(n).await;
     let proxy = Proxy::start(&target);
     let crd = Arc::new(Mutex::new(Crd::new()));
     let served = crd.clone();

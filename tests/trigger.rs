@@ -3,6 +3,7 @@
 //! superseding, the history bound, the start-up staleness check, and `migrate --resource` / `--all`.
 
 mod common;
+use common::shootstates::*;
 use common::status::strings;
 use common::*;
 use serde_json::{json, Value};
@@ -10,7 +11,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-const SS: &str = "shootstates.core.gardener.cloud";
+const SS: &str = SHOOTSTATES;
 const OWN: [&str; 3] = [SS, "storagestates.migration.k8s.io", "storageversionmigrations.migration.k8s.io"];
 const UNKNOWN: &str = "Unknown";
 /// How long a migration may take: the migrator works at `--migration-qps`.
@@ -92,19 +93,6 @@ fn own_hashes(s: &Server) -> Vec<(String, String)> {
     ]
 }
 
-fn create_shootstates(s: &Server, namespace: &str, n: usize, version: &str) {
-    let items: Vec<Value> = (0..n)
-        .map(|i| {
-            json!({"apiVersion": format!("core.gardener.cloud/{version}"), "kind": "ShootState",
-                   "metadata": {"name": format!("shoot-{i:03}"), "namespace": namespace},
-                   "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"index": i}}]}})
-        })
-        .collect();
-    // A stream of objects (a v1 List would need the core group's schema, which this server does not serve).
-    let stream: String = items.iter().map(|i| format!("{i}\n")).collect();
-    s.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
-}
-
 /// Every `persistedStorageVersionHashes` the StorageState `name` had after resourceVersion `from`, in order (equal
 /// neighbours merged), and the last resourceVersion seen: a watch replayed from the server's event history (which
 /// starts afresh at each start of the server), ended by timeoutSeconds.
@@ -180,7 +168,7 @@ fn storage_version_change_is_detected_and_migrated() {
     let phase1 = ["--storage-version", "shootstates.core.gardener.cloud=v1alpha1", "--discovery-interval", "30s"];
     let mut s = Server::start(&[&phase1[..], &["--migration-qps", "20"]].concat());
     let hash_a = shootstates_hash(&s);
-    create_shootstates(&s, "garden-a", N, "v1beta1");
+    kubectl_create(&s, &numbered_shootstates("garden-a", N, |i| format!("shoot-{i:03}")));
 
     // StorageStates for the server's own resources, current = the discovery hash, and a migration for each, with
     // the contract's labels, annotations and spec.
@@ -285,7 +273,7 @@ fn a_second_change_supersedes_the_unfinished_migration() {
     let alpha = ["--storage-version", "shootstates.core.gardener.cloud=v1alpha1"];
     let mut s = Server::start(&[&slow[..], &alpha[..]].concat());
     let hash_a = shootstates_hash(&s);
-    create_shootstates(&s, "garden-b", 40, "v1beta1");
+    kubectl_create(&s, &numbered_shootstates("garden-b", 40, |i| format!("shoot-{i:03}")));
     let initial = eventually("first migration", Duration::from_secs(20), || migrations(&s, SS).first().cloned());
 
     // A -> B: a migration to B is requested; at 2 qps over 40 objects it is still running at the next change.
@@ -322,7 +310,7 @@ fn a_second_change_supersedes_the_unfinished_migration() {
 #[test]
 fn migration_history_is_bounded() {
     let s = Server::start(&["--discovery-interval", "1s", "--migration-history", "2", "--migration-qps", "1"]);
-    create_shootstates(&s, "garden-c", 5, "v1beta1");
+    kubectl_create(&s, &numbered_shootstates("garden-c", 5, |i| format!("shoot-{i:03}")));
     eventually("trigger's migration", Duration::from_secs(20), || migrations(&s, SS).first().cloned());
     let mut created = Vec::new();
     for _ in 0..5 {

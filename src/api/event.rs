@@ -86,6 +86,8 @@ static INFO: KindInfo = KindInfo {
     // kube-apiserver's event strategy: AllowUnconditionalUpdate.
     unconditional_update: true,
     create_only: false,
+    api_approved: None,
+    priority: None,
 };
 
 crate::kube_resource!(Event, kube::core::NamespaceResourceScope);

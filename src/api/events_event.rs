@@ -94,6 +94,8 @@ static INFO: KindInfo = KindInfo {
     name_rule: NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
+    api_approved: None,
+    priority: None,
 };
 
 crate::kube_resource!(Event, kube::core::NamespaceResourceScope);

@@ -70,6 +70,10 @@ pub fn kinds(
     Ok(all)
 }
 
+/// The `api-approved.kubernetes.io` of our kinds in `migration.k8s.io`, a protected group: not a reviewed API of
+/// Kubernetes itself, which kube-apiserver accepts as an "unapproved, ..." value.
+pub const STORAGE_VERSION_MIGRATOR_API: &str = "unapproved, implementation of the kube-storage-version-migrator API (https://github.com/kubernetes-sigs/kube-storage-version-migrator)";
+
 /// The kinds of kube-apiserver's groups served only when standalone, with no kube-apiserver in front: namespaces
 /// and events, stored in v1 (see `AppState::new`), and the self reviews kubectl's `auth can-i` and `auth whoami`
 /// create, which store nothing.

@@ -99,6 +99,8 @@ static INFO: KindInfo = KindInfo {
     // kube-apiserver's namespace strategy allows an update without resourceVersion.
     unconditional_update: true,
     create_only: false,
+    api_approved: None,
+    priority: None,
 };
 
 crate::kube_resource!(Namespace, kube::core::ClusterResourceScope);

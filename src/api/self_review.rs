@@ -30,6 +30,8 @@ static ACCESS_REVIEW: KindInfo = KindInfo {
     name_rule: NameRule::PathSegment,
     unconditional_update: false,
     create_only: true,
+    api_approved: None,
+    priority: None,
 };
 
 static REVIEW: KindInfo = KindInfo {
@@ -45,6 +47,8 @@ static REVIEW: KindInfo = KindInfo {
     name_rule: NameRule::PathSegment,
     unconditional_update: false,
     create_only: true,
+    api_approved: None,
+    priority: None,
 };
 
 /// A value as Go's `%#v` prints a string field.

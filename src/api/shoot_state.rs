@@ -152,6 +152,8 @@ static INFO: KindInfo = KindInfo {
     name_rule: NameRule::Label,
     unconditional_update: false,
     create_only: false,
+    api_approved: None,
+    priority: None,
 };
 
 /// Bytes as kubectl users read sizes: 512B, 12Ki, 1.5Mi.

@@ -223,6 +223,8 @@ static INFO: KindInfo = KindInfo {
     name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
+    api_approved: Some(crate::api::STORAGE_VERSION_MIGRATOR_API),
+    priority: None,
 };
 
 crate::kube_resource!(StorageVersionMigration, kube::core::ClusterResourceScope);

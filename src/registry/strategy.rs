@@ -31,9 +31,55 @@ pub struct KindInfo {
     /// A create-only virtual resource (like TokenReview): a create answers with [`Strategy::respond`]'s object and
     /// stores nothing; every other verb is 405, discovery lists only `create`, and there is no CRD form.
     pub create_only: bool,
+    /// The `api-approved.kubernetes.io` annotation of the kind's CRD form, which kube-apiserver requires of CRDs in
+    /// the protected `*.k8s.io` and `*.kubernetes.io` groups. None outside them (or without a CRD form).
+    pub api_approved: Option<&'static str>,
+    /// Where kube-apiserver's aggregator orders the kind's group and versions; None for a group only we serve
+    /// ([`OWN_GROUP_PRIORITY`], versions by [`own_version_priority`]).
+    pub priority: Option<ApiPriority>,
+}
+
+/// The priorities of a group's APIServices, by which the aggregator orders groups (and a group's versions) in
+/// discovery: kubectl resolves a bare resource name to the first group that has it.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiPriority {
+    /// groupPriorityMinimum, highest first.
+    pub group: i32,
+    /// (version, versionPriority), highest preferred.
+    pub versions: &'static [(&'static str, i32)],
+}
+
+/// The groupPriorityMinimum of the groups only we serve: below kube-apiserver's own groups (15800 and up) and the
+/// PaaS range the field's documentation suggests (the 2000s), so that our groups never shadow another server's.
+pub const OWN_GROUP_PRIORITY: i32 = 1000;
+
+/// The versionPriority of a group only we serve: the aggregator orders a group's versions by it, highest first, so
+/// the preferred version (the kinds list versions preferred first) gets the highest. A group's only version sits at
+/// 15, the middle, leaving room for a version added before or after it; with several, the preferred gets 20 and
+/// the next ones 10, 9, ...
+pub fn own_version_priority(index: usize, count: usize) -> i32 {
+    match (index, count) {
+        (_, 1) => 15,
+        (0, _) => 20,
+        (i, _) => i32::try_from(i).map_or(1, |i| (11 - i).max(1)),
+    }
+}
+
+/// The groupPriorityMinimum of `group`'s APIServices: its kinds' (the first that serves it).
+pub fn group_priority_minimum(kinds: &[std::sync::Arc<dyn Strategy>], group: &str) -> i32 {
+    kinds.iter().map(|k| k.info()).find(|i| i.group == group).map_or(OWN_GROUP_PRIORITY, KindInfo::group_priority)
 }
 
 impl KindInfo {
+    /// The groupPriorityMinimum of the kind's group.
+    pub fn group_priority(&self) -> i32 {
+        self.priority.map_or(OWN_GROUP_PRIORITY, |p| p.group)
+    }
+    /// The versionPriority of `version`, the `index`th preferred of the group's `count` versions.
+    pub fn version_priority(&self, version: &str, index: usize, count: usize) -> i32 {
+        let listed = self.priority.and_then(|p| p.versions.iter().find(|(v, _)| *v == version).map(|(_, p)| *p));
+        listed.unwrap_or_else(|| own_version_priority(index, count))
+    }
     pub fn qualified_resource(&self) -> String {
         crate::error::qualified(self.plural, self.group)
     }

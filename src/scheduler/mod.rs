@@ -16,6 +16,7 @@ pub mod ratelimit;
 pub mod registered_triggers;
 pub mod report;
 pub mod state_metrics;
+pub mod storage_version;
 pub mod trigger;
 pub mod triggers;
 

@@ -28,7 +28,7 @@ macro_rules! triggers {
 }
 
 triggers! {
-    storage_version: super::trigger::StorageVersionFlags,
+    storage_version: super::storage_version::StorageVersionFlags,
     key_rotation: super::key_rotation::KeyRotationFlags,
     cluster_key_rotation: super::cluster_encryption::ClusterKeyRotationFlags,
 }

@@ -17,11 +17,24 @@ pub struct TriggerContext {
     pub target: kube::Client,
     /// Our own StorageStates and StorageVersionMigrations.
     pub own: OwnObjects,
-    /// This server's own encrypted store, when it has one and is the target (standalone): for the key-rotation
-    /// trigger.
-    pub encryption: Option<crate::storage::encryption::EncryptionConfigHandle>,
-    /// With several replicas on etcd: the key each live replica writes with (for the key-rotation trigger).
-    pub replica_writes: Option<std::sync::Arc<crate::storage::encryption::replicas::WriteGate>>,
+    /// What this process offers particular triggers, by type: each such input is a type of the module of the
+    /// trigger that reads it (the key-rotation trigger's [`OwnStoreKeys`](super::key_rotation::OwnStoreKeys)), put
+    /// here by whoever has it, so that a trigger with inputs of its own adds no field to this context.
+    pub inputs: TriggerInputs,
+}
+
+/// Inputs of particular triggers, one value per type ([`TriggerContext::inputs`]).
+#[derive(Clone, Default)]
+pub struct TriggerInputs(axum::http::Extensions);
+
+impl TriggerInputs {
+    pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, input: T) {
+        self.0.insert(input);
+    }
+    /// The input of type `T`, if this process has one.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.get::<T>()
+    }
 }
 
 /// A migration trigger.

@@ -18,16 +18,13 @@ use std::sync::Arc;
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const REF_PREFIX: &str = "#/components/schemas/";
 
-/// What kube-apiserver requires of CRDs in the protected `*.k8s.io` and `*.kubernetes.io` groups. Ours is not a
-/// reviewed API of Kubernetes itself, so it says so (kube-apiserver accepts "unapproved, ..." values).
+/// The annotation kube-apiserver requires of CRDs in the protected `*.k8s.io` and `*.kubernetes.io` groups; its
+/// value is the kind's ([`KindInfo::api_approved`](crate::registry::strategy::KindInfo::api_approved)).
 const API_APPROVED: &str = "api-approved.kubernetes.io";
 /// The label on every CRD this server's CRD form installs: it tells ours from another installation's CRDs of the
 /// same names (kube-storage-version-migrator's), which the deploy kit must neither replace nor hide
 /// (`server::cluster_check`).
 pub const OWNER_LABEL: (&str, &str) = ("app.kubernetes.io/name", "migration-apiserver");
-const API_APPROVED_VALUE: &str = "unapproved, implementation of the kube-storage-version-migrator API (https://github.com/kubernetes-sigs/kube-storage-version-migrator)";
-/// The same for the in-tree migration API, which this server implements for clusters that lack it.
-const API_APPROVED_VALUE_IN_TREE: &str = "unapproved, implementation of the in-tree storagemigration.k8s.io API for clusters without it (https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/4192-svm-in-tree)";
 
 /// Formats apiextensions knows; others (schemars' `uint`, `uint32`, ...) are dropped, their bounds kept.
 const FORMATS: &[&str] =
@@ -275,12 +272,7 @@ pub fn crd(kind: &dyn Strategy) -> Result<Value, CrdError> {
         names["categories"] = json!(i.categories);
     }
     let mut metadata = json!({"name": i.qualified_resource(), "labels": {OWNER_LABEL.0: OWNER_LABEL.1}});
-    if i.group.ends_with(".k8s.io") || i.group.ends_with(".kubernetes.io") {
-        let value = if i.group == crate::api::storagemigration::GROUP {
-            API_APPROVED_VALUE_IN_TREE
-        } else {
-            API_APPROVED_VALUE
-        };
+    if let Some(value) = i.api_approved {
         metadata["annotations"] = json!({API_APPROVED: value});
     }
     Ok(json!({
@@ -360,6 +352,18 @@ mod tests {
         }
         if let Some(s) = m.get("additionalProperties") {
             assert_structural(s, &format!("{path}{{}}"));
+        }
+    }
+
+    /// kube-apiserver refuses a CRD of a protected group without the annotation: every such kind says what it is.
+    #[test]
+    fn protected_groups_carry_their_kinds_api_approved_text() {
+        for k in kinds() {
+            let (info, crd) = (k.info(), crd(k.as_ref()).expect("crd"));
+            let protected = info.group.ends_with(".k8s.io") || info.group.ends_with(".kubernetes.io");
+            let value = crd["metadata"]["annotations"][API_APPROVED].as_str();
+            assert_eq!(value.is_some(), protected, "{}", info.qualified_resource());
+            assert!(value.is_none_or(|v| v.starts_with("unapproved, ")), "{value:?}");
         }
     }
 

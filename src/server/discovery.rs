@@ -2,8 +2,8 @@
 //! (apidiscovery.k8s.io v2 and v2beta1, negotiated by Accept, with ETag). Built once at start-up.
 
 use crate::api::storage_version_hash;
+use crate::registry::strategy::group_priority_minimum;
 use crate::registry::strategy::{Strategy, Subresource};
-use crate::server::manifests::apiservice::group_priority_minimum;
 use crate::server::negotiate::parse_accept;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery, ListMeta, ObjectMeta,
@@ -257,7 +257,7 @@ impl Discovery {
         // Groups in the aggregator's order (groupPriorityMinimum of our APIServices, highest first, then by name),
         // so that a bare resource name means the same group standalone as through a cluster's aggregator.
         let mut gv: Vec<_> = gv.into_iter().collect();
-        gv.sort_by_key(|(g, _)| (std::cmp::Reverse(group_priority_minimum(g)), *g));
+        gv.sort_by_key(|(g, _)| (std::cmp::Reverse(group_priority_minimum(kinds, g)), *g));
         let group_list = Doc::new(&APIGroupList { groups: gv.iter().map(|(g, vs)| api_group(g, vs)).collect() });
         let mut groups = BTreeMap::new();
         let mut resource_lists = BTreeMap::new();

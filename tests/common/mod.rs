@@ -10,6 +10,7 @@ pub mod manifests;
 pub mod objects;
 pub mod proxy;
 pub mod requests;
+pub mod shootstates;
 pub mod status;
 
 use std::path::{Path, PathBuf};

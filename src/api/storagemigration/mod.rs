@@ -12,7 +12,7 @@
 use crate::api::go_decode;
 use crate::error::FieldError;
 use crate::registry::object_meta::NameRule;
-use crate::registry::strategy::{Column, Kind, KindInfo};
+use crate::registry::strategy::{ApiPriority, Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -114,6 +114,18 @@ impl StorageVersionMigration {
     }
 }
 
+/// The CRD form's `api-approved.kubernetes.io`: an implementation of the in-tree API, for clusters that lack it.
+const API_APPROVED: &str = "unapproved, implementation of the in-tree storagemigration.k8s.io API for clusters without it (https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/4192-svm-in-tree)";
+
+/// kube-apiserver serves this group itself, so it gets kube-apiserver's own priorities and discovery orders it the
+/// same whether we or the cluster serve it: 15800 as in kubernetes `pkg/controlplane/apiserver/aggregator.go`
+/// `DefaultGenericAPIServicePriorities` (commit 008b365, where v1beta1 has version priority 9); v1 gets 15, the
+/// priority of the GA versions there. Both migration groups have `storageversionmigrations`: kubectl resolves a
+/// bare resource name to the first group in discovery order (highest groupPriorityMinimum), so a bare `kubectl get
+/// storageversionmigrations` is this group's on every cluster, before and after the upgrade; `svm` stays
+/// `migration.k8s.io`'s.
+const PRIORITY: ApiPriority = ApiPriority { group: 15800, versions: &[("v1", 15), ("v1beta1", 9)] };
+
 static INFO: KindInfo = KindInfo {
     group: GROUP,
     kind: "StorageVersionMigration",
@@ -128,6 +140,8 @@ static INFO: KindInfo = KindInfo {
     // Upstream's strategy: AllowUnconditionalUpdate false (a PUT without resourceVersion is 422).
     unconditional_update: false,
     create_only: false,
+    api_approved: Some(API_APPROVED),
+    priority: Some(PRIORITY),
 };
 
 crate::kube_resource!(StorageVersionMigration, kube::core::ClusterResourceScope);

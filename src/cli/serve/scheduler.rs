@@ -32,7 +32,7 @@ impl RunningScheduler {
                 let _ = e.await;
             }
             if let Some((own, id)) = &self.withdraw {
-                match crate::scheduler::trigger::withdraw(own, id).await {
+                match crate::scheduler::storage_version::withdraw(own, id).await {
                     Ok(n) => tracing::info!(storagestates = n, reporter = %id, "trigger: reports withdrawn"),
                     Err(e) => tracing::warn!(error = %e, "trigger: withdrawing our reports"),
                 }
@@ -77,9 +77,11 @@ pub(super) async fn start_scheduler(
         econfig.validate()?;
     }
     let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
+    let mut ctx = TriggerContext { config, target, own, inputs: Default::default() };
     // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
-    let encryption = encryption.filter(|_| cluster.is_none());
-    let ctx = TriggerContext { config, target, own, encryption, replica_writes };
+    if let Some(encryption) = encryption.filter(|_| cluster.is_none()) {
+        ctx.inputs.insert(crate::scheduler::key_rotation::OwnStoreKeys { encryption, replica_writes });
+    }
     let triggers = Triggers::new(args.triggers.triggers());
     let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.

@@ -19,18 +19,16 @@
 
 mod decide;
 pub use decide::*;
+mod reconciler;
 
 use crate::api::storage_state::{StorageState, StorageStateStatus};
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::scheduler::events::{reference_to, EventRecorder, EventType};
-use crate::scheduler::trigger::{discover, is_finished, of_resource, start_migration, OwnObjects, StoreError};
+use crate::scheduler::trigger::{start_migration, OwnObjects, StoreError, STATE_WRITE_ATTEMPTS};
 use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
 use crate::storage::encryption::EncryptionConfigHandle;
 use crate::storage::StorageError;
-use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::watcher::{self, watcher, Event};
-use kube::runtime::WatchStreamExt;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -42,10 +40,6 @@ pub const EVENT_ROTATION_STARTED: &str = "EncryptionKeyRotationStarted";
 pub const EVENT_ROTATION_FINISHED: &str = "EncryptionKeyRotationFinished";
 /// Event reason on the StorageState: values under other keys were left after the migration.
 pub const EVENT_ROTATION_INCOMPLETE: &str = "EncryptionKeyRotationIncomplete";
-/// Resources never migrated (their objects expire anyway), as the storage-version trigger's list.
-const NEVER_MIGRATED: &[&str] = &["events"];
-/// Conflicting status writes (the reporter writes the same StorageStates) are retried this often.
-const STATE_WRITE_ATTEMPTS: usize = 10;
 
 /// The key-rotation trigger's flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -65,6 +59,15 @@ impl TriggerFlags for KeyRotationFlags {
     }
 }
 
+/// What the trigger reads of this process, besides the target: its own encrypted store, only when that store is
+/// the target (standalone; a cluster's stores are not ours), and with several replicas on etcd the key each live
+/// replica writes with. Without it in [`TriggerContext::inputs`] the trigger does nothing.
+#[derive(Clone)]
+pub struct OwnStoreKeys {
+    pub encryption: EncryptionConfigHandle,
+    pub replica_writes: Option<std::sync::Arc<crate::storage::encryption::replicas::WriteGate>>,
+}
+
 pub struct KeyRotationTrigger {
     interval: Duration,
 }
@@ -79,21 +82,20 @@ impl Trigger for KeyRotationTrigger {
     }
 
     fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<tokio::task::JoinHandle<()>> {
-        let encryption = ctx.encryption.clone()?;
+        let OwnStoreKeys { encryption, replica_writes } = ctx.inputs.get::<OwnStoreKeys>()?.clone();
         let rotator = Rotator {
             own: ctx.own.with_manager(crate::scheduler::managers::KEY_ROTATION),
             target: ctx.target.clone(),
             timeout: ctx.config.request_timeout,
             encryption,
-            replica_writes: ctx.replica_writes.clone(),
+            replica_writes,
             events: events.clone(),
         };
-        Some(tokio::spawn(rotator.run(self.interval)))
+        Some(tokio::spawn(reconciler::run(rotator, self.interval)))
     }
 }
 
-/// The leader's part: a round over every StorageState at start, at each new config, when a migration finishes,
-/// and every interval.
+/// The leader's part: what the reconciles of the StorageStates act with ([`reconciler`]).
 struct Rotator {
     own: OwnObjects,
     target: kube::Client,
@@ -105,24 +107,6 @@ struct Rotator {
 }
 
 impl Rotator {
-    async fn run(mut self, interval: Duration) {
-        let mut finished = watcher(self.own.migrations.clone(), watcher::Config::default())
-            .default_backoff()
-            .filter(|e| std::future::ready(matches!(e, Ok(Event::Apply(m)) if is_finished(m))))
-            .boxed();
-        let mut config = self.encryption.subscribe();
-        loop {
-            if let Err(e) = self.round(Timestamp::now()).await {
-                tracing::warn!(error = %e, "key rotation: reading storagestates and storageversionmigrations failed; retrying");
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                Some(_) = finished.next() => {}
-                Ok(()) = config.changed() => {}
-            }
-        }
-    }
-
     /// The key each live replica writes `resource` with; without several replicas, this one's configured key.
     fn live_writers(&self, resource: &str, configured: &str) -> Vec<String> {
         let key = crate::storage::encryption::resource_key_prefix(resource);
@@ -130,39 +114,6 @@ impl Rotator {
             Some(gate) => gate.writers_of(&key),
             None => vec![configured.to_string()],
         }
-    }
-
-    /// One decision per StorageState of a resource the target serves.
-    async fn round(&mut self, now: Timestamp) -> Result<(), RoundError> {
-        let config = self.encryption.current();
-        let discovery = discover(&self.target, self.timeout).await?;
-        let states = self.own.list_states().await?;
-        let migrations = self.own.list_migrations().await?;
-        for state in &states {
-            let r = &state.spec.resource;
-            if NEVER_MIGRATED.contains(&r.resource.as_str()) {
-                continue;
-            }
-            let Some(served) = discovery.resources.iter().find(|d| d.group == r.group && d.resource == r.resource)
-            else {
-                continue;
-            };
-            let configured = config.write_key_for_resource(&r.state_name());
-            let of = of_resource(&migrations, &r.group, &r.resource);
-            let replicas = self.live_writers(&r.state_name(), &configured);
-            let observed = Observed {
-                configured: &configured,
-                replicas: &replicas,
-                status: state.status.as_ref(),
-                migrations: &of,
-            };
-            let decision = decide(&observed);
-            let name = state.metadata.name.clone().unwrap_or_default();
-            if let Err(e) = self.act(state, decision, &configured, served, &of, now).await {
-                tracing::warn!(storagestate = %name, error = %e, "key rotation: acting on the decision failed; retrying next round");
-            }
-        }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]

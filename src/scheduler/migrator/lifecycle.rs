@@ -71,7 +71,7 @@ impl Worker {
 
     fn ended(&mut self, requeue: Requeue) -> Ended {
         let resource_version = self.seen_version.take().or_else(|| self.svm.meta().resource_version.clone());
-        Ended { key: self.svm.key(), uid: self.svm.meta().uid.clone().unwrap_or_default(), resource_version, requeue }
+        Ended { uid: self.svm.meta().uid.clone().unwrap_or_default(), resource_version, requeue }
     }
 
     /// The in-tree runner's promotion: the CRD's condition, then Running=True (`The migration is running`), before

@@ -6,6 +6,7 @@ use super::*;
 use crate::api::storage_version_migration::GroupVersionResource;
 use crate::error::StatusReason;
 use crate::scheduler::ratelimit::RateLimiter;
+use crate::scheduler::trigger::{discover_resource, DocumentSource};
 use crate::scheduler::SchedulerConfig;
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
@@ -283,14 +284,17 @@ impl Target {
     }
 }
 
-impl Target {
-    /// A discovery document (`/api`, `/apis/<group>`, `/apis/<group>/<version>`); None on 404.
-    async fn discovery<T: serde::de::DeserializeOwned>(
-        &self,
-        path: &str,
-        resource: &str,
-        retrying: &RetryNote,
-    ) -> Result<Option<T>, Failure> {
+/// The target's discovery documents as a migration reads them: rate limited and retried like its other requests,
+/// failures named after the resource.
+struct Documents<'a> {
+    target: &'a Target,
+    resource: &'a str,
+    retrying: &'a RetryNote,
+}
+
+impl DocumentSource for Documents<'_> {
+    type Error = Failure;
+    async fn get_json<T: serde::de::DeserializeOwned + Send>(&self, path: &str) -> Result<Option<T>, Failure> {
         let build = || {
             axum::http::Request::builder()
                 .method(axum::http::Method::GET)
@@ -298,57 +302,42 @@ impl Target {
                 .body(Vec::new())
                 .map_err(kube::core::request::Error::BuildRequest)
         };
+        let resource = || self.resource.to_string();
         let reply = self
-            .send(build, retrying)
+            .target
+            .send(build, self.retrying)
             .await
-            .map_err(|error| Failure::Discovery { resource: resource.to_string(), error })?;
+            .map_err(|error| Failure::Discovery { resource: resource(), error })?;
         if reply.reason == Some(StatusReason::NotFound) {
             return Ok(None);
         }
         if !(200..=299).contains(&reply.code) {
-            return Err(Failure::DiscoveryRefused { resource: resource.to_string(), answer: reply.describe() });
+            return Err(Failure::DiscoveryRefused { resource: resource(), answer: reply.describe() });
         }
-        serde_json::from_slice(&reply.body).map(Some).map_err(|e| Failure::DiscoveryRefused {
-            resource: resource.to_string(),
-            answer: format!("decoding {path}: {e}"),
-        })
+        serde_json::from_slice(&reply.body)
+            .map(Some)
+            .map_err(|e| Failure::DiscoveryRefused { resource: resource(), answer: format!("decoding {path}: {e}") })
     }
+}
 
+impl Target {
     /// The version an in-tree migration of `resource` lists and writes through, as kube-controller-manager's
-    /// RESTMapper picks it: the group's preferred version when it serves the resource, else the first listed
-    /// version that does. It must list the verbs a migration uses (list, update, patch), as the GA
-    /// resource-version controller checks.
+    /// RESTMapper picks it (the scheduler's discovery, [`discover_resource`]). It must list the verbs a migration
+    /// uses (list, update, patch), as the GA resource-version controller checks.
     pub(super) async fn resolve(
         &self,
         resource: &ResourceKey,
         retrying: &RetryNote,
     ) -> Result<GroupVersionResource, Failure> {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIResourceList, APIVersions};
         let qualified = crate::error::qualified(&resource.resource, &resource.group);
-        let versions: Vec<String> = if resource.group.is_empty() {
-            let core: Option<APIVersions> = self.discovery("/api", &qualified, retrying).await?;
-            core.map(|v| v.versions).unwrap_or_default()
-        } else {
-            let path = format!("/apis/{}", segment(&resource.group));
-            let group: Option<APIGroup> = self.discovery(&path, &qualified, retrying).await?;
-            let (preferred, listed) =
-                group.map(|g| (g.preferred_version.map(|p| p.version), g.versions)).unwrap_or_default();
-            let others = listed.into_iter().map(|v| v.version).filter(|v| Some(v) != preferred.as_ref());
-            preferred.clone().into_iter().chain(others).collect()
+        let documents = Documents { target: self, resource: &qualified, retrying };
+        let Some(found) = discover_resource(&documents, &resource.group, &resource.resource).await? else {
+            return Err(Failure::NotInDiscovery { resource: qualified });
         };
-        for version in versions {
-            let gvr =
-                GroupVersionResource { group: resource.group.clone(), version, resource: resource.resource.clone() };
-            let list: Option<APIResourceList> = self.discovery(&group_version_path(&gvr), &qualified, retrying).await?;
-            let Some(found) = list.and_then(|l| l.resources.into_iter().find(|r| r.name == resource.resource)) else {
-                continue;
-            };
-            if ["update", "patch", "list"].iter().any(|verb| !found.verbs.iter().any(|v| v == verb)) {
-                return Err(Failure::UnsupportedVerbs { gvr: go_gvr(&gvr) });
-            }
-            return Ok(gvr);
+        if ["update", "patch", "list"].iter().any(|verb| !found.verbs.iter().any(|v| v == verb)) {
+            return Err(Failure::UnsupportedVerbs { gvr: go_gvr(&found.gvr()) });
         }
-        Err(Failure::NotInDiscovery { resource: qualified })
+        Ok(found.gvr())
     }
 }
 
@@ -375,28 +364,6 @@ impl RetryNote {
     }
 }
 
-/// `/api/v1` or `/apis/<group>/<version>`.
-pub(super) fn group_version_path(gvr: &GroupVersionResource) -> String {
-    if gvr.group.is_empty() {
-        format!("/api/{}", gvr.version)
-    } else {
-        format!("/apis/{}/{}", gvr.group, gvr.version)
-    }
-}
-
-/// Percent-encodes a path segment (names are DNS subdomains or path segment names; this is belt and braces).
-pub(super) fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:@!$&'()*+,;=".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// The reason of an answer other than a success: its Status' (or by its code when the body is none).
 fn answer_reason(code: u16, body: &[u8]) -> Option<StatusReason> {
     let status = serde_json::from_slice::<kube::core::Status>(body).ok();
@@ -420,9 +387,15 @@ pub(super) fn display(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obj
 }
 
 /// kube-core's description of the resource, for its request builders (the kind is not needed for URLs).
-fn api_resource(gvr: &GroupVersionResource) -> ApiResource {
+pub(super) fn api_resource(gvr: &GroupVersionResource) -> ApiResource {
     let gvk = kube::core::GroupVersionKind::gvk(&gvr.group, &gvr.version, "");
-    ApiResource::from_gvk_with_plural(&gvk, &segment(&gvr.resource))
+    ApiResource::from_gvk_with_plural(&gvk, &gvr.resource)
+}
+
+/// `api/v1` or `apis/<group>/<version>`: the resource's URL, as kube-core builds it, without its plural.
+pub(super) fn group_version_of(url: &str, plural: &str) -> String {
+    let url = url.trim_start_matches('/');
+    url.strip_suffix(plural).map_or(url, |u| u.trim_end_matches('/')).to_string()
 }
 
 pub(super) enum Listed {
@@ -473,7 +446,7 @@ impl Migrating<'_> {
                 resource: self.qualified.clone(),
                 answer: reply.describe(),
                 plural: self.gvr.resource.clone(),
-                group_version: group_version_path(self.gvr).trim_start_matches('/').to_string(),
+                group_version: group_version_of(&url, &self.gvr.resource),
             }),
             _ => Err(Failure::ListRefused { resource: self.qualified.clone(), answer: reply.describe() }),
         }
@@ -502,13 +475,13 @@ impl Migrating<'_> {
     }
 
     pub(super) async fn rewrite(&self, item: &ObjectMeta) -> Result<Rewrite, Failure> {
-        let ns = item.namespace.as_deref().filter(|n| !n.is_empty()).map(segment);
-        let url = <DynamicObject as kube::Resource>::url_path(&api_resource(self.gvr), ns.as_deref());
-        let name = segment(item.name.as_deref().unwrap_or_default());
+        let ns = item.namespace.as_deref().filter(|n| !n.is_empty());
+        let url = <DynamicObject as kube::Resource>::url_path(&api_resource(self.gvr), ns);
+        let name = item.name.as_deref().unwrap_or_default();
         let patch = Patch::Merge(serde_json::json!({"metadata": {"resourceVersion": item.resource_version}}));
         let what = || format!("{} {:?}", self.qualified, display(item));
         let params = crate::scheduler::managers::patch(self.manager);
-        let build = || kube::core::Request::new(&url).patch(&name, &params, &patch);
+        let build = || kube::core::Request::new(&url).patch(name, &params, &patch);
         let reply = self
             .target
             .send(build, &self.retrying)

@@ -5,7 +5,7 @@ use crate::api::storage_version_migration::GroupVersionResource;
 use crate::error::qualified;
 use axum::http::{header, Method, Request};
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceList, APIVersions};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIGroupList, APIResourceList, APIVersions};
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -78,6 +78,60 @@ pub(super) async fn get_json<T: DeserializeOwned>(
         Ok(Err(kube::Error::Api(s))) => Err(err(format!("{} ({})", s.message, s.code))),
         Ok(Err(e)) => Err(err(e.to_string())),
     }
+}
+
+/// Where discovery documents come from: the target through a client with a timeout ([`Timed`], the triggers and
+/// `migrate`), or the migrator's rate-limited and retried requests, whose errors say whether to retry later.
+pub trait DocumentSource: Sync {
+    type Error;
+    /// GET of the JSON document at `path`; None on 404.
+    fn get_json<T: DeserializeOwned + Send>(
+        &self,
+        path: &str,
+    ) -> impl std::future::Future<Output = Result<Option<T>, Self::Error>> + Send;
+}
+
+/// The target through `client`, each request bounded by `timeout`.
+pub struct Timed<'a> {
+    pub client: &'a kube::Client,
+    pub timeout: Duration,
+}
+
+impl DocumentSource for Timed<'_> {
+    type Error = DiscoveryError;
+    async fn get_json<T: DeserializeOwned + Send>(&self, path: &str) -> Result<Option<T>, DiscoveryError> {
+        get_json(self.client, path, self.timeout).await
+    }
+}
+
+/// A group's versions, preferred first (the core group's from `/api`); empty when the group is not served.
+pub async fn group_versions<S: DocumentSource>(source: &S, group: &str) -> Result<Vec<String>, S::Error> {
+    if group.is_empty() {
+        let core: Option<APIVersions> = source.get_json("/api").await?;
+        return Ok(core.map(|v| v.versions).unwrap_or_default());
+    }
+    let group: Option<APIGroup> = source.get_json(&format!("/apis/{group}")).await?;
+    let (preferred, listed) = group.map(|g| (g.preferred_version.map(|p| p.version), g.versions)).unwrap_or_default();
+    let others = listed.into_iter().map(|v| v.version).filter(|v| Some(v) != preferred.as_ref());
+    Ok(preferred.clone().into_iter().chain(others).collect())
+}
+
+/// One resource of the target, as a migration resolves it (kube-controller-manager's RESTMapper): at the group's
+/// preferred version when it serves the resource, else the first listed version that does. The versions are read
+/// in that order until one lists the resource. None when no version does.
+pub async fn discover_resource<S: DocumentSource>(
+    source: &S,
+    group: &str,
+    resource: &str,
+) -> Result<Option<DiscoveredResource>, S::Error> {
+    for version in group_versions(source, group).await? {
+        let path = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+        let Some(list) = source.get_json::<APIResourceList>(&path).await? else { continue };
+        if let Some(found) = group_resources(group, &[(version, list)]).into_iter().find(|r| r.resource == resource) {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
 }
 
 /// Reads `/api`, `/api/<v>`, `/apis` and `/apis/<group>/<version>` for every version of every group. A group whose

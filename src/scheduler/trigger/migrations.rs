@@ -54,7 +54,7 @@ pub fn desired_migration(gvr: &GroupVersionResource, hash: Option<&str>, now: Ti
     }
 }
 
-pub(super) fn name_of(m: &StorageVersionMigration) -> &str {
+pub fn name_of(m: &StorageVersionMigration) -> &str {
     m.metadata.name.as_deref().unwrap_or_default()
 }
 

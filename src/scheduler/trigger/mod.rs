@@ -1,29 +1,8 @@
-//! The trigger (seed 002): keeps one StorageState per resource of the target that publishes a storageVersionHash,
-//! and requests a StorageVersionMigration whenever the objects of a resource may be stored in a version other than
-//! the current one. It never migrates anything itself: the migrator runs the StorageVersionMigrations it creates.
-//!
-//! It has two halves, as seed 002's HA extension describes:
-//! - the reporter (every replica): every `--discovery-interval` it reads its own target's legacy discovery and
-//!   reports each hash into `status.currentStorageVersionHashes` under its reporterID ([`report`], the rules are in
-//!   [`super::report`]): new StorageStates start with persisted ["Unknown"], a new hash is appended to persisted;
-//! - the decider (the leader only, [`Decider`]): a kube-runtime controller over reflector stores of the
-//!   StorageStates and migrations, which decides about a StorageState from the reports ([`decide`]) when it
-//!   changes, when a migration of its resource changes, and at its periodic round (the reconcile's requeue, every
-//!   interval): it starts a migration when the stored objects may be in another version and the reports agree,
-//!   cancels unfinished ones when they diverge, sets persisted = [current] once the latest migration of the
-//!   current hash Succeeded, and at start-up resets StorageStates whose heartbeat is older than two intervals to
-//!   persisted ["Unknown"] (changes may have been missed).
-//!
-//! With one replica (the embedded store) this is the KEP's original trigger: the change is acted on at the poll
-//! that sees it.
-//!
-//! Starting a migration supersedes any unfinished one of the same resource (Failed, reason `Superseded`) instead of
-//! deleting it; finished migrations beyond `--migration-history` per resource are deleted, oldest first.
-//!
-//! The decisions are pure functions ([`decide`], [`to_supersede`], [`to_prune`], [`migratable_resources`]); the rest
-//! is I/O. Requests to the target go through a Kubernetes client (a cluster, or this server in-process); our own
-//! objects go through [`OwnObjects`] (`kube::Api`s over this server's in-process client, or a remote one in the
-//! `migrate` command): API requests like any client's.
+//! What every trigger shares: the scheduler's own objects ([`OwnObjects`]) and how a migration is started
+//! ([`start_migration`]: requested, superseding unfinished ones of its resource) and pruned, the annotations and
+//! label of the migrations requested, the resources never migrated, the target's discovery (the scheduler's one
+//! reading of it, the migrator's too), and the migrations requested by hand (`migrate`). The triggers themselves
+//! live beside it (`storage_version`, `key_rotation`, `cluster_encryption`).
 
 mod discovery;
 pub use discovery::*;
@@ -31,12 +10,6 @@ mod migrations;
 pub use migrations::*;
 mod stores;
 pub use stores::*;
-mod reporter;
-pub use reporter::*;
-mod decisions;
-pub use decisions::*;
-mod controllers;
-pub use controllers::*;
 mod migrate;
 pub use migrate::*;
 
@@ -60,9 +33,21 @@ pub const WHY_BY_HAND: &str = "requested by hand";
 /// Reason of the Failed condition of a migration that a newer one replaced.
 pub const REASON_SUPERSEDED: &str = "Superseded";
 
-pub(super) const MAX_LABEL_VALUE: usize = 63;
+pub(crate) const MAX_LABEL_VALUE: usize = 63;
 /// Resources that the initializer never migrates (upstream's list: their objects expire anyway).
-pub(super) const NEVER_MIGRATED: &[&str] = &["events"];
+pub const NEVER_MIGRATED: &[&str] = &["events"];
 
+/// Who reports into the StorageStates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replicas {
+    /// This process alone (the embedded store): the KEP's non-HA trigger. A storage version change is acted on at
+    /// the poll that sees it.
+    One,
+    /// Several replicas share the StorageStates (etcd): seed 002's HA extension.
+    Several,
+}
+
+#[cfg(test)]
+pub(crate) mod test_fixtures;
 #[cfg(test)]
 mod tests;

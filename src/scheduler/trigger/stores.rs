@@ -189,4 +189,4 @@ impl OwnObjects {
 
 /// Conflicting writes of one StorageState (several replicas report into it) are retried this often from a fresh
 /// read.
-pub(super) const STATE_WRITE_ATTEMPTS: usize = 10;
+pub const STATE_WRITE_ATTEMPTS: usize = 10;

@@ -12,16 +12,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Who reports into the StorageStates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replicas {
-    /// This process alone (the embedded store): the KEP's non-HA trigger. A storage version change is acted on at
-    /// the poll that sees it.
-    One,
-    /// Several replicas share the StorageStates (etcd): seed 002's HA extension.
-    Several,
-}
-
 /// What the leader does about one resource.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Decision {
