@@ -62,58 +62,24 @@ impl RotatingFile {
         Ok(RotatingFile { path, max_size, file: None, size: 0, cleaner })
     }
 
-    #[cfg(test)]
-    pub fn write_line(&mut self, line: &[u8]) -> Result<(), String> {
-        self.write_lines(&[line]).remove(0)
-    }
-
-    /// Writes whole lines in order, as few write(2)s as the rotation allows: consecutive lines that fit in the
-    /// current file go in one. Each line's outcome; a line longer than the max size is refused alone, as lumberjack
-    /// refuses such a write.
-    pub fn write_lines(&mut self, lines: &[&[u8]]) -> Vec<Result<(), String>> {
-        let mut results = vec![Ok(()); lines.len()];
-        // The lines not yet written (their indexes) and their bytes.
-        let (mut chunk, mut members) = (Vec::new(), Vec::new());
-        for (i, line) in lines.iter().enumerate() {
-            let len = line.len() as u64;
-            if self.max_size > 0 && len > self.max_size {
-                results[i] = Err(format!("write length {len} exceeds maximum file size {}", self.max_size));
-                continue;
-            }
-            let opened = match &self.file {
-                Some(_) if self.max_size > 0 && self.size + chunk.len() as u64 + len > self.max_size => {
-                    self.flush(&mut chunk, &mut members, &mut results);
-                    self.rotate()
-                }
-                Some(_) => Ok(()),
-                None => self.open_existing_or_new(len),
-            };
-            if let Err(e) = opened {
-                results[i] = Err(e.to_string());
-                continue;
-            }
-            chunk.extend_from_slice(line);
-            members.push(i);
+    pub fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let len = line.len() as u64;
+        if self.max_size > 0 && len > self.max_size {
+            return Err(std::io::Error::other(format!(
+                "write length {len} exceeds maximum file size {}",
+                self.max_size
+            )));
         }
-        self.flush(&mut chunk, &mut members, &mut results);
-        results
-    }
-
-    /// One write of the pending lines to the current file; on failure each of them has the error.
-    fn flush(&mut self, chunk: &mut Vec<u8>, members: &mut Vec<usize>, results: &mut [Result<(), String>]) {
-        if chunk.is_empty() {
-            return;
+        if self.file.is_none() {
+            self.open_existing_or_new(len)?;
         }
-        let written = match self.file.as_mut() {
-            Some(file) => file.write_all(chunk).map_err(|e| e.to_string()),
-            None => Err("audit log not open".to_string()),
-        };
-        match written {
-            Ok(()) => self.size += chunk.len() as u64,
-            Err(e) => members.iter().for_each(|&i| results[i] = Err(e.clone())),
+        if self.max_size > 0 && self.size + len > self.max_size {
+            self.rotate()?;
         }
-        chunk.clear();
-        members.clear();
+        let file = self.file.as_mut().ok_or_else(|| std::io::Error::other("audit log not open"))?;
+        file.write_all(line)?;
+        self.size += len;
+        Ok(())
     }
 
     fn open_existing_or_new(&mut self, len: u64) -> std::io::Result<()> {
@@ -269,26 +235,5 @@ mod tests {
         assert_eq!(std::fs::read(&path).expect("current"), b"abcde\n");
         assert_eq!(std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777, 0o600);
         assert!(f.write_line(&[b'x'; 11]).is_err(), "a line longer than the max size");
-    }
-
-    /// A group of lines: those that fit go in together, the rotation falls between two lines, and a line longer
-    /// than the max size fails alone.
-    #[test]
-    fn a_group_of_lines_rotates_between_lines() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("audit.log");
-        let mut f = RotatingFile::open(path.clone(), 10, 5, 0, false).expect("open");
-        let lines: [&[u8]; 4] = [b"aaaa\n", &[b'x'; 11], b"bbbb\n", b"cccc\n"];
-        let results = f.write_lines(&lines);
-        assert!(results[0].is_ok() && results[2].is_ok() && results[3].is_ok(), "{results:?}");
-        assert!(results[1].as_ref().is_err_and(|e| e.contains("exceeds maximum file size 10")), "{results:?}");
-        assert_eq!(std::fs::read(&path).expect("current"), b"cccc\n");
-        let backups: Vec<_> = std::fs::read_dir(dir.path())
-            .expect("dir")
-            .map(|e| e.expect("entry").path())
-            .filter(|p| p != &path)
-            .collect();
-        assert_eq!(backups.len(), 1, "{backups:?}");
-        assert_eq!(std::fs::read(&backups[0]).expect("backup"), b"aaaa\nbbbb\n");
     }
 }
