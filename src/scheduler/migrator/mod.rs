@@ -7,7 +7,8 @@
 //! through our own API. The token is saved only after every object of the chunk was handled, so a crash at any
 //! point re-does at most one chunk (harmless: a stale resourceVersion is a 409, which is skipped) and skips nothing.
 //!
-//! Every request to the target takes a token from one global bucket (`--migration-qps`/`--migration-burst`).
+//! Every request to the target takes a token from one global bucket, whose rate adapts to the target's feedback
+//! ([`super::adaptive`]; `--migration-qps` is its ceiling, `--migration-burst` its size).
 //! Transient errors (429, 500, 502, 503, 504, timeouts, connection errors) are retried with exponential backoff
 //! honouring Retry-After, up to `max_attempts` in a row; then the migration steps back, still Running with the error
 //! in its message, and the scheduler starts it again from its saved token after a backoff that doubles up to
@@ -23,9 +24,9 @@
 //! Which migrations run is decided as kube-runtime's controllers decide: from a reflector's store of the
 //! storageversionmigrations, whenever it changes or a worker ends; there is no periodic re-list.
 
+use super::adaptive::Pace;
 use super::events::{reference_to, EventRecorder, EventType};
 use super::metrics::{resource_label, SchedulerMetrics};
-use super::ratelimit::RateLimiter;
 use super::SchedulerConfig;
 use crate::api::storage_version_migration::{GroupVersionResource, StorageVersionMigration};
 use crate::api::storagemigration::StorageVersionMigration as InTreeMigration;
@@ -122,9 +123,9 @@ pub fn spawn(
     metrics: Arc<SchedulerMetrics>,
     events: EventRecorder,
 ) -> tokio::task::JoinHandle<()> {
-    let limiter = RateLimiter::new(config.qps, config.burst);
+    let pace = Pace::start(&config, metrics.clone());
     let crds = crd::Crds::new(target.clone(), config.update_crd_stored_versions, events.clone());
-    let target = Target { client: target, limiter, config };
+    let target = Target { client: target, pace, config };
     let (store, writer) = reflector::store();
     let (in_tree_store, in_tree_writer) = reflector::store();
     let ours = reflector(writer, watcher(apis.ours.clone(), watcher::Config::default())).default_backoff();
@@ -278,6 +279,8 @@ impl Scheduler {
         tracing::info!(
             qps = c.qps,
             burst = c.burst,
+            adaptive = c.adaptive,
+            min_qps = c.min_qps,
             chunk_size = c.chunk_size,
             concurrency = c.concurrency,
             max_attempts = c.max_attempts,
