@@ -59,7 +59,7 @@ const THROTTLE_CUT: f64 = 0.5;
 /// A 429 without Retry-After pauses this long; a longer Retry-After is capped (the request retries honour it in
 /// full, but the whole migrator does not stop for a server that says an hour).
 const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
-const MAX_PAUSE: Duration = Duration::from_secs(30);
+pub(super) const MAX_PAUSE: Duration = Duration::from_secs(30);
 /// After this many intervals without a request, the next migration starts over (floor, slow start, a new probe):
 /// what the target could take minutes ago says little about now.
 const IDLE_RESET: u32 = 20;

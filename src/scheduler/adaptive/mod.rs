@@ -94,6 +94,10 @@ impl Pace {
         if let Some(ra) = retry_after {
             let ms = u64::try_from(ra.as_millis()).unwrap_or(u64::MAX - 1);
             i.retry_after.fetch_max(ms + 1, Ordering::Relaxed);
+            // At once, not at the next step: the requests queued behind this one must not collect a 429 each.
+            if i.adaptive {
+                i.limiter.pause_until(Instant::now() + ra.min(control::MAX_PAUSE));
+            }
         }
         match code {
             429 => i.throttled.fetch_add(1, Ordering::Relaxed),
