@@ -108,6 +108,10 @@ impl SchedulerMetrics {
             "The requests per second the migrator allows itself to send to its target, all migrations together: the adaptive rate, or --migration-qps when fixed (0: unlimited).",
             m.rate.clone(),
         );
+        // Every reason has its series from the start (at 0), so that rate() over it works from the first cut.
+        for cut in crate::scheduler::adaptive::Cut::ALL {
+            m.rate_cuts.get_or_create(&ReasonLabels { reason: cut.label().to_string() });
+        }
         registry.register(
             "migration_apiserver_migration_rate_cuts_total",
             "The number of times the migrator's adaptive rate went down, labeled with the reason: throttled (429 or Retry-After), errors (5xx, timeouts), latency (its own requests), clients_latency (the server's other clients, standalone).",

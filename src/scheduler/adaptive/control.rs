@@ -94,6 +94,8 @@ pub enum Cut {
 }
 
 impl Cut {
+    pub const ALL: [Cut; 4] = [Cut::Throttled, Cut::Errors, Cut::Latency, Cut::ClientsLatency];
+
     pub fn label(self) -> &'static str {
         match self {
             Cut::Throttled => "throttled",
