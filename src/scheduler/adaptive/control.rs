@@ -117,12 +117,11 @@ pub struct Step {
 
 #[derive(Clone, Debug)]
 enum Phase {
-    /// At the floor since `since`; back to `resume` afterwards. What the settled part saw is gathered.
+    /// At the floor since `since`; back to `resume` afterwards. What the settled part saw is gathered in
+    /// [`Controller::probed`].
     Probing {
         since: Instant,
         resume: f64,
-        own: Counts,
-        clients: Option<Counts>,
     },
     Running {
         next_probe: Instant,
@@ -139,6 +138,8 @@ pub struct Controller {
     clean: u32,
     idle: u32,
     phase: Phase,
+    /// What the current probe's settled part saw: the migration's own latencies and the other clients'.
+    probed: (Counts, Option<Counts>),
     /// The latencies the last probe measured (the migration's own, the other clients').
     own_base: Option<Duration>,
     clients_base: Option<Duration>,
@@ -149,7 +150,8 @@ impl Controller {
     pub fn new(settings: Settings, now: Instant) -> Controller {
         let rate = settings.floor;
         Controller {
-            phase: Phase::Probing { since: now, resume: rate, own: Counts::default(), clients: None },
+            phase: Phase::Probing { since: now, resume: rate },
+            probed: Default::default(),
             settings,
             rate,
             slow_start: true,
@@ -182,8 +184,9 @@ impl Controller {
             self.own_base = None;
         }
         let (cut, pause) = self.congestion(s);
-        if let Phase::Probing { since, resume, own, clients } = &mut self.phase {
+        if let Phase::Probing { since, resume } = &mut self.phase {
             if now.duration_since(*since) > self.settings.settle {
+                let (own, clients) = &mut self.probed;
                 *own = own.add(&s.own);
                 if let Some(c) = &s.clients {
                     *clients = Some(clients.as_ref().map_or_else(|| c.clone(), |sum| sum.add(c)));
@@ -194,7 +197,8 @@ impl Controller {
             }
             self.rate = self.settings.floor;
             if now.duration_since(*since) + self.settings.interval / 2 >= self.settings.probe_for {
-                let (resume, own, clients) = (*resume, own.clone(), clients.clone());
+                let resume = *resume;
+                let (own, clients) = std::mem::take(&mut self.probed);
                 if let Some(base) = (own.count() >= MIN_OWN).then(|| own.quantile(OWN_QUANTILE)).flatten() {
                     self.own_base = Some(base);
                 }
@@ -214,7 +218,8 @@ impl Controller {
         }
         self.rate = self.rate.clamp(self.settings.floor, self.settings.ceiling);
         if self.needs_probe(now, s) {
-            self.phase = Phase::Probing { since: now, resume: self.rate, own: Counts::default(), clients: None };
+            self.phase = Phase::Probing { since: now, resume: self.rate };
+            self.probed = Default::default();
             self.rate = self.settings.floor;
         }
         Step { rate: self.rate, pause, cut }

@@ -100,13 +100,10 @@ impl Pace {
             }
         }
         match code {
-            429 => i.throttled.fetch_add(1, Ordering::Relaxed),
-            500..=599 => i.errors.fetch_add(1, Ordering::Relaxed),
-            _ => {
-                i.own.observe(elapsed);
-                return;
-            }
-        };
+            429 => drop(i.throttled.fetch_add(1, Ordering::Relaxed)),
+            500..=599 => drop(i.errors.fetch_add(1, Ordering::Relaxed)),
+            _ => i.own.observe(elapsed),
+        }
     }
 
     /// A request got no answer (timeout, connection error).
