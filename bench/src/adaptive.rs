@@ -36,15 +36,13 @@ fn flags(version: &str, extra: &[&str]) -> Vec<String> {
 }
 
 /// Restarts the server with `args` (a new storage version) and waits for the storage-version trigger's migration
-/// to succeed and the version to be recorded as persisted; the migrator's seconds. `during` runs meanwhile, from
-/// the restart to Succeeded.
+/// to succeed and the version to be recorded as persisted; the migrator's rate limit meanwhile and its seconds.
 async fn migrate_with(
     server: &mut ServerProcess,
     target: &Target,
     args: &[String],
     n: u64,
 ) -> anyhow::Result<(Target, String, f64)> {
-    // The String: the migrator's rate limit during the migration (RateSummary).
     let before = shootstate_migrations(target).await?;
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let target = server.restart(&args).await?;
@@ -129,12 +127,18 @@ async fn paced_rows(
         "",
     );
     eprintln!("bench: adaptive: GET at {rate} GET/s during a default-flags migration");
-    // The load starts before the restart's migration: its first seconds are measured too. Requests during the
-    // restart itself fail (the server is down); they are counted as errors, not as latency.
-    let load = BackgroundLoad::start(target, None, GET_CONNS, shootstate_gets(n));
-    let migrated = migrate_with(server, target, &flags("v1beta1", &[]), n).await;
+    // The load starts as soon as the restarted server answers, before its migration has gone far.
+    let before = shootstate_migrations(target).await?;
+    let target = server.restart(&refs(&flags("v1beta1", &[]))).await?;
+    let load = BackgroundLoad::start(&target, Some(server.child.id()), GET_CONNS, shootstate_gets(n));
+    let rates = RateSampler::start(&target);
+    let waited = wait_new_migration(&target, server, &before).await;
     let load = load.finish().await;
-    let (target, rates, seconds) = migrated?;
+    let rates = rates.finish().await.summary();
+    let (name, status) = waited?;
+    check_migrated(&status, n)?;
+    let seconds = migrator_seconds(server, &name)?;
+    wait_persisted(&target, server).await?;
     let mut row = load.row(
         &format!("ShootState GET at {rate} GET/s during a default-flags migration"),
         GET_CONNS,
@@ -146,7 +150,7 @@ async fn paced_rows(
     row.target = format!("p99 <= 2x idle: {}", if ratio <= 2.0 { "met" } else { "**missed**" });
     row.notes = format!(
         "p99 x{ratio:.2} of idle's, p50 x{:.2}; the migration of {} objects took {seconds:.1} s ({} objects/s with \
-         this load); the restart's refused connections are the errors; the rate limit during it: {rates}; {}",
+         this load); the rate limit during it: {rates}; {}",
         pct_f(&load.stats.samples, 0.5) / pct_f(&idle.stats.samples, 0.5),
         thousands(n as f64),
         thousands(n as f64 / seconds),
