@@ -32,6 +32,10 @@ mod migration;
 use migration::*;
 mod rotation;
 use rotation::*;
+mod adaptive;
+use adaptive::*;
+mod faults;
+use faults::*;
 mod etcd;
 use etcd::*;
 mod scale;
@@ -89,7 +93,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "core,admission,encryption,audit,migration,rotation,scale,etcd"
+        default_value = "core,admission,encryption,audit,migration,rotation,adaptive,scale,etcd"
     )]
     only: Vec<Group>,
     /// An extra argument for every migration-apiserver the bench starts, after the bench's own; repeatable, one
@@ -120,6 +124,9 @@ enum Group {
     /// Key rotation (issue 31): a rotation of 10^5 ShootStates next to a storage-version migration of them, and GET
     /// idle and during a rotation, on one server of its own.
     Rotation,
+    /// The adaptive migration rate (issue 38): default flags against unthrottled, readers' GET during a
+    /// migration (at 1,000 GET/s and saturating), and a stand-in target that turns slow and throttles.
+    Adaptive,
     /// LIST page cost, migration and memory up to 10^6 objects (starts its own servers).
     Scale,
     /// Only the LIST page rows of the Scale group (one server grown to 10^6 objects, 10^5 with --quick).
@@ -222,6 +229,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         match bin {
             Some(bin) => rows.extend(rotation_rows(bin, args.quick, duration).await),
             None => needs_server("rotation"),
+        }
+    }
+    if on(Group::Adaptive) {
+        match bin {
+            Some(bin) => rows.extend(adaptive_rows(bin, args.quick, duration).await),
+            None => needs_server("adaptive"),
         }
     }
     if on(Group::Scale) || on(Group::ScalePages) {

@@ -19,7 +19,7 @@ pub(super) async fn migration_rows(bin: &Path, quick: bool) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut peaks = Vec::new();
     for n in sizes {
-        let scenario = format!("migrate 10^{} objects (--migration-qps 0)", n.ilog10());
+        let scenario = format!("migrate 10^{} objects (--migration-adaptive=false --migration-qps 0)", n.ilog10());
         eprintln!("bench: {scenario}");
         match migrate(bin, n, &scenario).await {
             Ok((row, peak, growth)) => {
@@ -63,7 +63,15 @@ pub(super) async fn migrate(bin: &Path, n: u64, scenario: &str) -> anyhow::Resul
     let v1beta1 = ["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1beta1"];
     let target = target_server.restart(&v1beta1).await?;
     let kubeconfig = target_server.kubeconfig().to_string_lossy().into_owned();
-    let migrator_args = ["--kubeconfig", kubeconfig.as_str(), "--disable-trigger", "--migration-qps", "0"];
+    // Unthrottled (a fixed rate without a limit): the migrator's own speed; the adaptive rate has its own rows.
+    let migrator_args = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--disable-trigger",
+        "--migration-adaptive=false",
+        "--migration-qps",
+        "0",
+    ];
     let (mut migrator_server, migrator) = ServerProcess::start(bin, &migrator_args).await?;
     let (mpid, tpid) = (migrator_server.child.id(), target_server.child.id());
     tokio::time::sleep(Duration::from_secs(1)).await;

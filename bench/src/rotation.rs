@@ -16,11 +16,11 @@ const SHOOTSTATES: &str = "shootstates.core.gardener.cloud";
 /// The annotation value of the migrations the key-rotation trigger requests.
 const ROTATION_REASON: &str = "encryption write key changed";
 /// Connections of the GET load, idle and during the rotation: a few clients reading while the store is rewritten.
-const GET_CONNS: usize = 4;
+pub(super) const GET_CONNS: usize = 4;
 /// Each GET connection sends one request per period (4 x 250/s = 1,000 GET/s), idle and during the rotation: a
 /// latency measurement at the same offered load, not a throughput one. A closed loop would saturate both cores
 /// by itself, so its p99 would measure the queue, not what a reader sees (see BENCHMARKS.md).
-const GET_PERIOD: Duration = Duration::from_millis(4);
+pub(super) const GET_PERIOD: Duration = Duration::from_millis(4);
 /// The rate limit of the third rotation, next to the unlimited one: 1,000 objects/s (100 times the default
 /// --migration-qps), 10^5 objects in under 2 minutes.
 const LIMITED_QPS: &str = "1000";
@@ -327,7 +327,7 @@ async fn wait_rotation(
 }
 
 /// Polls the ShootStates' StorageState until `done` says so from its status (or fails); returns the StorageState.
-async fn wait_state(
+pub(super) async fn wait_state(
     target: &Target,
     server: &mut ServerProcess,
     what: &str,
@@ -359,7 +359,7 @@ async fn wait_state(
 }
 
 /// The names of the StorageVersionMigrations of ShootStates.
-async fn shootstate_migrations(target: &Target) -> anyhow::Result<HashSet<String>> {
+pub(super) async fn shootstate_migrations(target: &Target) -> anyhow::Result<HashSet<String>> {
     let list: Value =
         serde_json::from_slice(&target.call_ok(&Req::get(format!("{API}/storageversionmigrations"))).await?)?;
     let items = list["items"].as_array().context("a list of storageversionmigrations without items")?;
@@ -371,7 +371,7 @@ async fn shootstate_migrations(target: &Target) -> anyhow::Result<HashSet<String
 }
 
 /// Waits for a StorageVersionMigration of ShootStates not in `before` to succeed; its name and status.
-async fn wait_new_migration(
+pub(super) async fn wait_new_migration(
     target: &Target,
     server: &mut ServerProcess,
     before: &HashSet<String>,
@@ -409,7 +409,7 @@ async fn wait_new_migration(
     }
 }
 
-fn check_migrated(status: &Value, n: u64) -> anyhow::Result<()> {
+pub(super) fn check_migrated(status: &Value, n: u64) -> anyhow::Result<()> {
     if status["migratedObjects"] != n {
         bail!("the migration succeeded with migratedObjects {} instead of {n}", status["migratedObjects"]);
     }
@@ -418,7 +418,7 @@ fn check_migrated(status: &Value, n: u64) -> anyhow::Result<()> {
 
 /// The migrator's own time from the migration's start to Succeeded: the `seconds` of its "migration ended" log line
 /// (finer than the conditions' timestamps, which have whole seconds).
-fn migrator_seconds(server: &ServerProcess, migration: &str) -> anyhow::Result<f64> {
+pub(super) fn migrator_seconds(server: &ServerProcess, migration: &str) -> anyhow::Result<f64> {
     let log = std::fs::read_to_string(server.dir.join("server.log"))?;
     let line = log
         .lines()
@@ -465,7 +465,7 @@ fn check_stored(
 }
 
 /// GETs (v1beta1) of the ShootStates numbered below `n`, in turn.
-fn shootstate_gets(n: u64) -> MakeReq {
+pub(super) fn shootstate_gets(n: u64) -> MakeReq {
     Arc::new(move |i| {
         let (ns, name) = shoot_state_id(i % n);
         Req::get(format!("{SHOOTSTATES_V1BETA1}/namespaces/{ns}/shootstates/{name}"))
@@ -474,7 +474,7 @@ fn shootstate_gets(n: u64) -> MakeReq {
 
 /// Load at a fixed rate ([`GET_PERIOD`] per connection) that runs until `finish` (for as long as something else
 /// takes).
-struct BackgroundLoad {
+pub(super) struct BackgroundLoad {
     next: Arc<AtomicU64>,
     workers: Vec<tokio::task::JoinHandle<Stats>>,
     started: Instant,
@@ -483,7 +483,7 @@ struct BackgroundLoad {
 }
 
 impl BackgroundLoad {
-    fn start(target: &Target, pid: Option<u32>, conns: usize, make: MakeReq) -> BackgroundLoad {
+    pub(super) fn start(target: &Target, pid: Option<u32>, conns: usize, make: MakeReq) -> BackgroundLoad {
         let next = Arc::new(AtomicU64::new(0));
         let cpu0 = CpuTicks::now(pid);
         let workers =
@@ -491,8 +491,18 @@ impl BackgroundLoad {
         BackgroundLoad { next, workers, started: Instant::now(), cpu0, pid }
     }
 
+    /// Closed-loop load instead: each connection sends its next request as soon as the last one is answered.
+    pub(super) fn start_closed(target: &Target, pid: Option<u32>, conns: usize, make: MakeReq) -> BackgroundLoad {
+        let next = Arc::new(AtomicU64::new(0));
+        let cpu0 = CpuTicks::now(pid);
+        let workers = (0..conns)
+            .map(|_| tokio::spawn(worker(target.clone(), next.clone(), STOP_LOAD, None, make.clone(), None)))
+            .collect();
+        BackgroundLoad { next, workers, started: Instant::now(), cpu0, pid }
+    }
+
     /// Stops the workers (their next request number is past their limit) and merges what they measured.
-    async fn finish(self) -> Load {
+    pub(super) async fn finish(self) -> Load {
         self.next.store(STOP_LOAD, Ordering::Relaxed);
         let mut stats = Stats::default();
         for w in self.workers {

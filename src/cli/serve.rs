@@ -125,9 +125,20 @@ pub struct ServeArgs {
     /// Objects per LIST chunk when migrating.
     #[arg(long, default_value_t = 500)]
     pub migration_chunk_size: u32,
-    /// Requests per second to the target while migrating, all migrations together (0: unlimited).
-    #[arg(long, default_value_t = 10.0)]
+    /// The most requests per second to the target while migrating, all migrations together (0: no ceiling). The
+    /// rate itself adapts to the target: it rises while the target answers at a steady latency (and, standalone,
+    /// while this server's other clients are served about as fast as without the migration) and backs off on 429
+    /// (pausing for Retry-After), 5xx, timeouts and rising latency. With --migration-adaptive=false this is the
+    /// rate (0: unlimited).
+    #[arg(long, default_value_t = 0.0)]
     pub migration_qps: f64,
+    /// The adaptive rate never goes below this many requests per second, so that a migration finishes on a
+    /// saturated target.
+    #[arg(long, default_value_t = 40.0)]
+    pub migration_min_qps: f64,
+    /// Adapt the migration rate to the target's feedback; false: a fixed rate of --migration-qps.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub migration_adaptive: bool,
     /// Burst of the migration rate limit.
     #[arg(long, default_value_t = 10)]
     pub migration_burst: u32,
@@ -176,6 +187,8 @@ impl ServeArgs {
             chunk_size: self.migration_chunk_size.max(1),
             qps: self.migration_qps.max(0.0),
             burst: self.migration_burst.max(1),
+            adaptive: self.migration_adaptive,
+            min_qps: self.migration_min_qps.max(1.0),
             concurrency: self.migration_concurrency.max(1),
             max_attempts: self.migration_max_attempts.max(1),
             update_crd_stored_versions: self.update_crd_stored_versions,

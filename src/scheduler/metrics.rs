@@ -23,6 +23,11 @@ pub struct ResourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MigrationLabels {
     pub resource: String,
     pub status: String,
@@ -41,6 +46,9 @@ pub struct SchedulerMetrics {
     /// Unix time of the last progress of the resource's running migration: its start, a chunk listed, an object
     /// handled. Retries of a failing target are no progress.
     pub progress: Family<ResourceLabels, Gauge<f64, AtomicU64>>,
+    /// The migrator's rate limit now (requests/s to the target), and its cuts by reason ([`crate::scheduler::adaptive`]).
+    pub rate: Gauge<f64, AtomicU64>,
+    pub rate_cuts: Family<ReasonLabels, Counter>,
     /// Resources the queue gauges have been set for (to zero them when their migrations are gone).
     known: Mutex<BTreeSet<String>>,
 }
@@ -59,6 +67,8 @@ impl SchedulerMetrics {
             pending_migrations: Family::default(),
             running_migrations: Family::default(),
             progress: Family::default(),
+            rate: Gauge::default(),
+            rate_cuts: Family::default(),
             known: Mutex::new(BTreeSet::new()),
         };
         // Upstream's names and HELP texts, verbatim (the exposition drops the period prometheus-client appends).
@@ -93,6 +103,20 @@ impl SchedulerMetrics {
             "Unix time of the last progress (start, chunk listed, object migrated) of the running migration, labeled with the full resource name.",
             m.progress.clone(),
         );
+        registry.register(
+            "migration_apiserver_migration_rate_limit",
+            "The requests per second the migrator allows itself to send to its target, all migrations together: the adaptive rate, or --migration-qps when fixed (0: unlimited).",
+            m.rate.clone(),
+        );
+        // Every reason has its series from the start (at 0), so that rate() over it works from the first cut.
+        for cut in crate::scheduler::adaptive::Cut::ALL {
+            let _ = m.rate_cuts.get_or_create(&ReasonLabels { reason: cut.label().to_string() });
+        }
+        registry.register(
+            "migration_apiserver_migration_rate_cuts_total",
+            "The number of times the migrator's adaptive rate went down, labeled with the reason: throttled (429 or Retry-After), errors (5xx, timeouts), latency (its own requests), clients_latency (the server's other clients, standalone).",
+            m.rate_cuts.clone(),
+        );
         Arc::new(m)
     }
 
@@ -111,6 +135,14 @@ impl SchedulerMetrics {
     pub fn observe_progress(&self, resource: &str) {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         self.progress.get_or_create(&ResourceLabels { resource: resource.to_string() }).set(now.as_secs_f64());
+    }
+
+    pub fn observe_rate(&self, rate: f64) {
+        self.rate.set(rate);
+    }
+
+    pub fn observe_rate_cut(&self, reason: &str) {
+        self.rate_cuts.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
     }
 
     pub fn observe_finished(&self, resource: &str, status: &str) {
@@ -163,7 +195,10 @@ mod tests {
         ] {
             assert!(out.lines().any(|l| l == line), "{line} missing in:\n{out}");
         }
-        assert!(!out.contains("_total"), "{out}");
+        // Upstream's counters have no `_total` (client_golang writes what was registered); ours register it.
+        assert!(!out.contains("storage_migrator_core_migrator_migrated_objects_total"), "{out}");
+        assert!(!out.contains("storage_migrator_core_migrator_migrations_total"), "{out}");
+        assert!(out.contains("migration_apiserver_migration_rate_cuts_total{reason=\"throttled\"} 0"), "{out}");
         assert!(out.contains("migration_apiserver_migration_progress_timestamp_seconds{resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\"} 1."), "{out}");
     }
 }

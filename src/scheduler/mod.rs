@@ -5,6 +5,7 @@
 //! registry or storage: authentication, validation, resourceVersions and watch events apply to its own writes as
 //! to any client's, and kube-runtime's watchers follow them.
 
+pub mod adaptive;
 pub mod cluster_encryption;
 pub mod election;
 pub mod events;
@@ -48,9 +49,16 @@ pub struct SchedulerConfig {
     pub migration_history: usize,
     /// Objects per LIST chunk.
     pub chunk_size: u32,
-    /// Target requests per second over all migrations (token bucket), and the bucket size. 0 = unlimited.
+    /// Target requests per second over all migrations (token bucket), and the bucket size: the ceiling of the
+    /// adaptive rate, or the rate itself when it is not adaptive. 0 = no ceiling (unlimited when not adaptive).
     pub qps: f64,
     pub burst: u32,
+    /// Whether the rate adapts to the target's feedback ([`adaptive`]), and its floor.
+    pub adaptive: bool,
+    pub min_qps: f64,
+    /// Standalone (the target is this server): the latencies of the server's other clients, which the adaptive
+    /// rate keeps close to what they are without the migration.
+    pub clients_latency: Option<std::sync::Arc<crate::server::latency::LatencyHistogram>>,
     /// Resources migrated at once.
     pub concurrency: usize,
     /// Attempts for one request on retryable errors (429, 5xx, timeouts, connection errors) before the migration
@@ -76,8 +84,11 @@ impl Default for SchedulerConfig {
             discovery_interval: Duration::from_secs(600),
             migration_history: 5,
             chunk_size: 500,
-            qps: 10.0,
+            qps: 0.0,
             burst: 10,
+            adaptive: true,
+            min_qps: 40.0,
+            clients_latency: None,
             concurrency: 1,
             max_attempts: 8,
             retry_base: Duration::from_millis(100),

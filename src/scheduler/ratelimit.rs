@@ -1,5 +1,7 @@
 //! The migrator's global token bucket: `qps` tokens per second, at most `burst` saved up, one token per request to
-//! the target (LISTs, writes and every retry), shared by all migrations.
+//! the target (LISTs, writes and every retry), shared by all migrations. The adaptive rate
+//! ([`super::adaptive`]) moves `qps` while requests wait, and holds every request back while the target asked for
+//! a pause (Retry-After).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -10,7 +12,6 @@ use std::time::{Duration, Instant};
 /// `burst + qps * t` requests proceed, however the process is scheduled.
 #[derive(Debug)]
 pub struct RateLimiter {
-    qps: f64,
     burst: f64,
     queue: tokio::sync::Mutex<()>,
     state: Mutex<Bucket>,
@@ -18,9 +19,13 @@ pub struct RateLimiter {
 
 #[derive(Debug)]
 struct Bucket {
+    /// Tokens per second; 0 is unlimited.
+    qps: f64,
     /// Tokens available at `at`.
     tokens: f64,
     at: Instant,
+    /// No token before this instant.
+    paused_until: Option<Instant>,
 }
 
 /// Rounding slack: after sleeping exactly the computed wait, a token counts as there.
@@ -31,44 +36,89 @@ impl RateLimiter {
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         RateLimiter {
-            qps: if qps.is_finite() && qps > 0.0 { qps } else { 0.0 },
             burst,
             queue: tokio::sync::Mutex::new(()),
-            state: Mutex::new(Bucket { tokens: burst, at: Instant::now() }),
+            state: Mutex::new(Bucket { qps: valid(qps), tokens: burst, at: Instant::now(), paused_until: None }),
         }
     }
 
+    fn bucket(&self) -> std::sync::MutexGuard<'_, Bucket> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn unlimited(&self) -> bool {
-        self.qps == 0.0
+        self.qps() == 0.0
+    }
+
+    pub fn qps(&self) -> f64 {
+        self.bucket().qps
+    }
+
+    /// A new rate from `now` on: the tokens saved up so far were earned at the old one.
+    pub fn set_qps_at(&self, qps: f64, now: Instant) {
+        let mut b = self.bucket();
+        let now = now.max(b.at);
+        if b.qps > 0.0 {
+            b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * b.qps).min(self.burst);
+        }
+        b.at = now;
+        b.qps = valid(qps);
+    }
+
+    /// No token until `until` (a later pause extends it, an earlier one does not shorten it), and none saved up
+    /// meanwhile: after a pause the requests resume at the rate, not in a burst.
+    pub fn pause_until(&self, until: Instant) {
+        let mut b = self.bucket();
+        b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
     }
 
     /// Takes a token at `now` if there is one (None), else says how long until there is.
     pub fn try_take_at(&self, now: Instant) -> Option<Duration> {
-        if self.unlimited() {
+        let mut b = self.bucket();
+        if let Some(until) = b.paused_until {
+            if now < until {
+                return Some(until - now);
+            }
+            b.paused_until = None;
+            b.tokens = b.tokens.min(1.0);
+            b.at = until.max(b.at);
+        }
+        if b.qps == 0.0 {
             return None;
         }
-        let mut b = self.state.lock().unwrap_or_else(|e| e.into_inner());
         // Time never runs backwards for the bucket (callers may pass slightly older instants).
         let now = now.max(b.at);
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.qps).min(self.burst);
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * b.qps).min(self.burst);
         b.at = now;
         if b.tokens >= 1.0 - EPSILON {
             b.tokens = (b.tokens - 1.0).max(0.0);
             None
         } else {
-            Some(Duration::from_secs_f64((1.0 - b.tokens) / self.qps))
+            Some(Duration::from_secs_f64((1.0 - b.tokens) / b.qps))
         }
     }
 
     /// Waits for a token.
     pub async fn acquire(&self) {
-        if self.unlimited() {
+        let free = {
+            let b = self.bucket();
+            b.qps == 0.0 && b.paused_until.is_none()
+        };
+        if free {
             return;
         }
         let _turn = self.queue.lock().await;
         while let Some(wait) = self.try_take_at(Instant::now()) {
             tokio::time::sleep(wait).await;
         }
+    }
+}
+
+fn valid(qps: f64) -> f64 {
+    if qps.is_finite() && qps > 0.0 {
+        qps
+    } else {
+        0.0
     }
 }
 
@@ -168,6 +218,34 @@ mod tests {
         // ... and the rate over the run is still about qps.
         let secs = starts[99].duration_since(t0).as_secs_f64();
         assert!(secs >= (100.0 - 5.0) / 20.0 - 1e-6, "{secs}");
+    }
+
+    #[test]
+    fn a_new_rate_applies_from_its_instant() {
+        let l = RateLimiter::new(10.0, 1);
+        let t0 = Instant::now();
+        assert_eq!(l.try_take_at(t0), None);
+        // Half a token earned at 10/s, then 100/s: the other half takes 5 ms.
+        let t1 = t0 + Duration::from_millis(50);
+        l.set_qps_at(100.0, t1);
+        let wait = l.try_take_at(t1).expect("half a token");
+        assert!(wait.abs_diff(Duration::from_millis(5)) < Duration::from_micros(10), "{wait:?}");
+        assert_eq!(l.qps(), 100.0);
+    }
+
+    #[test]
+    fn a_pause_holds_every_token_then_resumes_without_a_burst() {
+        let l = RateLimiter::new(100.0, 50);
+        let t0 = Instant::now();
+        l.pause_until(t0 + Duration::from_secs(2));
+        // An earlier pause does not shorten it.
+        l.pause_until(t0 + Duration::from_secs(1));
+        assert_eq!(l.try_take_at(t0 + Duration::from_millis(500)), Some(Duration::from_millis(1500)));
+        // Two seconds at 100/s with a burst of 50 would have saved 50 tokens; the pause saved none.
+        let starts = grants(&l, &[t0 + Duration::from_secs(2); 3]);
+        let after: Vec<_> = starts.iter().map(|s| s.duration_since(t0 + Duration::from_secs(2))).collect();
+        assert!(after[0] < Duration::from_micros(10), "{after:?}");
+        assert!(after[2].abs_diff(Duration::from_millis(20)) < Duration::from_micros(10), "{after:?}");
     }
 
     #[test]

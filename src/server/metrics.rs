@@ -53,6 +53,9 @@ pub struct Metrics {
     pub registry: Mutex<Registry>,
     pub requests: Family<RequestLabelSet, Counter>,
     pub latency: Family<LatencyLabelSet, Histogram, fn() -> Histogram>,
+    /// The latency of every request but watches and the scheduler's own, for the migrator's adaptive rate to read
+    /// standalone (when this server is its target): how the server's other clients are served.
+    pub clients: std::sync::Arc<super::latency::LatencyHistogram>,
 }
 
 impl Default for Metrics {
@@ -78,7 +81,7 @@ impl Metrics {
         );
         static IDS: AtomicU64 = AtomicU64::new(0);
         let id = IDS.fetch_add(1, Ordering::Relaxed);
-        Metrics { id, registry: Mutex::new(registry), requests, latency }
+        Metrics { id, registry: Mutex::new(registry), requests, latency, clients: Default::default() }
     }
 
     /// Counts a request answered with `code` and, unless it is a watch (`elapsed` is `None`), observes its latency.

@@ -10,6 +10,7 @@ pub mod csi_admission;
 pub mod discovery;
 pub mod encryption_reload;
 pub mod exposition;
+pub mod latency;
 pub mod manifests;
 pub mod metrics;
 mod namespaces;
@@ -200,6 +201,7 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Requ
     // Parsed once: authorization, the REST handlers and their metrics labels all read this.
     let info = RequestInfo::parse(req.method(), req.uri().path(), req.uri().query());
     req.extensions_mut().insert(info);
+    let internal = req.extensions().get::<crate::scheduler::InternalIdentity>().is_some();
     let mut resp = authenticate_and_authorize(&st, req, next).await;
     let labels = resp.extensions_mut().remove::<rest::RequestLabels>().unwrap_or_default();
     let verb: Label = match labels.verb {
@@ -219,6 +221,9 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Requ
     };
     let elapsed = (request.verb != "WATCH").then(|| start.elapsed());
     st.metrics.record(request, code_label(resp.status()), elapsed);
+    if let (Some(elapsed), false) = (elapsed, internal) {
+        st.metrics.clients.observe(elapsed);
+    }
     resp
 }
 

@@ -63,6 +63,8 @@ pub enum Fault {
     /// 410 Expired with `metadata.continue` = the request's own continue token, which is a valid token to resume
     /// from (kube-apiserver hands out an inconsistent one for the same position).
     Expired,
+    /// Forward after this long (a slow target).
+    Delay(Duration),
     /// A concurrent writer: the proxy first deletes the object on the target, then forwards (the client gets 404).
     DeleteFirst,
     /// A concurrent writer: the proxy first changes the object's labels on the target (new resourceVersion), then
@@ -317,6 +319,14 @@ async fn handle(
         seq: state.seq.fetch_add(1, Ordering::SeqCst),
     };
     let fault = state.rules.lock().unwrap().iter_mut().find_map(|r| r(&info));
+    // A slow target answers as usual, later.
+    let fault = match fault {
+        Some(Fault::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            None
+        }
+        other => other,
+    };
     let record = |code: u16, fault: bool| {
         state.records.lock().unwrap().push(Record {
             at,
@@ -359,7 +369,7 @@ async fn handle(
             let msg = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
             return Ok(reply(410, status_body(410, "Expired", msg, cont.as_deref()), None));
         }
-        Some(Fault::DropAfterForward | Fault::DeleteFirst | Fault::TouchFirst) | None => {}
+        Some(Fault::DropAfterForward | Fault::DeleteFirst | Fault::TouchFirst | Fault::Delay(_)) | None => {}
     }
 
     // Forward (after the concurrent write of a DeleteFirst or TouchFirst).

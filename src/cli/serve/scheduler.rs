@@ -62,6 +62,10 @@ pub(super) async fn start_scheduler(
     let identity = identity.to_string();
     let mut config = args.scheduler_config();
     config.identity = identity.clone();
+    if cluster.is_none() {
+        // Standalone the target is this server: the adaptive rate also watches how its other clients are served.
+        config.clients_latency = Some(state.metrics.clients.clone());
+    }
     let (scheduler_metrics, election_metrics, state_metrics) = match state.metrics.registry.lock() {
         Ok(mut reg) => (
             crate::scheduler::metrics::SchedulerMetrics::register(&mut reg),

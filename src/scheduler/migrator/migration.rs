@@ -261,9 +261,24 @@ impl Migration {
         counts: Option<Counts>,
         retrying: Option<&str>,
     ) -> String {
+        self.progress_message_at(gvr, counts, retrying, None)
+    }
+
+    /// [`Self::progress_message`], ours naming the migrator's rate limit (requests/s to the target, two significant
+    /// digits, so that it does not change the message at every step of the adaptive rate).
+    pub fn progress_message_at(
+        &self,
+        gvr: &GroupVersionResource,
+        counts: Option<Counts>,
+        retrying: Option<&str>,
+        rate: Option<f64>,
+    ) -> String {
         match self {
             Migration::Ours(_) => {
-                let base = format!("Migrating {}.", gvr.display());
+                let base = match rate {
+                    Some(r) => format!("Migrating {} at up to {} requests/s.", gvr.display(), two_digits(r)),
+                    None => format!("Migrating {}.", gvr.display()),
+                };
                 match retrying {
                     Some(why) => super::truncate(&format!("{base} Retrying: {why}"), 32000),
                     None => base,
@@ -431,6 +446,13 @@ impl Migration {
     }
 }
 
+/// `r` rounded to two significant digits, without a fraction: 40, 1300, 27000.
+fn two_digits(r: f64) -> u64 {
+    let r = r.max(1.0);
+    let scale = 10f64.powi((r.log10().floor() as i32 - 1).max(0));
+    ((r / scale).round() * scale) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,6 +496,7 @@ mod tests {
         m.set_running(&m.progress_message(&gvr, Counts::of(2, Some(3)), None));
         assert_eq!(m.running_message(), Some("The migration is running, 3/5 objects not yet migrated"));
         m.set_running(&m.progress_message(&gvr, Counts::of(2, Some(3)), Some("503 Service Unavailable")));
+
         assert_eq!(
             m.running_message(),
             Some("The migration is running, 3/5 objects not yet migrated; transient error: 503 Service Unavailable")
@@ -560,5 +583,17 @@ mod tests {
         assert_eq!((m.continue_token().as_deref(), m.migrated_at_token()), (Some("abc"), 500));
         assert_eq!(m.progress(), (Some(600), Some(400)));
         assert_eq!(m.progress_subresource(), Subresource::Main);
+    }
+
+    #[test]
+    fn our_running_message_names_the_rate_in_two_digits() {
+        let m = Migration::Ours(Default::default());
+        let gvr = GroupVersionResource { group: "g".into(), version: "v1".into(), resource: "rs".into() };
+        assert_eq!(
+            m.progress_message_at(&gvr, None, None, Some(1349.7)),
+            "Migrating rs.v1.g at up to 1300 requests/s."
+        );
+        assert_eq!(two_digits(40.0), 40);
+        assert_eq!(two_digits(26_800.0), 27_000);
     }
 }

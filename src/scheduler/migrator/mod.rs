@@ -7,7 +7,8 @@
 //! through our own API. The token is saved only after every object of the chunk was handled, so a crash at any
 //! point re-does at most one chunk (harmless: a stale resourceVersion is a 409, which is skipped) and skips nothing.
 //!
-//! Every request to the target takes a token from one global bucket (`--migration-qps`/`--migration-burst`).
+//! Every request to the target takes a token from one global bucket, whose rate adapts to the target's feedback
+//! ([`super::adaptive`]; `--migration-qps` is its ceiling, `--migration-burst` its size).
 //! Transient errors (429, 500, 502, 503, 504, timeouts, connection errors) are retried with exponential backoff
 //! honouring Retry-After, up to `max_attempts` in a row; then the migration steps back, still Running with the error
 //! in its message, and the controller starts it again from its saved token after a backoff that doubles up to
@@ -24,9 +25,9 @@
 //! kinds, with the one-per-resource rule and the concurrency limit inside its reconcile ([`queue`]); there is no
 //! periodic re-list.
 
+use super::adaptive::Pace;
 use super::events::{reference_to, EventRecorder, EventType};
 use super::metrics::{resource_label, SchedulerMetrics};
-use super::ratelimit::RateLimiter;
 use super::SchedulerConfig;
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::api::storagemigration::StorageVersionMigration as InTreeMigration;
@@ -124,14 +125,16 @@ pub fn spawn(
     tracing::info!(
         qps = config.qps,
         burst = config.burst,
+        adaptive = config.adaptive,
+        min_qps = config.min_qps,
         chunk_size = config.chunk_size,
         concurrency = config.concurrency,
         max_attempts = config.max_attempts,
         "migrator started"
     );
-    let limiter = RateLimiter::new(config.qps, config.burst);
+    let pace = Pace::start(&config, metrics.clone());
     let crds = crd::Crds::new(target.clone(), config.update_crd_stored_versions, events.clone());
-    let target = Target { client: target, limiter, config };
+    let target = Target { client: target, pace, config };
     let ctx = Arc::new(Ctx { target, crds, migrations: apis.ours, in_tree: apis.in_tree, metrics, events });
     tokio::spawn(controller::run(ctx))
 }

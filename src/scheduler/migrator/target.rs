@@ -5,7 +5,7 @@
 use super::*;
 use crate::api::storage_version_migration::GroupVersionResource;
 use crate::error::StatusReason;
-use crate::scheduler::ratelimit::RateLimiter;
+use crate::scheduler::adaptive::Pace;
 use crate::scheduler::trigger::{discover_resource, DocumentSource};
 use crate::scheduler::SchedulerConfig;
 use backon::{ExponentialBuilder, Retryable};
@@ -123,7 +123,7 @@ pub(super) fn retry_after(headers: &axum::http::HeaderMap, body: &[u8]) -> Optio
 
 pub(super) struct Target {
     pub(super) client: kube::Client,
-    pub(super) limiter: RateLimiter,
+    pub(super) pace: Pace,
     pub(super) config: SchedulerConfig,
 }
 
@@ -222,7 +222,8 @@ pub fn well_formed_resource_version(rv: &str) -> bool {
 impl Target {
     /// One request, rate limited and with a timeout; Err is a transport failure (retryable).
     pub(super) async fn send_once(&self, req: axum::http::Request<Vec<u8>>) -> Result<Reply, RequestError> {
-        self.limiter.acquire().await;
+        self.pace.acquire().await;
+        let sent = std::time::Instant::now();
         let mut req = req.map(kube::client::Body::from);
         req.headers_mut().insert(axum::http::header::ACCEPT, axum::http::HeaderValue::from_static("application/json"));
         let exchange = async {
@@ -238,10 +239,16 @@ impl Target {
                 if classify(code, reason) == Disposition::Retry { retry_after(&headers, &body) } else { None };
             Ok(Reply { code, reason, retry_after, body })
         };
-        match tokio::time::timeout(self.config.request_timeout, exchange).await {
+        let result = match tokio::time::timeout(self.config.request_timeout, exchange).await {
             Ok(r) => r,
             Err(_) => Err(RequestError::Timeout(self.config.request_timeout)),
+        };
+        // The answer (or its absence) is the adaptive rate's feedback.
+        match &result {
+            Ok(reply) => self.pace.answered(reply.code, sent.elapsed(), reply.retry_after),
+            Err(_) => self.pace.failed(),
         }
+        result
     }
 
     /// A request retried on transient errors. Ok is the final response (any non-retryable status, for the caller

@@ -159,7 +159,7 @@ impl Worker {
         retrying: Option<&str>,
     ) -> Result<(), Stop> {
         self.counts = Counts::of(handled, remaining);
-        let message = self.svm.progress_message(gvr, self.counts, retrying);
+        let message = self.svm.progress_message_at(gvr, self.counts, retrying, self.ctx.target.pace.rate());
         let message_changed = |m: &Migration| m.running_message() != Some(message.as_str());
         if self.svm.progress_subresource() == Subresource::Status {
             return self
