@@ -926,11 +926,16 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // Cluster safety (src/server/cluster_check/): whether one of our APIServices hides a group the cluster serves
     // itself, or a group we serve is routed elsewhere (it also reads our kinds' CRDs by name: the `get` above).
     ("apiregistration.k8s.io", "apiservices", "list", "src/server/cluster_check/mod.rs", "api.list("),
-    // Cluster key rotation (src/scheduler/cluster_encryption/observe.rs): the kube-apiservers' identity Leases in
-    // kube-system, listed by label, and /metrics (a nonResourceURL: group "", the URL as the resource).
-    ("coordination.k8s.io", "leases", "list", "src/scheduler/cluster_encryption/observe.rs", "api.list("),
+    // Cluster key rotation (src/scheduler/cluster_encryption/): the kube-apiservers' identity Leases in
+    // kube-system, listed and watched by label (a reflector), and /metrics (a nonResourceURL: group "", the URL as
+    // the resource).
+    ("coordination.k8s.io", "leases", "list", "src/scheduler/cluster_encryption/reconciler.rs", LEASE_REFLECTOR),
+    ("coordination.k8s.io", "leases", "watch", "src/scheduler/cluster_encryption/reconciler.rs", LEASE_REFLECTOR),
     ("", "/metrics", "get", "src/scheduler/cluster_encryption/observe.rs", "Request::get(\"/metrics\")"),
 ];
+
+/// The identity Leases' watcher, which lists and then watches them.
+const LEASE_REFLECTOR: &str = "watcher(api, watcher::Config::default().labels(IDENTITY_LABEL))";
 
 /// The merge patch the migrator sends (the patch verb, not update): kube-core's `Patch::Merge`, sent as
 /// `application/merge-patch+json`.

@@ -2,7 +2,8 @@
 //! served by the proxy in front of a target server): three kube-apiservers load a new EncryptionConfiguration one
 //! after the other; the trigger migrates once all of them report the mounted copy's hash, and only when the write
 //! key changed; a lagging apiserver is waited for (bounded scrapes, a status naming it) and one whose Lease
-//! disappears no longer is.
+//! disappears no longer is. A round runs when the set of live apiservers (their watched Leases) or the copy changes,
+//! and every interval; not when a Lease is only renewed.
 
 mod common;
 use common::apiservers::{config_hash_label, Apiservers};
@@ -41,11 +42,16 @@ fn write_copy(path: &Path, text: &str) -> String {
 
 /// A target with a few ShootStates behind the proxy serving the apiservers, and a migrating server with `extra`.
 async fn setup(apiservers: &Apiservers, extra: &[&str]) -> (Server, Proxy, Server) {
+    setup_every(apiservers, "300ms", extra).await
+}
+
+/// [`setup`] with the rounds requeued every `interval`.
+async fn setup_every(apiservers: &Apiservers, interval: &str, extra: &[&str]) -> (Server, Proxy, Server) {
     let target = target_with_shootstates(5).await;
     let proxy = Proxy::start(&target);
     apiservers.install(&proxy);
     let mut args =
-        vec!["--migration-qps", "0", "--encrypted-resources", RESOURCE, "--cluster-key-rotation-interval", "300ms"];
+        vec!["--migration-qps", "0", "--encrypted-resources", RESOURCE, "--cluster-key-rotation-interval", interval];
     args.extend_from_slice(extra);
     let m = migrating_server(&proxy.kubeconfig(), &args);
     (target, proxy, m)
@@ -222,4 +228,41 @@ async fn without_a_copy_every_new_shared_hash_migrates_the_encrypted_resources()
     assert_eq!(annotation(&s, "migration.k8s.io/encryption-config-hash"), "sha256:bbbb");
     assert_eq!(annotation(&s, "migration.k8s.io/encryption-write-key"), "", "no write key without a copy");
     assert!(s["status"]["encryptionWriteKey"].is_null(), "{s:#}");
+}
+
+/// With a requeue far beyond the test, only the inputs make a round: a change of the set of live apiservers (seen
+/// through the Lease watch, a deletion included) and of the copy's content. Renewals change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_are_woken_by_the_live_apiservers_and_the_copy_not_by_renewals() {
+    let dir = tempfile::tempdir().expect("dir");
+    let copy = dir.path().join("encryption-config.yaml");
+    let h1 = write_copy(&copy, &config(&[("key1", KEY1)]));
+    let apiservers = Apiservers::new(&IDS, &h1);
+    let copy_arg = copy.to_str().expect("path");
+    let (_t, _p, m) = setup_every(&apiservers, "1h", &["--cluster-encryption-provider-config", copy_arg]).await;
+    observed(&m, "the first round", |o| {
+        o == format!("all 3 live kube-apiservers report {h1}, the mounted copy's hash")
+    });
+    assert!(apiservers.lease_watches() > 0, "the Leases are watched");
+    let scrapes = apiservers.scrapes();
+
+    // Renewals, then a Lease deleted: one round, of the two that are left (two scrapes reach both, round robin).
+    for id in IDS {
+        apiservers.renew(id);
+    }
+    apiservers.remove(IDS[2]);
+    observed(&m, "the round for the deleted Lease", |o| {
+        o == format!("all 2 live kube-apiservers report {h1}, the mounted copy's hash")
+    });
+    assert_eq!(apiservers.scrapes(), scrapes + 2, "one round of two scrapes, none for the renewals");
+
+    // Loading a new file shows only in /metrics (no round); the copy's change, after it, makes one.
+    let text = config(&[("key1", KEY1), ("key2", KEY2)]);
+    let h2 = config_hash_label(text.as_bytes());
+    apiservers.load(IDS[0], &h2);
+    apiservers.load(IDS[1], &h2);
+    write_copy(&copy, &text);
+    observed(&m, "the round for the new copy", |o| {
+        o == format!("all 2 live kube-apiservers report {h2}, the mounted copy's hash")
+    });
 }

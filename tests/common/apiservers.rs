@@ -1,14 +1,21 @@
 //! A cluster's kube-apiservers as the cluster key-rotation trigger sees them, served by the [`Proxy`] in front of
 //! a target: their identity Leases in kube-system (`apiserver.kubernetes.io/identity=kube-apiserver`, name = the
-//! apiserver's ID, as pkg/controlplane writes them) and `/metrics`, which a load balancer answers from one apiserver
-//! after the other (round robin), each with its own
+//! apiserver's ID, as pkg/controlplane writes them), listed and watched, and `/metrics`, which a load balancer
+//! answers from one apiserver after the other (round robin), each with its own
 //! `apiserver_encryption_config_controller_last_config_info{apiserver_id_hash,hash}`.
+//!
+//! The Leases have resourceVersions as kube-apiserver's do: every change (a renewal, a removal) is one event with
+//! the next resourceVersion, kept in a history; a LIST answers at the current one, and a watch from a
+//! resourceVersion replays the events after it and then streams the new ones (from none or "0": ADDED for every
+//! Lease), with a BOOKMARK at the current resourceVersion after the replay when bookmarks are allowed.
 
 use super::proxy::{Proxy, RequestInfo};
+use bytes::Bytes;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// The label selector the identity Leases are listed with.
 pub const IDENTITY_SELECTOR: &str = "apiserver.kubernetes.io/identity=kube-apiserver";
@@ -39,6 +46,16 @@ struct Apiserver {
     exports: bool,
     /// Whether its identity Lease exists (it is removed when the apiserver is gone).
     lease: bool,
+    /// Its Lease's renewTime and resourceVersion.
+    renewed: String,
+    version: u64,
+}
+
+/// A change of an identity Lease: its resourceVersion, the event type and the Lease as it then is.
+struct Change {
+    version: u64,
+    kind: &'static str,
+    lease: Value,
 }
 
 #[derive(Default)]
@@ -47,7 +64,16 @@ struct State {
     next: usize,
     scrapes: usize,
     lease_lists: usize,
+    lease_watches: usize,
+    /// The Leases' current resourceVersion.
+    version: u64,
+    history: Vec<Change>,
+    /// The open watches; those whose client went away are dropped at the next change.
+    watchers: Vec<UnboundedSender<Bytes>>,
 }
+
+/// The first resourceVersion.
+const FIRST_VERSION: u64 = 7;
 
 /// The stand-in's kube-apiservers; clones share them.
 #[derive(Clone, Default)]
@@ -58,9 +84,16 @@ impl Apiservers {
     pub fn new(ids: &[&str], hash: &str) -> Apiservers {
         let servers = ids
             .iter()
-            .map(|id| Apiserver { id: id.to_string(), hash: hash.into(), exports: true, lease: true })
+            .map(|id| Apiserver {
+                id: id.to_string(),
+                hash: hash.into(),
+                exports: true,
+                lease: true,
+                renewed: Timestamp::now().to_string(),
+                version: FIRST_VERSION,
+            })
             .collect();
-        Apiservers(Arc::new(Mutex::new(State { servers, ..Default::default() })))
+        Apiservers(Arc::new(Mutex::new(State { servers, version: FIRST_VERSION, ..Default::default() })))
     }
 
     fn with(&self, id: &str, f: impl FnOnce(&mut Apiserver)) {
@@ -81,7 +114,26 @@ impl Apiservers {
     /// `id` is gone: its Lease is deleted (as the apiserver lease garbage collector does) and the load balancer no
     /// longer reaches it.
     pub fn remove(&self, id: &str) {
-        self.with(id, |s| s.lease = false);
+        self.change(id, "DELETED", |s| s.lease = false);
+    }
+
+    /// `id` renews its Lease (kube-apiserver does every 10 s): a MODIFIED event with a new renewTime.
+    pub fn renew(&self, id: &str) {
+        self.change(id, "MODIFIED", |s| s.renewed = Timestamp::now().to_string());
+    }
+
+    /// Changes `id`'s Lease and sends the event to every open watch.
+    fn change(&self, id: &str, kind: &'static str, f: impl FnOnce(&mut Apiserver)) {
+        let mut st = self.0.lock().unwrap();
+        st.version += 1;
+        let version = st.version;
+        let s = st.servers.iter_mut().find(|s| s.id == id).unwrap_or_else(|| panic!("no apiserver {id}"));
+        f(s);
+        s.version = version;
+        let lease = identity_lease(s);
+        let line = event_line(kind, &lease);
+        st.watchers.retain(|w| w.send(line.clone()).is_ok());
+        st.history.push(Change { version, kind, lease });
     }
 
     /// Scrapes of /metrics so far.
@@ -94,12 +146,58 @@ impl Apiservers {
         self.0.lock().unwrap().lease_lists
     }
 
+    /// Watches of the identity Leases opened so far.
+    pub fn lease_watches(&self) -> usize {
+        self.0.lock().unwrap().lease_watches
+    }
+
     /// Serves the Leases and /metrics through `proxy`.
     pub fn install(&self, proxy: &Proxy) {
         let me = self.clone();
         proxy.serve_text_locally(move |r| me.serve_metrics(r));
         let me = self.clone();
         proxy.serve_locally(move |r, _| me.serve_leases(r));
+        let me = self.clone();
+        proxy.serve_watch_locally(move |r| me.watch_leases(r));
+    }
+
+    fn watch_leases(&self, r: &RequestInfo) -> Option<UnboundedReceiver<Bytes>> {
+        if r.path != LEASES_PATH || r.method != "GET" || r.param("watch").as_deref() != Some("true") {
+            return None;
+        }
+        let mut st = self.0.lock().unwrap();
+        st.lease_watches += 1;
+        let (tx, rx) = unbounded_channel();
+        let from = r.param("resourceVersion").filter(|v| !v.is_empty() && v != "0");
+        match from.map(|v| v.parse::<u64>()) {
+            None => {
+                for s in st.servers.iter().filter(|s| s.lease) {
+                    let _ = tx.send(event_line("ADDED", &identity_lease(s)));
+                }
+                if r.param("labelSelector").as_deref() != Some(IDENTITY_SELECTOR) {
+                    let _ = tx.send(event_line("ADDED", &other_lease()));
+                }
+            }
+            Some(Ok(from)) => {
+                for c in st.history.iter().filter(|c| c.version > from) {
+                    let _ = tx.send(event_line(c.kind, &c.lease));
+                }
+            }
+            // kube-apiserver's answer to a resourceVersion it cannot parse (the watcher then lists again).
+            Some(Err(_)) => {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": "invalid resource version", "reason": "Expired", "code": 410});
+                let _ = tx.send(line(&json!({"type": "ERROR", "object": status})));
+                return Some(rx);
+            }
+        }
+        if r.param("allowWatchBookmarks").as_deref() == Some("true") {
+            let bookmark = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                  "metadata": {"resourceVersion": st.version.to_string()}});
+            let _ = tx.send(event_line("BOOKMARK", &bookmark));
+        }
+        st.watchers.push(tx);
+        Some(rx)
     }
 
     fn serve_metrics(&self, r: &RequestInfo) -> Option<(u16, &'static str, String)> {
@@ -136,23 +234,41 @@ impl Apiservers {
         }
         let mut st = self.0.lock().unwrap();
         st.lease_lists += 1;
-        let now = Timestamp::now().to_string();
-        let lease = |name: &str, labels: Value| {
-            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                   "metadata": {"name": name, "namespace": "kube-system", "labels": labels, "resourceVersion": "7"},
-                   "spec": {"holderIdentity": format!("{name}_0d6b6a5e-6a43-4a0e-9f0e-2b1c4f8c9a11"),
-                            "leaseDurationSeconds": 3600, "renewTime": now}})
-        };
-        let identity = json!({"apiserver.kubernetes.io/identity": "kube-apiserver", "kubernetes.io/hostname": "cp"});
-        let mut items: Vec<Value> =
-            st.servers.iter().filter(|s| s.lease).map(|s| lease(&s.id, identity.clone())).collect();
+        let mut items: Vec<Value> = st.servers.iter().filter(|s| s.lease).map(identity_lease).collect();
         // Another component's Lease in kube-system: only a list without the label selector sees it.
         if r.param("labelSelector").as_deref() != Some(IDENTITY_SELECTOR) {
-            items.push(lease("kube-controller-manager", json!({})));
+            items.push(other_lease());
         }
+        let metadata = json!({"resourceVersion": st.version.to_string()});
         Some((
             200,
-            json!({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1", "metadata": {"resourceVersion": "7"}, "items": items}),
+            json!({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1", "metadata": metadata, "items": items}),
         ))
     }
+}
+
+fn lease(name: &str, labels: Value, renewed: &str, version: u64) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": name, "namespace": "kube-system", "labels": labels,
+                        "resourceVersion": version.to_string()},
+           "spec": {"holderIdentity": format!("{name}_0d6b6a5e-6a43-4a0e-9f0e-2b1c4f8c9a11"),
+                    "leaseDurationSeconds": 3600, "renewTime": renewed}})
+}
+
+fn identity_lease(s: &Apiserver) -> Value {
+    let identity = json!({"apiserver.kubernetes.io/identity": "kube-apiserver", "kubernetes.io/hostname": "cp"});
+    lease(&s.id, identity, &s.renewed, s.version)
+}
+
+/// kube-controller-manager's leader election Lease, which never changes here.
+fn other_lease() -> Value {
+    lease("kube-controller-manager", json!({}), &Timestamp::now().to_string(), FIRST_VERSION)
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    line(&json!({"type": kind, "object": object}))
+}
+
+fn line(v: &Value) -> Bytes {
+    Bytes::from(format!("{v}\n"))
 }

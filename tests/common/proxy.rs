@@ -7,7 +7,8 @@
 
 use super::Server;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, Response};
@@ -78,6 +79,11 @@ pub type Rule = Box<dyn FnMut(&RequestInfo) -> Option<Fault> + Send>;
 pub type Local = Box<dyn FnMut(&RequestInfo, &[u8]) -> Option<(u16, serde_json::Value)> + Send>;
 /// Endpoints the proxy serves itself with a text body (e.g. `/metrics`): code, content type and body, or None.
 pub type TextLocal = Box<dyn FnMut(&RequestInfo) -> Option<(u16, &'static str, String)> + Send>;
+/// Watches the proxy serves itself: the JSON lines of the watch events, sent as they come (the answer ends when the
+/// sender is dropped), or None.
+pub type WatchLocal = Box<dyn FnMut(&RequestInfo) -> Option<tokio::sync::mpsc::UnboundedReceiver<Bytes>> + Send>;
+/// A whole answer, or a watch's stream of lines.
+type Body = UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
 /// One request seen by the proxy.
 #[derive(Clone, Debug)]
@@ -95,6 +101,7 @@ struct State {
     rules: Mutex<Vec<Rule>>,
     local: Mutex<Option<Local>>,
     text_local: Mutex<Option<TextLocal>>,
+    watch_local: Mutex<Option<WatchLocal>>,
     records: Mutex<Vec<Record>>,
     seq: AtomicU64,
     upstream: Upstream,
@@ -188,6 +195,7 @@ impl Proxy {
             rules: Mutex::new(Vec::new()),
             local: Mutex::new(None),
             text_local: Mutex::new(None),
+            watch_local: Mutex::new(None),
             records: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             upstream: Upstream { tls: tokio_rustls::TlsConnector::from(Arc::new(client)), port: target.port },
@@ -244,6 +252,14 @@ impl Proxy {
         local: impl FnMut(&RequestInfo) -> Option<(u16, &'static str, String)> + Send + 'static,
     ) {
         *self.state.text_local.lock().unwrap() = Some(Box::new(local));
+    }
+
+    /// Serves some watches here (checked before [`Proxy::serve_text_locally`]'s).
+    pub fn serve_watch_locally(
+        &self,
+        local: impl FnMut(&RequestInfo) -> Option<tokio::sync::mpsc::UnboundedReceiver<Bytes>> + Send + 'static,
+    ) {
+        *self.state.watch_local.lock().unwrap() = Some(Box::new(local));
     }
 
     pub fn clear_rules(&self) {
@@ -310,7 +326,7 @@ async fn handle(
     req: Request<Incoming>,
     state: &State,
     upstream: &tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>,
-) -> Result<Response<Full<Bytes>>, Dropped> {
+) -> Result<Response<Body>, Dropped> {
     let at = Instant::now();
     let info = RequestInfo {
         method: req.method().to_string(),
@@ -342,7 +358,7 @@ async fn handle(
         if let Some(s) = retry_after {
             b = b.header("retry-after", s.to_string());
         }
-        b.body(Full::new(body)).expect("response")
+        b.body(Full::new(body).boxed_unsync()).expect("response")
     };
     match &fault {
         Some(Fault::Drop) => {
@@ -379,11 +395,21 @@ async fn handle(
         return Err(Dropped);
     };
     if fault.is_none() {
+        let watch = state.watch_local.lock().unwrap().as_mut().and_then(|local| local(&info));
+        if let Some(lines) = watch {
+            record(200, false);
+            let frames = futures::stream::unfold(lines, |mut lines| async move {
+                let line = lines.recv().await?;
+                Some((Ok(hyper::body::Frame::data(line)), lines))
+            });
+            let answer = Response::builder().status(200).header("content-type", "application/json");
+            return Ok(answer.body(StreamBody::new(frames).boxed_unsync()).expect("response"));
+        }
         let text = state.text_local.lock().unwrap().as_mut().and_then(|local| local(&info));
         if let Some((code, content_type, body)) = text {
             record(code, false);
             let answer = Response::builder().status(code).header("content-type", content_type);
-            return Ok(answer.body(Full::new(Bytes::from(body))).expect("response"));
+            return Ok(answer.body(Full::new(Bytes::from(body)).boxed_unsync()).expect("response"));
         }
         let answer = state.local.lock().unwrap().as_mut().and_then(|local| local(&info, &body));
         if let Some((code, json)) = answer {
@@ -432,7 +458,7 @@ async fn handle(
             out = out.header(k, v);
         }
     }
-    Ok(out.body(Full::new(body)).expect("response"))
+    Ok(out.body(Full::new(body).boxed_unsync()).expect("response"))
 }
 
 /// Sends one request to the target on this connection's upstream connection (opened or reopened as needed) and

@@ -1,8 +1,10 @@
 //! The cluster key-rotation trigger (cluster mode, kube-apiserver 1.34+): migrates the resources whose
 //! encryption-at-rest write key the cluster's kube-apiservers changed, once every live one has loaded the change.
 //!
-//! Every `--cluster-key-rotation-interval` the leader:
-//! - finds the live kube-apiservers from their identity Leases in kube-system ([`observe::live_identities`]);
+//! The leader runs a round ([`reconciler`]) when the set of live kube-apiservers changes, when the mounted copy of
+//! the config changes, and every `--cluster-key-rotation-interval`; a round:
+//! - finds the live kube-apiservers from their identity Leases in kube-system, as a reflector keeps them
+//!   ([`observe::live_identities`]);
 //! - scrapes the target's `/metrics` until every live identity has answered with its
 //!   `apiserver_encryption_config_controller_last_config_info{apiserver_id_hash,hash}` (behind a load balancer each
 //!   scrape reaches one apiserver; at most `--cluster-key-rotation-scrapes` scrapes a round), matching identities by
@@ -22,12 +24,14 @@
 pub mod config;
 pub mod decide;
 pub mod observe;
+mod reconciler;
 pub mod record;
 
 use crate::scheduler::events::{reference_to, EventRecorder, EventType};
 use crate::scheduler::trigger::{discover, resolve_resource, start_migration, OwnObjects};
 use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
 use config::ConfigCopy;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use record::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,7 +54,8 @@ pub struct ClusterKeyRotationFlags {
     /// the config they are migrated on every new config hash; with one, they are watched besides those it names.
     #[arg(long, value_delimiter = ',', default_value = "secrets")]
     pub encrypted_resources: Vec<String>,
-    /// How often the kube-apiservers' Leases and metrics are read.
+    /// How often the kube-apiservers' metrics are read at least (a change of the set of live kube-apiservers, whose
+    /// Leases are watched, or of the config copy makes a round at once).
     #[arg(long, default_value = "1m", value_parser = crate::duration::parse_duration)]
     pub cluster_key_rotation_interval: Duration,
     /// Scrapes of /metrics per round at most, until every live kube-apiserver has answered.
@@ -92,13 +97,7 @@ impl Trigger for ClusterKeyRotation {
     fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<tokio::task::JoinHandle<()>> {
         let (me, mut ctx, events) = (self.clone(), ctx.clone(), events.clone());
         ctx.own = ctx.own.with_manager(crate::scheduler::managers::CLUSTER_KEY_ROTATION);
-        Some(tokio::spawn(async move {
-            let mut last = String::new();
-            loop {
-                me.round(&ctx, &events, &mut last).await;
-                tokio::time::sleep(me.interval).await;
-            }
-        }))
+        Some(tokio::spawn(reconciler::run(me, ctx, events)))
     }
 }
 
@@ -118,16 +117,10 @@ fn split(name: &str) -> (String, String) {
 }
 
 impl ClusterKeyRotation {
-    /// One round: observe, decide, migrate and record. `last` is the previous observation (logged on change).
-    async fn round(&self, ctx: &TriggerContext, events: &EventRecorder, last: &mut String) {
-        let leases = match observe::list_identity_leases(&ctx.target).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "cluster key rotation: retrying next round");
-                return;
-            }
-        };
-        let live = observe::live_identities(&leases, Timestamp::now());
+    /// One round: observe, decide, migrate and record. `leases` are the identity Leases as the reflector has them;
+    /// `last` is the previous observation (logged on change).
+    async fn round(&self, ctx: &TriggerContext, events: &EventRecorder, leases: &[Lease], last: &mut String) {
+        let live = observe::live_identities(leases, Timestamp::now());
         let obs = observe::scrape(&ctx.target, &live, self.scrapes, ctx.config.request_timeout).await;
         let copy = self.copy.as_deref().map(ConfigCopy::read);
         let mut names = self.resources.clone();

@@ -4,7 +4,6 @@
 use super::config::{digest_of, sha256_label};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -14,13 +13,6 @@ pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity=kube-apiserve
 pub const IDENTITY_NAMESPACE: &str = "kube-system";
 /// The metric kube-apiserver 1.34+ exports for the loaded encryption config.
 pub const LAST_CONFIG_INFO: &str = "apiserver_encryption_config_controller_last_config_info";
-
-/// A request to the cluster failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ObserveError {
-    #[error("listing the identity Leases in kube-system: {0}")]
-    Leases(#[source] kube::Error),
-}
 
 /// The names of the live identity Leases. A Lease is the identity of one kube-apiserver: its name is the
 /// apiserver's ID (pkg/controlplane's identity lease controller: leaseName = APIServerID, holderIdentity =
@@ -114,13 +106,6 @@ pub fn merge_scrape(obs: &mut Observation, by_id_hash: &BTreeMap<String, String>
             }
         }
     }
-}
-
-/// Lists the identity Leases of the cluster.
-pub async fn list_identity_leases(client: &kube::Client) -> Result<Vec<Lease>, ObserveError> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), IDENTITY_NAMESPACE);
-    let list = api.list(&ListParams::default().labels(IDENTITY_LABEL)).await.map_err(ObserveError::Leases)?;
-    Ok(list.items)
 }
 
 /// Scrapes the cluster's `/metrics` until every identity of `live` has answered or `attempts` scrapes were made
