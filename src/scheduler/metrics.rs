@@ -114,7 +114,7 @@ impl SchedulerMetrics {
         }
         registry.register(
             "migration_apiserver_migration_rate_cuts_total",
-            "The number of times the migrator's adaptive rate went down, labeled with the reason: throttled (429 or Retry-After), errors (5xx, timeouts), latency (its own requests), clients_latency (the server's other clients, standalone).",
+            "The number of times the migrator's adaptive rate went down, labeled with the reason: throttled (429 or Retry-After), errors (5xx, timeouts), latency (its own requests), clients_latency, clients_throughput (the server's other clients, standalone), cpu_wait (the server's threads waited for a CPU, standalone).",
             m.rate_cuts.clone(),
         );
         Arc::new(m)

@@ -48,9 +48,27 @@ const CLIENTS_SLACK: Duration = Duration::from_micros(200);
 /// with enough requests in half a second to be more than noise).
 const OWN_QUANTILE: f64 = 0.5;
 const CLIENTS_QUANTILE: f64 = 0.9;
-/// Fewer requests than these in an interval say nothing about latency.
+/// Fewer requests than these in an interval say nothing about latency. The other clients' bound is higher: a
+/// watcher polling its progress and a Prometheus scrape are not a load whose tail one can read, and a migration
+/// slowed to keep theirs would be slowed for nothing.
 const MIN_OWN: u64 = 8;
-const MIN_CLIENTS: u64 = 20;
+const MIN_CLIENTS: u64 = 100;
+/// The wait for a CPU ([`super::cpu_wait`]) is read at its 99th percentile, the readers' tail that a busy machine
+/// stretches first: up to 1.5 times its probed baseline plus 0.3 ms (readers' p99 includes their own work, so it
+/// grows by less). Below 100 wake-ups an interval it says nothing.
+const CPU_WAIT_QUANTILE: f64 = 0.99;
+const CPU_WAIT_TOLERANCE: f64 = 1.5;
+const CPU_WAIT_SLACK: Duration = Duration::from_micros(300);
+const MIN_CPU_WAIT: u64 = 100;
+/// The other clients' requests served per interval may fall to this share of the probe's before the rate backs
+/// off: clients that send as fast as they are answered get fewer answers when the migration takes their CPU, and
+/// their latency as the server measures it hardly moves (the wait is before the server reads the request). Judged
+/// only when they sent at least [`MIN_SERVED`] requests an interval during the probe.
+const SERVED_TOLERANCE: f64 = 0.9;
+const MIN_SERVED: f64 = 100.0;
+/// Below this share of the probe's, the other clients may have been starved or may have gone: the rate is cut and
+/// a probe tells which (gone clients leave a baseline too small to judge).
+const SERVED_UNSURE: f64 = 0.5;
 /// The largest cut for latency in one interval, and the cuts for errors and for throttling (TCP halves its window
 /// on a loss).
 const MIN_GRADIENT: f64 = 0.5;
@@ -80,8 +98,10 @@ pub struct Sample {
     pub errors: u64,
     /// The latencies of the migration's answered requests.
     pub own: Counts,
-    /// The other clients' latencies, when the target is this server.
+    /// The other clients' latencies, when the target is this server (their count: the requests served).
     pub clients: Option<Counts>,
+    /// How long this process' threads waited for a CPU when they woke, when the target is this server.
+    pub cpu_wait: Option<Counts>,
 }
 
 /// Why the rate went down.
@@ -91,10 +111,13 @@ pub enum Cut {
     Errors,
     Latency,
     ClientsLatency,
+    ClientsThroughput,
+    CpuWait,
 }
 
 impl Cut {
-    pub const ALL: [Cut; 4] = [Cut::Throttled, Cut::Errors, Cut::Latency, Cut::ClientsLatency];
+    pub const ALL: [Cut; 6] =
+        [Cut::Throttled, Cut::Errors, Cut::Latency, Cut::ClientsLatency, Cut::ClientsThroughput, Cut::CpuWait];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -102,6 +125,55 @@ impl Cut {
             Cut::Errors => "errors",
             Cut::Latency => "latency",
             Cut::ClientsLatency => "clients_latency",
+            Cut::ClientsThroughput => "clients_throughput",
+            Cut::CpuWait => "cpu_wait",
+        }
+    }
+}
+
+/// What the last probe measured, the baselines of the intervals until the next.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Baselines {
+    /// The migration's own requests' p50.
+    pub own: Option<Duration>,
+    /// Standalone: the other clients' p90, the requests of theirs served per interval, the p99 of the wait for a CPU.
+    pub clients: Option<Duration>,
+    pub served: Option<f64>,
+    pub cpu_wait: Option<Duration>,
+}
+
+/// What a probe's settled intervals saw, summed.
+#[derive(Clone, Debug, Default)]
+struct Probed {
+    own: Counts,
+    clients: Option<Counts>,
+    cpu_wait: Option<Counts>,
+    intervals: u32,
+}
+
+impl Probed {
+    fn add(&mut self, s: &Sample) {
+        fn sum(total: &mut Option<Counts>, more: &Option<Counts>) {
+            if let Some(c) = more {
+                *total = Some(total.as_ref().map_or_else(|| c.clone(), |t| t.add(c)));
+            }
+        }
+        self.own = self.own.add(&s.own);
+        sum(&mut self.clients, &s.clients);
+        sum(&mut self.cpu_wait, &s.cpu_wait);
+        self.intervals += 1;
+    }
+
+    /// The baselines it gives; one without enough requests keeps the previous probe's.
+    fn baselines(self, previous: &Baselines) -> Baselines {
+        let quantile =
+            |c: Option<&Counts>, min: u64, q: f64| c.filter(|c| c.count() >= min).and_then(|c| c.quantile(q));
+        let intervals = f64::from(self.intervals.max(1));
+        Baselines {
+            own: quantile(Some(&self.own), MIN_OWN, OWN_QUANTILE).or(previous.own),
+            clients: quantile(self.clients.as_ref(), MIN_CLIENTS, CLIENTS_QUANTILE).or(previous.clients),
+            served: self.clients.as_ref().map(|c| c.count() as f64 / intervals).or(previous.served),
+            cpu_wait: quantile(self.cpu_wait.as_ref(), MIN_CPU_WAIT, CPU_WAIT_QUANTILE).or(previous.cpu_wait),
         }
     }
 }
@@ -138,11 +210,11 @@ pub struct Controller {
     clean: u32,
     idle: u32,
     phase: Phase,
-    /// What the current probe's settled part saw: the migration's own latencies and the other clients'.
-    probed: (Counts, Option<Counts>),
-    /// The latencies the last probe measured (the migration's own, the other clients').
-    own_base: Option<Duration>,
-    clients_base: Option<Duration>,
+    /// What the current probe's settled part saw.
+    probed: Probed,
+    base: Baselines,
+    /// Probe at the next step, whenever the last one was.
+    probe_soon: bool,
 }
 
 impl Controller {
@@ -157,8 +229,8 @@ impl Controller {
             slow_start: true,
             clean: 0,
             idle: 0,
-            own_base: None,
-            clients_base: None,
+            base: Baselines::default(),
+            probe_soon: false,
         }
     }
 
@@ -170,9 +242,13 @@ impl Controller {
         &self.settings
     }
 
-    /// The baselines of the last probe (the migration's own latency, the other clients').
-    pub fn baselines(&self) -> (Option<Duration>, Option<Duration>) {
-        (self.own_base, self.clients_base)
+    pub fn baselines(&self) -> &Baselines {
+        &self.base
+    }
+
+    /// Whether the migration sent requests lately (else the rate starts over with the next one).
+    pub fn active(&self) -> bool {
+        self.idle < IDLE_RESET
     }
 
     /// One interval's feedback, at its end `now`: the rate for the next interval.
@@ -181,16 +257,12 @@ impl Controller {
         if self.idle >= IDLE_RESET && matches!(self.phase, Phase::Running { .. }) {
             self.rate = self.settings.floor;
             self.slow_start = true;
-            self.own_base = None;
+            self.base = Baselines::default();
         }
         let (cut, pause) = self.congestion(s);
         if let Phase::Probing { since, resume } = &mut self.phase {
             if now.duration_since(*since) > self.settings.settle {
-                let (own, clients) = &mut self.probed;
-                *own = own.add(&s.own);
-                if let Some(c) = &s.clients {
-                    *clients = Some(clients.as_ref().map_or_else(|| c.clone(), |sum| sum.add(c)));
-                }
+                self.probed.add(s);
             }
             if cut.is_some() {
                 *resume = self.rate.max(self.settings.floor);
@@ -198,15 +270,7 @@ impl Controller {
             self.rate = self.settings.floor;
             if now.duration_since(*since) + self.settings.interval / 2 >= self.settings.probe_for {
                 let resume = *resume;
-                let (own, clients) = std::mem::take(&mut self.probed);
-                if let Some(base) = (own.count() >= MIN_OWN).then(|| own.quantile(OWN_QUANTILE)).flatten() {
-                    self.own_base = Some(base);
-                }
-                if let Some(base) =
-                    clients.filter(|c| c.count() >= MIN_CLIENTS).and_then(|c| c.quantile(CLIENTS_QUANTILE))
-                {
-                    self.clients_base = Some(base);
-                }
+                self.base = std::mem::take(&mut self.probed).baselines(&self.base);
                 self.rate = resume;
                 self.phase = Phase::Running { next_probe: now + self.settings.probe_every };
             }
@@ -240,18 +304,28 @@ impl Controller {
         (Some(cut), pause)
     }
 
-    /// Latency above its tolerance over the probed baseline cuts the rate in proportion (Envoy's gradient,
-    /// `baseline * tolerance / sample`, at most halving).
+    /// Latency above its tolerance over the probed baseline, or the other clients served less than at the probe,
+    /// cuts the rate in proportion (Envoy's gradient, `baseline * tolerance / sample`, at most halving); the worst
+    /// signal decides.
     fn latency_cut(&mut self, s: &Sample) -> Option<Cut> {
-        let own =
-            gradient(self.own_base, &s.own, OWN_QUANTILE, MIN_OWN, OWN_TOLERANCE, OWN_SLACK).map(|g| (g, Cut::Latency));
+        let b = self.base.clone();
+        let own = gradient(b.own, &s.own, OWN_QUANTILE, MIN_OWN, OWN_TOLERANCE, OWN_SLACK).map(|g| (g, Cut::Latency));
         let clients = s.clients.as_ref().and_then(|c| {
-            gradient(self.clients_base, c, CLIENTS_QUANTILE, MIN_CLIENTS, CLIENTS_TOLERANCE, CLIENTS_SLACK)
+            gradient(b.clients, c, CLIENTS_QUANTILE, MIN_CLIENTS, CLIENTS_TOLERANCE, CLIENTS_SLACK)
+                .map(|g| (g, Cut::ClientsLatency))
         });
-        let (g, cut) = [own, clients.map(|g| (g, Cut::ClientsLatency))]
-            .into_iter()
-            .flatten()
-            .min_by(|a, b| a.0.total_cmp(&b.0))?;
+        let served = s.clients.as_ref().zip(b.served.filter(|base| *base >= MIN_SERVED)).map(|(c, base)| {
+            let share = c.count() as f64 / base;
+            self.probe_soon |= share < SERVED_UNSURE;
+            (share / SERVED_TOLERANCE, Cut::ClientsThroughput)
+        });
+        // Only when there are other clients to keep it for: alone, the migration may keep both cores busy.
+        let others = s.clients.as_ref().is_some_and(|c| c.count() >= MIN_CLIENTS);
+        let cpu_wait = s.cpu_wait.as_ref().filter(|_| others).and_then(|c| {
+            gradient(b.cpu_wait, c, CPU_WAIT_QUANTILE, MIN_CPU_WAIT, CPU_WAIT_TOLERANCE, CPU_WAIT_SLACK)
+                .map(|g| (g, Cut::CpuWait))
+        });
+        let (g, cut) = [own, clients, served, cpu_wait].into_iter().flatten().min_by(|a, b| a.0.total_cmp(&b.0))?;
         if g >= 1.0 {
             return None;
         }
@@ -279,12 +353,18 @@ impl Controller {
 
     /// Time for the periodic probe; or at once when a baseline is missing and there is something to measure: the
     /// migration's first requests, other clients that came while it ran.
-    fn needs_probe(&self, now: Instant, s: &Sample) -> bool {
+    fn needs_probe(&mut self, now: Instant, s: &Sample) -> bool {
         let Phase::Running { next_probe } = self.phase else { return false };
-        let own_unknown = self.own_base.is_none() && s.own.count() >= MIN_OWN;
-        let clients_unknown =
-            self.clients_base.is_none() && s.clients.as_ref().is_some_and(|c| c.count() >= MIN_CLIENTS);
-        now >= next_probe || own_unknown || clients_unknown
+        if std::mem::take(&mut self.probe_soon) {
+            return true;
+        }
+        let b = &self.base;
+        let own_unknown = b.own.is_none() && s.own.count() >= MIN_OWN;
+        let clients_unknown = b.clients.is_none() && s.clients.as_ref().is_some_and(|c| c.count() >= MIN_CLIENTS);
+        let others = s.clients.as_ref().is_some_and(|c| c.count() >= MIN_CLIENTS);
+        let cpu_wait_unknown =
+            others && b.cpu_wait.is_none() && s.cpu_wait.as_ref().is_some_and(|c| c.count() >= MIN_CPU_WAIT);
+        now >= next_probe || own_unknown || clients_unknown || cpu_wait_unknown
     }
 }
 

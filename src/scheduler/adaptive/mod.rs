@@ -16,12 +16,18 @@
 //!
 //! - Every 30 s (and when the migration starts, or other clients appear) the rate drops to the floor for 1.5 s; the
 //!   last second gives the baselines: the p50 of the migration's own requests and, standalone, the p90 of the
-//!   server's other clients ([`crate::server::latency`], counted by the HTTP layer).
+//!   server's other clients ([`crate::server::latency`], counted by the HTTP layer), how many of their requests it
+//!   served, and the p99 of the wait for a CPU ([`cpu_wait`]).
 //! - Every 500 ms: a 429 (or any answer with Retry-After) halves the rate and holds every request until the
 //!   Retry-After has passed, so that the requests already queued do not all collect their own 429: no storm.
 //!   5xx, timeouts and transport errors cut it by 30%. Else the latencies are compared with their baselines: own
 //!   p50 above 2x (the target queues our requests), other clients' p90 above 1.25x (they pay for the migration),
-//!   cut in proportion (the gradient, at most halving).
+//!   cut in proportion (the gradient, at most halving). Standalone two more signals cut the same way, because
+//!   the cost of a migration in this process is CPU, and a request waiting for a CPU is not yet a request the HTTP
+//!   layer can time: the other clients served below 0.9x of the probe's requests per interval (clients that send as
+//!   fast as they are answered lose throughput, not latency), and the p99 of the wait for a CPU above 1.5x + 0.3 ms
+//!   (readers at a fixed rate lose their tail: a worker woken for them waits up to a time slice when both cores
+//!   are busy).
 //! - An interval without any of that that used its rate raises it: doubling until the first cut (TCP's slow start),
 //!   then by 5% more with each clean interval in a row, so a recovered target is found again within seconds.
 //! - Never below the floor (`--migration-min-qps`), so a migration ends even on a saturated server, nor above the
@@ -31,8 +37,10 @@
 //! request (LISTs, writes, retries); each migration's writes in flight stay bounded by the pipeline.
 
 mod control;
+mod cpu_wait;
 
-pub use control::{Controller, Cut, Sample, Settings, Step};
+pub use control::{Baselines, Controller, Cut, Sample, Settings, Step};
+use cpu_wait::CpuWait;
 
 use super::metrics::SchedulerMetrics;
 use super::ratelimit::RateLimiter;
@@ -77,7 +85,13 @@ impl Pace {
         metrics.observe_rate(first);
         if config.adaptive {
             let controller = Controller::new(settings, Instant::now());
-            tokio::spawn(steps(Arc::downgrade(&inner), controller, config.clients_latency.clone(), metrics));
+            let standalone = config.clients_latency.clone().map(|clients| Standalone {
+                clients,
+                cpu_wait: CpuWait::start()
+                    .inspect_err(|e| tracing::warn!(error = %e, "cannot measure the wait for a CPU: not judged"))
+                    .ok(),
+            });
+            tokio::spawn(steps(Arc::downgrade(&inner), controller, standalone, metrics));
         }
         Pace { inner }
     }
@@ -121,19 +135,43 @@ impl Pace {
     }
 }
 
+/// Standalone (the target is this server): how its other clients are served.
+struct Standalone {
+    clients: Arc<LatencyHistogram>,
+    /// None when its thread could not start.
+    cpu_wait: Option<Arc<CpuWait>>,
+}
+
+/// The histograms' totals at the previous step; an interval's counts are the differences.
+#[derive(Default)]
+struct Totals {
+    own: Counts,
+    clients: Option<Counts>,
+    cpu_wait: Option<Counts>,
+}
+
 impl Inner {
-    /// What the interval's requests saw; the latency histograms are read as differences of snapshots.
-    fn sample(&self, own: &Counts, clients: Option<&Counts>, previous: &mut (Counts, Option<Counts>)) -> Sample {
+    /// What the interval's requests saw.
+    fn sample(&self, standalone: Option<&Standalone>, previous: &mut Totals) -> Sample {
+        let now = Totals {
+            own: self.own.snapshot(),
+            clients: standalone.map(|s| s.clients.snapshot()),
+            cpu_wait: standalone.and_then(|s| s.cpu_wait.as_ref()).map(|c| c.snapshot()),
+        };
+        let since = |now: &Option<Counts>, then: &Option<Counts>| {
+            now.as_ref().map(|n| then.as_ref().map_or_else(Counts::default, |t| n.since(t)))
+        };
         let retry_after = self.retry_after.swap(0, Ordering::Relaxed);
         let sample = Sample {
             granted: self.granted.swap(0, Ordering::Relaxed),
             throttled: self.throttled.swap(0, Ordering::Relaxed),
             retry_after: retry_after.checked_sub(1).map(Duration::from_millis),
             errors: self.errors.swap(0, Ordering::Relaxed),
-            own: own.since(&previous.0),
-            clients: clients.map(|c| previous.1.as_ref().map_or_else(Counts::default, |p| c.since(p))),
+            own: now.own.since(&previous.own),
+            clients: since(&now.clients, &previous.clients),
+            cpu_wait: since(&now.cpu_wait, &previous.cpu_wait),
         };
-        *previous = (own.clone(), clients.cloned());
+        *previous = now;
         sample
     }
 }
@@ -142,18 +180,24 @@ impl Inner {
 async fn steps(
     inner: Weak<Inner>,
     mut controller: Controller,
-    clients: Option<Arc<LatencyHistogram>>,
+    standalone: Option<Standalone>,
     metrics: Arc<SchedulerMetrics>,
 ) {
     let mut tick = tokio::time::interval(controller.settings().interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    let mut previous = (Counts::default(), clients.as_ref().map(|c| c.snapshot()));
+    let mut previous = Totals::default();
+    if let Some(inner) = inner.upgrade() {
+        inner.sample(standalone.as_ref(), &mut previous);
+    }
+    let cpu_wait = standalone.as_ref().and_then(|s| s.cpu_wait.clone());
     loop {
+        if let Some(c) = &cpu_wait {
+            c.set_active(controller.active());
+        }
         tick.tick().await;
         let Some(inner) = inner.upgrade() else { return };
-        let own = inner.own.snapshot();
-        let sample = inner.sample(&own, clients.as_ref().map(|c| c.snapshot()).as_ref(), &mut previous);
+        let sample = inner.sample(standalone.as_ref(), &mut previous);
         let now = Instant::now();
         let step = controller.step(now, &sample);
         inner.limiter.set_qps_at(step.rate, now);
@@ -166,6 +210,10 @@ async fn steps(
             tracing::debug!(rate = step.rate, reason = cut.label(), pause = ?step.pause, throttled = sample.throttled,
                 errors = sample.errors, "migration rate cut");
         }
+        tracing::trace!(rate = step.rate, granted = sample.granted, own_p50 = ?sample.own.quantile(0.5),
+            clients = sample.clients.as_ref().map(Counts::count), clients_p90 = ?sample.clients.as_ref().and_then(|c| c.quantile(0.9)),
+            cpu_wait_p99 = ?sample.cpu_wait.as_ref().and_then(|c| c.quantile(0.99)), baselines = ?controller.baselines(),
+            "migration rate step");
     }
 }
 

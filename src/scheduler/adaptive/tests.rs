@@ -21,8 +21,8 @@ fn probed(ceiling: f64, own: Duration, clients: Option<Duration>) -> (Controller
             Sample { granted: 20, own: counts(20, own), clients: clients.map(|d| counts(500, d)), ..Sample::default() };
         assert_eq!(c.step(t, &s).rate, 40.0);
     }
-    assert_eq!(c.baselines().0.map(|b| b >= own), Some(true));
-    assert_eq!(c.baselines().1.is_some(), clients.is_some());
+    assert_eq!(c.baselines().own.map(|b| b >= own), Some(true));
+    assert_eq!(c.baselines().clients.is_some(), clients.is_some());
     (c, t)
 }
 
@@ -133,9 +133,100 @@ fn the_other_clients_latency_cuts_too() {
     let step = run(&mut c, &mut t, &s);
     assert_eq!(step.cut, Some(Cut::ClientsLatency));
     assert!(step.rate < rate * 0.8, "{} of {rate}", step.rate);
-    // Fewer than 20 requests of theirs say nothing.
+    // Fewer than 100 requests of theirs say nothing of their latency; that they got 10 answers where the probe saw
+    // 500 says they lost their throughput.
     let s = Sample { clients: Some(counts(10, Duration::from_secs(1))), ..busy(&c, OWN, None) };
+    assert_eq!(run(&mut c, &mut t, &s).cut, Some(Cut::ClientsThroughput));
+}
+
+/// A standalone controller past its first probe, which saw 500 requests of the other clients an interval at 1 ms
+/// and a 99th percentile of `cpu_wait` for the wait for a CPU; and the clock.
+fn probed_standalone(cpu_wait: Duration) -> (Controller, Instant) {
+    let mut t = Instant::now();
+    let mut c = Controller::new(Settings::new(40.0, 0.0), t);
+    for _ in 0..3 {
+        t += c.settings().interval;
+        let s = Sample { cpu_wait: Some(counts(500, cpu_wait)), ..standalone(&c, 500, Duration::from_micros(50)) };
+        assert_eq!(c.step(t, &s).rate, 40.0);
+    }
+    assert_eq!(c.baselines().served, Some(500.0));
+    assert!(c.baselines().cpu_wait.is_some_and(|b| b >= cpu_wait));
+    (c, t)
+}
+
+/// An interval that used its rate, with `served` requests of the other clients at 1 ms and 500 wake-ups late by
+/// `cpu_wait`.
+fn standalone(c: &Controller, served: u64, cpu_wait: Duration) -> Sample {
+    let clients = Some(counts(served, Duration::from_millis(1)));
+    Sample { clients, cpu_wait: Some(counts(500, cpu_wait)), ..busy(c, OWN, None) }
+}
+
+#[test]
+fn the_other_clients_getting_fewer_answers_cuts_in_proportion() {
+    let (mut c, mut t) = probed_standalone(Duration::from_micros(50));
+    for _ in 0..4 {
+        let s = standalone(&c, 500, Duration::from_micros(50));
+        assert_eq!(run(&mut c, &mut t, &s).cut, None);
+    }
+    assert_eq!(c.rate(), 640.0);
+    // Down to 0.92 of the probe's 500 is tolerated; 0.72 cuts by 0.72 / 0.9.
+    let s = standalone(&c, 460, Duration::from_micros(50));
     assert_eq!(run(&mut c, &mut t, &s).cut, None);
+    let rate = c.rate();
+    let s = standalone(&c, 360, Duration::from_micros(50));
+    let step = run(&mut c, &mut t, &s);
+    assert_eq!(step.cut, Some(Cut::ClientsThroughput));
+    assert!((step.rate / rate - 0.8).abs() < 1e-9, "{} of {rate}", step.rate);
+    // Fewer than half: starved, or gone? Halved, and a probe finds out: gone, they leave nothing to judge by.
+    let rate = c.rate();
+    let s = standalone(&c, 100, Duration::from_micros(50));
+    assert_eq!(run(&mut c, &mut t, &s), Step { rate: 40.0, pause: None, cut: Some(Cut::ClientsThroughput) });
+    for _ in 0..3 {
+        let s = standalone(&c, 0, Duration::from_micros(50));
+        run(&mut c, &mut t, &s);
+    }
+    assert_eq!(c.rate(), rate / 2.0);
+    assert_eq!(c.baselines().served, Some(0.0));
+    let s = standalone(&c, 0, Duration::from_micros(50));
+    assert_eq!(run(&mut c, &mut t, &s).cut, None);
+}
+
+#[test]
+fn a_long_wait_for_a_cpu_cuts() {
+    let (mut c, mut t) = probed_standalone(Duration::from_micros(100));
+    for _ in 0..4 {
+        let s = standalone(&c, 500, Duration::from_micros(100));
+        run(&mut c, &mut t, &s);
+    }
+    // Probed 0.1 ms (read up to 19% high): up to 1.5 x that + 0.3 ms is fine.
+    let s = standalone(&c, 500, Duration::from_micros(400));
+    assert_eq!(run(&mut c, &mut t, &s).cut, None);
+    // A time slice of 4 ms halves the rate.
+    let rate = c.rate();
+    let s = standalone(&c, 500, Duration::from_millis(4));
+    assert_eq!(run(&mut c, &mut t, &s), Step { rate: rate / 2.0, pause: None, cut: Some(Cut::CpuWait) });
+    // Fewer than 100 wake-ups say nothing.
+    let s = Sample { cpu_wait: Some(counts(50, Duration::from_millis(4))), ..standalone(&c, 500, OWN) };
+    assert_eq!(run(&mut c, &mut t, &s).cut, None);
+    // Nor does the wait when there are no other clients to keep it short for (their throughput is judged alone).
+    let (mut c, mut t) = probed(0.0, OWN, None);
+    let s = Sample { cpu_wait: Some(counts(500, Duration::from_millis(4))), ..busy(&c, OWN, None) };
+    assert_eq!(run(&mut c, &mut t, &s), Step { rate: 80.0, pause: None, cut: None });
+}
+
+#[test]
+fn a_wait_for_a_cpu_without_a_baseline_is_probed_for_at_once() {
+    let (mut c, mut t) = probed(0.0, OWN, Some(Duration::from_millis(1)));
+    for _ in 0..3 {
+        let s = busy(&c, OWN, Some(Duration::from_millis(1)));
+        run(&mut c, &mut t, &s);
+    }
+    assert_eq!(c.rate(), 320.0);
+    let s = Sample {
+        cpu_wait: Some(counts(500, Duration::from_micros(80))),
+        ..busy(&c, OWN, Some(Duration::from_millis(1)))
+    };
+    assert_eq!(run(&mut c, &mut t, &s).rate, 40.0);
 }
 
 #[test]
@@ -158,7 +249,7 @@ fn probes_drop_to_the_floor_then_resume_with_new_baselines() {
         })
         .collect();
     assert_eq!(rates, [40.0, 40.0, 500.0]);
-    assert!(c.baselines().1.is_some_and(|b| b >= Duration::from_millis(3)));
+    assert!(c.baselines().clients.is_some_and(|b| b >= Duration::from_millis(3)));
     let s = busy(&c, OWN, slower);
     assert_eq!(run(&mut c, &mut t, &s).cut, None);
 }
@@ -188,7 +279,7 @@ fn after_an_idle_while_a_migration_starts_over() {
         run(&mut c, &mut t, &Sample::default());
     }
     assert_eq!(c.rate(), 40.0);
-    assert_eq!(c.baselines().0, None);
+    assert_eq!(c.baselines(), &Baselines::default());
 }
 
 #[test]
