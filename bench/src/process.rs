@@ -174,8 +174,9 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        // A server that died by itself keeps its whole log.
-        if self.exited().is_some() {
+        // A server that died by itself keeps its whole log, and every server does with BENCH_KEEP_LOGS set (to
+        // read what it logged at RUST_LOG's levels during a run).
+        if self.exited().is_some() || std::env::var_os("BENCH_KEEP_LOGS").is_some() {
             let kept = self.dir.with_extension("log");
             if std::fs::copy(self.dir.join("server.log"), &kept).is_ok() {
                 eprintln!("bench: the log of the server that exited is kept in {}", kept.display());
