@@ -6,9 +6,9 @@
 
 mod common;
 use common::proxy::{Fault, Proxy};
+use common::shootstates::stale_shootstates;
 use common::*;
-use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,29 +24,6 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Option<Valu
     let code = resp.status().as_u16();
     let bytes = http_body_util::BodyExt::collect(resp.into_body()).await.expect("body").to_bytes();
     (code, String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// A target with `N` ShootStates stored as v1alpha1, restarted with v1beta1 as the storage version.
-async fn stale_target() -> Server {
-    let mut t =
-        Server::start(&["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1alpha1"]);
-    let c = t.client().await;
-    let created: Vec<u16> = futures::stream::iter(0..N)
-        .map(|i| {
-            let c = c.clone();
-            async move {
-                let body = json!({"apiVersion": "core.gardener.cloud/v1alpha1", "kind": "ShootState",
-                    "metadata": {"name": format!("s-{i:05}"), "namespace": "garden"},
-                    "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"n": i}}]}});
-                send(&c, "POST", "/apis/core.gardener.cloud/v1alpha1/namespaces/garden/shootstates", Some(body)).await.0
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    assert!(created.iter().all(|c| *c == 201), "creates: {created:?}");
-    t.restart_with(&["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1beta1"]);
-    t
 }
 
 /// A sample of the migrator's /metrics.
@@ -80,7 +57,7 @@ fn is_shootstate_write(method: &str, path: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rate_falls_on_a_slow_throttling_target_without_a_storm_and_rises_again() {
-    let target = stale_target().await;
+    let target = stale_shootstates(N).await;
     let proxy = Proxy::start(&target);
     let throttling = Arc::new(AtomicBool::new(false));
     // The throttling target: a token bucket of CAPACITY writes a second (a burst of 3); writes beyond it get 429,

@@ -1,7 +1,10 @@
 //! ShootStates (`core.gardener.cloud`), the objects the migration suites migrate: one builder of the object, its
 //! typed client, and the targets holding some. Spelled out here, never taken from the crate (as in [`super::objects`]).
 
+use super::requests::call;
 use super::Server;
+use axum::http::Method;
+use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
@@ -47,4 +50,27 @@ pub async fn target_with_shootstates(n: usize) -> Server {
         api.create(&Default::default(), &o).await.expect("create");
     }
     target
+}
+
+/// A server without a scheduler holding `n` ShootStates `garden/s-<i>` stored as v1alpha1 (created 16 at a time),
+/// restarted with v1beta1 as their storage version: every object is stale for the next migrator.
+pub async fn stale_shootstates(n: usize) -> Server {
+    let mut t = Server::start(&["--disable-scheduler", "--storage-version", &format!("{SHOOTSTATES}=v1alpha1")]);
+    let c = t.client().await;
+    let created: Vec<u16> = futures::stream::iter(0..n)
+        .map(|i| {
+            let c = c.clone();
+            let body = shootstate("v1alpha1", "garden", &format!("s-{i:05}"), json!({"n": i}));
+            async move {
+                let path = "/apis/core.gardener.cloud/v1alpha1/namespaces/garden/shootstates";
+                let headers = [("content-type", "application/json")];
+                call(&c, Method::POST, path, &headers, body.to_string().into_bytes()).await.status
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(created.iter().all(|c| *c == 201), "creates: {created:?}");
+    t.restart_with(&["--disable-scheduler", "--storage-version", &format!("{SHOOTSTATES}=v1beta1")]);
+    t
 }
