@@ -23,6 +23,7 @@
 
 pub mod config;
 pub mod decide;
+pub mod key_id_metrics;
 pub mod observe;
 mod reconciler;
 pub mod record;
