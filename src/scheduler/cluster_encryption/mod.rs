@@ -24,6 +24,7 @@
 pub mod config;
 pub mod decide;
 pub mod key_id_metrics;
+pub mod key_id_rotation;
 pub mod observe;
 mod reconciler;
 pub mod record;
