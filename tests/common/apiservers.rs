@@ -2,7 +2,11 @@
 //! a target: their identity Leases in kube-system (`apiserver.kubernetes.io/identity=kube-apiserver`, name = the
 //! apiserver's ID, as pkg/controlplane writes them), listed and watched, and `/metrics`, which a load balancer
 //! answers from one apiserver after the other (round robin), each with its own
-//! `apiserver_encryption_config_controller_last_config_info{apiserver_id_hash,hash}`.
+//! `apiserver_encryption_config_controller_last_config_info{apiserver_id_hash,hash}` and, per KMS v2 provider,
+//! `apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds{apiserver_id_hash,key_id_hash,
+//! provider_name}`: set to the time of the plugin's last Status reply for its key_id, the series of older key_ids
+//! still exported (kube-apiserver deletes one only when its LRU cache of label sets evicts it), listed in label
+//! order as client_golang lists them, so that an old key_id may come after the new one.
 //!
 //! The Leases have resourceVersions as kube-apiserver's do: every change (a renewal, a removal) is one event with
 //! the next resourceVersion, kept in a history; a LIST answers at the current one, and a watch from a
@@ -49,6 +53,8 @@ struct Apiserver {
     /// Its Lease's renewTime and resourceVersion.
     renewed: String,
     version: u64,
+    /// Its key_id status series: (provider, key_id hash) -> the time of the last Status reply with that key_id.
+    key_ids: std::collections::BTreeMap<(String, String), f64>,
 }
 
 /// A change of an identity Lease: its resourceVersion, the event type and the Lease as it then is.
@@ -65,6 +71,8 @@ struct State {
     scrapes: usize,
     lease_lists: usize,
     lease_watches: usize,
+    /// The last Status time given to a key_id series: each reply is strictly later than the one before.
+    clock: f64,
     /// The Leases' current resourceVersion.
     version: u64,
     history: Vec<Change>,
@@ -91,6 +99,7 @@ impl Apiservers {
                 lease: true,
                 renewed: Timestamp::now().to_string(),
                 version: FIRST_VERSION,
+                key_ids: Default::default(),
             })
             .collect();
         Apiservers(Arc::new(Mutex::new(State { servers, version: FIRST_VERSION, ..Default::default() })))
@@ -104,6 +113,17 @@ impl Apiservers {
     /// `id` (re)loads the config of hash `hash`.
     pub fn load(&self, id: &str, hash: &str) {
         self.with(id, |s| s.hash = hash.into());
+    }
+
+    /// `id`'s plugin for the KMS v2 provider `provider` answers Status with `key_id`: that series' timestamp is
+    /// now (later than every earlier reply); the series of the other key_ids stay as they were.
+    pub fn report_key_id(&self, id: &str, provider: &str, key_id: &str) {
+        let mut st = self.0.lock().unwrap();
+        let now = Timestamp::now().as_millisecond() as f64 / 1000.0;
+        st.clock = now.max(st.clock + 0.001);
+        let at = st.clock;
+        let s = st.servers.iter_mut().find(|s| s.id == id).unwrap_or_else(|| panic!("no apiserver {id}"));
+        s.key_ids.insert((provider.to_string(), sha256_label(key_id.as_bytes())), at);
     }
 
     /// Whether `id`'s /metrics carries its `last_config_info` sample.
@@ -225,6 +245,21 @@ impl Apiservers {
                 s.hash
             ));
         }
+        if !s.key_ids.is_empty() {
+            body.push_str(&format!(
+                "# HELP {KEY_ID_STATUS} [ALPHA] The last time in seconds when a keyID was returned by the Status RPC call.\n\
+                 # TYPE {KEY_ID_STATUS} gauge\n"
+            ));
+            let id_hash = sha256_label(s.id.as_bytes());
+            let mut series: Vec<(&(String, String), &f64)> = s.key_ids.iter().collect();
+            series.sort_by(|((p1, k1), _), ((p2, k2), _)| (k1, p1).cmp(&(k2, p2)));
+            for ((provider, key_id_hash), at) in series {
+                body.push_str(&format!(
+                    "{KEY_ID_STATUS}{{apiserver_id_hash=\"{id_hash}\",key_id_hash=\"{key_id_hash}\",provider_name=\"{provider}\"}} {}\n",
+                    go_float(*at)
+                ));
+            }
+        }
         Some((200, "text/plain; version=0.0.4; charset=utf-8", body))
     }
 
@@ -244,6 +279,20 @@ impl Apiservers {
             200,
             json!({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1", "metadata": metadata, "items": items}),
         ))
+    }
+}
+
+const KEY_ID_STATUS: &str = "apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds";
+
+/// A sample value as client_golang writes it (Go's `strconv.FormatFloat(v, 'g', -1, 64)`): `1.7327001234567e+09`.
+fn go_float(v: f64) -> String {
+    let e = format!("{v:e}");
+    match e.split_once('e') {
+        Some((mantissa, exp)) => {
+            let (sign, digits) = exp.strip_prefix('-').map_or(("+", exp), |d| ("-", d));
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+        None => e,
     }
 }
 

@@ -107,6 +107,12 @@ impl ConfigCopy {
             .unwrap_or_else(|| "identity".into())
     }
 
+    /// The KMS v2 provider that writes `resource` of `group` (its first provider is `kms` with `apiVersion: v2`): the
+    /// one whose key_id rotations rewrite it.
+    pub fn kms_v2_writer(&self, resource: &str, group: &str) -> Option<String> {
+        self.write_key(resource, group).strip_prefix("kms:v2:").map(str::to_string)
+    }
+
     /// The resources the copy names one by one (`secrets`, `shootstates.core.gardener.cloud`), not by wildcard.
     pub fn named_resources(&self) -> Vec<String> {
         self.entries.iter().flat_map(|(ps, _)| ps.iter()).filter(|p| !p.contains('*')).cloned().collect()
@@ -169,6 +175,8 @@ resources:
         assert_eq!(c.write_key("secrets", ""), "aescbc:v1:key2");
         assert_eq!(c.write_key("configmaps", ""), "aescbc:v1:key2");
         assert_eq!(c.write_key("deployments", "apps"), "kms:v2:vault");
+        assert_eq!(c.kms_v2_writer("deployments", "apps").as_deref(), Some("vault"));
+        assert_eq!(c.kms_v2_writer("secrets", ""), None);
         assert_eq!(c.write_key("shootstates", "core.gardener.cloud"), "identity");
         assert_eq!(c.named_resources(), ["secrets", "configmaps"]);
         assert!(!format!("{c:?}").contains("c2VjcmV0"), "no key material kept");

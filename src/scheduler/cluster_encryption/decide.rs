@@ -119,6 +119,7 @@ mod tests {
             reports: reports.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
             missing: missing.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>(),
             scrapes: 7,
+            ..Default::default()
         }
     }
 

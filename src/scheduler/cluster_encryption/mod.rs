@@ -14,8 +14,15 @@
 //!   the resources whose write key (first provider, first key) differs from the one recorded; without a copy, it
 //!   migrates the `--encrypted-resources` on every new hash all apiservers share (coarser: any edit of the file,
 //!   a read key added or whitespace, rewrites them);
+//! - decides about KMS v2 key_id rotations ([`key_id_rotation::plan`]), which change nothing in the config: from the
+//!   same scrapes, the key_id hash each apiserver's plugin reported last per provider
+//!   (`apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds`, [`key_id_metrics`]); once every
+//!   live one reports a new key_id for a provider and `--cluster-kms-migration-margin` has passed (the KEP's
+//!   passive-migration margin), it migrates the resources that provider writes (the copy's resources whose first
+//!   provider it is; without a copy, the `--encrypted-resources`);
 //! - records it on each resource's StorageState ([`record`]): the shared hash, the write key, the observation (who
-//!   did not answer, who disagrees), the migration requested and whether the old keys can go.
+//!   did not answer, who disagrees), the key_ids and a rotation waiting for its margin, the migration requested and
+//!   whether the old keys (or key_ids) can go.
 //!
 //! Migrations are requested as the storage-version trigger requests them ([`start_migration`]: the preferred
 //! version and storage version hash from discovery, superseding unfinished ones), so the storage-version decider
@@ -23,6 +30,8 @@
 
 pub mod config;
 pub mod decide;
+pub mod key_id_metrics;
+pub mod key_id_rotation;
 pub mod observe;
 mod reconciler;
 pub mod record;
@@ -61,6 +70,11 @@ pub struct ClusterKeyRotationFlags {
     /// Scrapes of /metrics per round at most, until every live kube-apiserver has answered.
     #[arg(long, default_value_t = 20)]
     pub cluster_key_rotation_scrapes: u32,
+    /// How long after every live kube-apiserver first reports a new key_id for a KMS v2 provider the resources it
+    /// writes are migrated: the passive-migration margin of KEP-3299, 3 + N + M minutes (3 minutes of cached write
+    /// state, N for every plugin to pick the new key up, M of buffer).
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_duration)]
+    pub cluster_kms_migration_margin: Duration,
 }
 
 impl TriggerFlags for ClusterKeyRotationFlags {
@@ -71,6 +85,7 @@ impl TriggerFlags for ClusterKeyRotationFlags {
                 resources: self.encrypted_resources.iter().map(|r| r.trim().to_string()).collect(),
                 interval: self.cluster_key_rotation_interval,
                 scrapes: self.cluster_key_rotation_scrapes.max(1),
+                kms_margin: self.cluster_kms_migration_margin,
             }) as Box<dyn Trigger>
         })
     }
@@ -83,6 +98,7 @@ pub struct ClusterKeyRotation {
     resources: BTreeSet<String>,
     interval: Duration,
     scrapes: u32,
+    kms_margin: Duration,
 }
 
 impl Trigger for ClusterKeyRotation {
@@ -142,17 +158,37 @@ impl ClusterKeyRotation {
             watched.push(Watched { name, resource, group, state });
         }
         let plan = decide::plan(&obs, copy.as_ref().map(Result::as_ref), &resources);
-        if plan.observed != *last {
-            if plan.waiting {
-                tracing::warn!(observed = %plan.observed, "cluster key rotation: waiting");
+        // KMS v2 key_ids only once the apiservers agree on the config: it says which provider writes what.
+        let kms = if plan.waiting {
+            BTreeMap::new()
+        } else {
+            let reported: BTreeSet<String> = obs.key_ids.values().flat_map(|k| k.keys().cloned()).collect();
+            let writers = watched
+                .iter()
+                .map(|w| {
+                    let providers = match &copy {
+                        Some(Ok(c)) => c.kms_v2_writer(&w.resource, &w.group).into_iter().collect(),
+                        _ => reported.clone(),
+                    };
+                    (w.name.clone(), (providers, recorded_kms(w.state.as_ref())))
+                })
+                .collect();
+            key_id_rotation::plan(&obs, &writers, Timestamp::now(), self.kms_margin)
+        };
+        let kms_observed: BTreeSet<&str> =
+            kms.values().map(|k| k.observed.as_str()).filter(|o| !o.is_empty()).collect();
+        let observed = [plan.observed.as_str()].into_iter().chain(kms_observed).collect::<Vec<_>>().join("; ");
+        if observed != *last {
+            if plan.waiting || kms.values().any(|k| k.rotating()) {
+                tracing::warn!(%observed, "cluster key rotation: waiting");
             } else {
-                tracing::info!(observed = %plan.observed, "cluster key rotation: the kube-apiservers agree");
+                tracing::info!(%observed, "cluster key rotation: the kube-apiservers agree");
             }
-            *last = plan.observed.clone();
+            *last = observed;
         }
         for w in &watched {
             let step = plan.steps.get(&w.name);
-            if let Err(e) = self.act(ctx, events, w, step, &plan.observed).await {
+            if let Err(e) = self.act(ctx, events, w, step, kms.get(&w.name), &plan.observed).await {
                 tracing::warn!(storagestate = %w.name, error = %e, "cluster key rotation: retrying next round");
             }
         }
@@ -165,46 +201,90 @@ impl ClusterKeyRotation {
         events: &EventRecorder,
         w: &Watched,
         step: Option<&decide::Step>,
+        kms: Option<&key_id_rotation::KmsStep>,
         observed: &str,
     ) -> anyhow::Result<()> {
         let (name, state) = (w.name.as_str(), w.state.as_ref());
-        let mut annotations = BTreeMap::from([(ANNOTATION_OBSERVED, observed.to_string())]);
+        let mut annotations = BTreeMap::from([(ANNOTATION_OBSERVED, Some(observed.to_string()))]);
         let mut migration = requested_migration(state);
         let mut write_key = recorded(state).write_key;
+        // One migration for both reasons when the config and a key_id changed in the same round.
+        let config_reason = step.and_then(|s| s.migrate.as_deref());
+        let reasons: Vec<&str> =
+            [config_reason, kms.and_then(|k| k.migrate.as_deref())].into_iter().flatten().collect();
         if let Some(step) = step {
-            if let Some(why) = &step.migrate {
-                let created = migrate(&ctx.own, &ctx.target, name, why, ctx.config.request_timeout).await?;
+            if !reasons.is_empty() {
+                let why = reasons.join("; ");
+                let created = migrate(&ctx.own, &ctx.target, name, &why, ctx.config.request_timeout).await?;
                 tracing::info!(storagestate = %name, migration = %created, reason = %why, "cluster key rotation: migration requested");
                 if let Some(s) = state {
                     let note = format!("{created} requested: {why}");
-                    events.record(&reference_to(s), EventType::Normal, "EncryptionConfigChanged", "Migrate", &note);
+                    let reason = if config_reason.is_some() { "EncryptionConfigChanged" } else { "KMSKeyIDChanged" };
+                    events.record(&reference_to(s), EventType::Normal, reason, "Migrate", &note);
                 }
                 migration = Some(created);
             }
             if let Some(h) = &step.record.hash {
-                annotations.insert(ANNOTATION_CONFIG_HASH, h.clone());
+                annotations.insert(ANNOTATION_CONFIG_HASH, Some(h.clone()));
             }
             if let Some(k) = &step.record.write_key {
-                annotations.insert(ANNOTATION_WRITE_KEY, k.clone());
+                annotations.insert(ANNOTATION_WRITE_KEY, Some(k.clone()));
             }
             write_key = step.record.write_key.clone();
         }
+        if let Some(k) = kms {
+            let (key_ids, pending) = kms_annotations(&k.record);
+            annotations.insert(ANNOTATION_KMS_KEY_IDS, key_ids);
+            annotations.insert(ANNOTATION_KMS_PENDING, pending);
+            annotations.insert(ANNOTATION_KMS_OBSERVED, (!k.observed.is_empty()).then(|| k.observed.clone()));
+        }
+        // Without this round's key_ids (the apiservers disagree on the config), what was recorded stands.
+        let before = recorded_kms(state);
+        let providers: Vec<&str> = match kms {
+            Some(k) => k.providers.iter().map(String::as_str).collect(),
+            None => before.key_ids.keys().map(String::as_str).collect(),
+        };
+        let (status_key, previous) = status_keys(write_key.as_deref(), recorded(state).write_key, kms);
         let mut svm = None;
         if let Some(m) = &migration {
-            annotations.insert(ANNOTATION_MIGRATION, m.clone());
+            annotations.insert(ANNOTATION_MIGRATION, Some(m.clone()));
             svm = ctx.own.get_migration(m).await?;
             if let Some(svm) = &svm {
-                annotations.insert(ANNOTATION_ROTATION, rotation(svm, write_key.as_deref()));
+                let with = status_key.as_deref().or(write_key.as_deref());
+                annotations.insert(ANNOTATION_ROTATION, Some(rotation(svm, with, &providers)));
             }
+        }
+        // A key_id rotation not yet migrated: the last migration, done or not, did not rewrite with the new key_id.
+        let rotating = kms.map_or(!before.pending.is_empty(), |k| k.rotating());
+        if rotating {
+            match kms {
+                Some(k) => annotations.insert(ANNOTATION_ROTATION, Some(waiting_rotation(k, &providers))),
+                None => annotations.remove(ANNOTATION_ROTATION),
+            };
         }
         annotate(&ctx.own, state, name, (&w.resource, &w.group), &annotations).await?;
         // With a copy the write key is known: the StorageState's key fields show the rotation in `kubectl get ss`.
-        if let Some(key) = &write_key {
-            let previous = recorded(state).write_key.filter(|p| p != key);
+        if let Some(key) = &status_key {
             let now = Timestamp::now();
-            update_status(&ctx.own, name, |s| key_status(s, key, previous.as_deref(), svm.as_ref(), now)).await?;
+            let done = svm.as_ref().filter(|_| !rotating);
+            update_status(&ctx.own, name, |s| key_status(s, key, &previous, done, now)).await?;
         }
         Ok(())
+    }
+}
+
+/// The rotation annotation while a key_id rotation waits: for its margin, or for every apiserver to report it.
+fn waiting_rotation(k: &key_id_rotation::KmsStep, providers: &[&str]) -> String {
+    let providers = providers.join(", ");
+    match k.waiting_until {
+        Some(until) => format!(
+            "Waiting: every live kube-apiserver reports a new key_id of kms provider {providers}; the migration \
+             starts after {until} (the passive-migration margin); keep the old key_id in the KMS"
+        ),
+        None => format!(
+            "Waiting: the live kube-apiservers report different key_ids of kms provider {providers}; keep the old \
+             key_id in the KMS"
+        ),
     }
 }
 

@@ -42,20 +42,21 @@ pub fn id_hash(apiserver_id: &str) -> String {
 /// The `(apiserver_id_hash, hash)` pairs of every `last_config_info` sample with value 1 in a Prometheus text
 /// exposition.
 pub fn parse_last_config_info(text: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(LAST_CONFIG_INFO) else { continue };
-        let Some(rest) = rest.trim_start().strip_prefix('{') else { continue };
-        let Some((labels, value)) = rest.split_once('}') else { continue };
-        if value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) != Some(1.0) {
-            continue;
-        }
-        let labels = parse_labels(labels);
-        if let (Some(id), Some(hash)) = (labels.get("apiserver_id_hash"), labels.get("hash")) {
-            out.push((id.clone(), hash.clone()));
-        }
-    }
-    out
+    samples(text, LAST_CONFIG_INFO)
+        .filter(|(_, value)| *value == 1.0)
+        .filter_map(|(labels, _)| Some((labels.get("apiserver_id_hash")?.clone(), labels.get("hash")?.clone())))
+        .collect()
+}
+
+/// The samples of the metric `name` in a Prometheus text exposition: their labels and value (lines of other
+/// metrics, comments and unparsable values are skipped; an optional sample timestamp after the value is ignored).
+pub(super) fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (BTreeMap<String, String>, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?.trim_start().strip_prefix('{')?;
+        let (labels, value) = rest.split_once('}')?;
+        let value = value.split_whitespace().next()?.parse::<f64>().ok()?;
+        Some((parse_labels(labels), value))
+    })
 }
 
 /// `a="x",b="y"` (values with Prometheus' escapes \\, \" and \n).
@@ -86,23 +87,34 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
     }
 }
 
-/// What the scrapes found: the config hash each live identity reports, and those that did not answer.
+/// What the scrapes found: the config hash each live identity reports (and the key_id hash per KMS v2 provider in
+/// the same scrape), and those that did not answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observation {
     /// Live identity -> the hash it reports.
     pub reports: BTreeMap<String, String>,
+    /// Live identity that answered -> KMS v2 provider name -> the key_id hash its plugin's Status reported last.
+    pub key_ids: BTreeMap<String, BTreeMap<String, String>>,
     /// Live identities no scrape reached (behind a load balancer), or that export no `last_config_info`.
     pub missing: BTreeSet<String>,
     /// Scrapes made.
     pub scrapes: u32,
 }
 
-/// Merges one scrape's samples into `obs` for the identities still missing.
-pub fn merge_scrape(obs: &mut Observation, by_id_hash: &BTreeMap<String, String>, samples: &[(String, String)]) {
+/// Merges one scrape's samples into `obs` for the identities still missing: the config hash from `samples`, and
+/// the key_ids of the same apiserver from `key_ids` (apiserver_id_hash -> provider -> key_id hash), read together
+/// so that an apiserver's two answers come from one moment.
+pub fn merge_scrape(
+    obs: &mut Observation,
+    by_id_hash: &BTreeMap<String, String>,
+    samples: &[(String, String)],
+    key_ids: &BTreeMap<String, BTreeMap<String, String>>,
+) {
     for (id_hash, hash) in samples {
         if let Some(identity) = by_id_hash.get(id_hash) {
             if obs.missing.remove(identity) {
                 obs.reports.insert(identity.clone(), hash.clone());
+                obs.key_ids.insert(identity.clone(), key_ids.get(id_hash).cloned().unwrap_or_default());
             }
         }
     }
@@ -123,7 +135,10 @@ pub async fn scrape(client: &kube::Client, live: &BTreeSet<String>, attempts: u3
             }
         };
         match tokio::time::timeout(timeout, client.request_text(request)).await {
-            Ok(Ok(text)) => merge_scrape(&mut obs, &by_id_hash, &parse_last_config_info(&text)),
+            Ok(Ok(text)) => {
+                let key_ids = super::key_id_metrics::parse_status_key_ids(&text);
+                merge_scrape(&mut obs, &by_id_hash, &parse_last_config_info(&text), &key_ids)
+            }
             Ok(Err(e)) => tracing::debug!(error = %e, "cluster key rotation: scraping /metrics"),
             Err(_) => tracing::debug!("cluster key rotation: scraping /metrics timed out"),
         }
@@ -178,8 +193,12 @@ apiserver_encryption_config_controller_last_config_info{apiserver_id_hash=\"sha2
         let live = BTreeSet::from(["apiserver-a".to_string(), "apiserver-b".to_string()]);
         let by: BTreeMap<String, String> = live.iter().map(|i| (id_hash(i), i.clone())).collect();
         let mut obs = Observation { missing: live, ..Default::default() };
-        merge_scrape(&mut obs, &by, &[(id_hash("apiserver-a"), "sha256:1".into()), ("sha256:gone".into(), "x".into())]);
+        let vault = BTreeMap::from([("vault".to_string(), "sha256:k".to_string())]);
+        let key_ids = BTreeMap::from([(id_hash("apiserver-a"), vault.clone()), ("sha256:gone".into(), vault.clone())]);
+        let samples = [(id_hash("apiserver-a"), "sha256:1".into()), ("sha256:gone".into(), "x".into())];
+        merge_scrape(&mut obs, &by, &samples, &key_ids);
         assert_eq!(obs.reports, BTreeMap::from([("apiserver-a".to_string(), "sha256:1".to_string())]));
+        assert_eq!(obs.key_ids, BTreeMap::from([("apiserver-a".to_string(), vault)]));
         assert_eq!(obs.missing, BTreeSet::from(["apiserver-b".to_string()]));
     }
 }
