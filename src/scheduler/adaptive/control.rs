@@ -54,11 +54,12 @@ const CLIENTS_QUANTILE: f64 = 0.9;
 const MIN_OWN: u64 = 8;
 const MIN_CLIENTS: u64 = 100;
 /// The wait for a CPU ([`super::cpu_wait`]) is read at its 99th percentile, the readers' tail that a busy machine
-/// stretches first: up to 1.5 times its probed baseline plus 0.3 ms (readers' p99 includes their own work, so it
-/// grows by less). Below 100 wake-ups an interval it says nothing.
+/// stretches first: up to 1.2 times its probed baseline plus 0.2 ms. The baseline is itself about a millisecond on
+/// a VM (waking an idle virtual CPU is slow), so a looser bound let readers' p99 reach 2.1x of idle (BENCHMARKS.md,
+/// "Adaptive migration rate"). Below 100 wake-ups an interval it says nothing.
 const CPU_WAIT_QUANTILE: f64 = 0.99;
-const CPU_WAIT_TOLERANCE: f64 = 1.5;
-const CPU_WAIT_SLACK: Duration = Duration::from_micros(300);
+const CPU_WAIT_TOLERANCE: f64 = 1.2;
+const CPU_WAIT_SLACK: Duration = Duration::from_micros(200);
 const MIN_CPU_WAIT: u64 = 100;
 /// The other clients' requests served per interval may fall to this share of the probe's before the rate backs
 /// off: clients that send as fast as they are answered get fewer answers when the migration takes their CPU, and

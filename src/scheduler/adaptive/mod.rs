@@ -25,7 +25,7 @@
 //!   cut in proportion (the gradient, at most halving). Standalone two more signals cut the same way, because
 //!   the cost of a migration in this process is CPU, and a request waiting for a CPU is not yet a request the HTTP
 //!   layer can time: the other clients served below 0.9x of the probe's requests per interval (clients that send as
-//!   fast as they are answered lose throughput, not latency), and the p99 of the wait for a CPU above 1.5x + 0.3 ms
+//!   fast as they are answered lose throughput, not latency), and the p99 of the wait for a CPU above 1.2x + 0.2 ms
 //!   (readers at a fixed rate lose their tail: a worker woken for them waits up to a time slice when both cores
 //!   are busy).
 //! - An interval without any of that that used its rate raises it: doubling until the first cut (TCP's slow start),
