@@ -20,6 +20,7 @@ mod pattern;
 use pattern::Pattern;
 mod cipher;
 pub mod key_reports;
+pub mod kms;
 pub mod replicas;
 
 use super::{CorruptValue, KeyValue, Result, StorageError};
