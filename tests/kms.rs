@@ -153,6 +153,16 @@ fn shootstates_under_kms_v2_and_the_plugin_down() {
     assert!(!encodings.is_empty() && encodings.iter().all(|e| e == "kms:v2:p1"), "{encodings:?}");
     let data = std::fs::read(s.data_dir().join("data.redb")).unwrap_or_default();
     assert!(!data.windows(8).any(|w| w == b"CANARY-a"), "plaintext on disk");
+    // With the config, inspect asks the plugin for the seed and reads every value.
+    let config = path.display().to_string();
+    let out = s.storage_inspect(&["--encryption-provider-config", &config]);
+    let items: Vec<&serde_json::Value> =
+        out["items"].as_array().expect("items").iter().filter(|i| i["encryption"] == "kms:v2:p1").collect();
+    assert!(!items.is_empty());
+    for i in items {
+        assert!(i.get("error").is_none() && i["stale"] == false, "{i}");
+        assert_eq!(i["apiVersion"], "core.gardener.cloud/v1beta1", "{i}");
+    }
 
     // A restart: a new seed; the old values' seed is decrypted once by the plugin.
     let decrypts = p.plugin.decrypt_calls();
