@@ -171,6 +171,36 @@ fn shootstates_under_kms_v2_and_the_plugin_down() {
         assert_eq!(note(&s, name), format!("CANARY-{name}"));
     }
     assert_eq!(p.plugin.decrypt_calls(), decrypts + 1);
+    the_metrics_table_is_what_is_served(&raw(&s, "/metrics").1);
+}
+
+/// docs/operations/metrics.md's KMS v2 table lists the families served, with their types (the invalid key_id
+/// counter has no series until a plugin reports an invalid key_id, so it is not served here).
+fn the_metrics_table_is_what_is_served(metrics: &str) {
+    let doc = std::fs::read_to_string(repo().join("docs/operations/metrics.md")).expect("metrics.md");
+    let table = doc.split("<!-- kms-metrics -->").nth(1).and_then(|t| t.split("<!-- /kms-metrics -->").next());
+    let listed: std::collections::BTreeSet<(String, String)> = table
+        .expect("the <!-- kms-metrics --> table")
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((name.to_string(), cells.get(2)?.to_string()))
+        })
+        .filter(|(n, _)| n != "apiserver_envelope_encryption_invalid_key_id_from_status_total")
+        .collect();
+    let served: std::collections::BTreeSet<(String, String)> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(n, _)| {
+            ["apiserver_envelope_encryption_", "apiserver_storage_transformation_", "apiserver_storage_envelope_"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(listed, served, "docs/operations/metrics.md's KMS v2 table and /metrics differ");
 }
 
 #[test]
