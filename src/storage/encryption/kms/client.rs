@@ -142,6 +142,11 @@ impl KmsClient {
         let start = Instant::now();
         let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
+            // tonic's own deadline (the grpc-timeout it sends) may fire first, as Cancelled: Go's client says
+            // DeadlineExceeded for a call past its deadline, whichever side noticed.
+            Ok(Err(s)) if s.code() == tonic::Code::Cancelled && start.elapsed() >= self.timeout => {
+                Err(RpcError::deadline_exceeded())
+            }
             Ok(Err(s)) => Err(RpcError::from_status(&s)),
             Err(_) => Err(RpcError::deadline_exceeded()),
         };
