@@ -32,6 +32,8 @@ const NONCE: usize = 12;
 struct PluginState {
     master: zeroize::Zeroizing<[u8; 32]>,
     key_id: Mutex<String>,
+    /// When set, Encrypt answers with this key_id instead of Status's: a plugin breaking the KEP's contract.
+    encrypt_key_id: Mutex<Option<String>>,
     healthz: Mutex<String>,
     delay: Mutex<Duration>,
     down: AtomicBool,
@@ -82,7 +84,8 @@ impl KeyManagementService for Service {
     async fn encrypt(&self, req: Request<EncryptRequest>) -> Result<Response<EncryptResponse>, Status> {
         self.0.encrypt_calls.fetch_add(1, Ordering::SeqCst);
         self.0.answer().await?;
-        let key_id = self.0.key_id();
+        let key_id = self.0.encrypt_key_id.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let key_id = key_id.unwrap_or_else(|| self.0.key_id());
         let mut nonce = [0u8; NONCE];
         OsRng.try_fill_bytes(&mut nonce).map_err(|e| Status::internal(format!("no randomness: {e}")))?;
         let sealed = self
@@ -141,6 +144,7 @@ impl TestKmsPlugin {
         let state = Arc::new(PluginState {
             master: zeroize::Zeroizing::new(master),
             key_id: Mutex::new(key_id.to_string()),
+            encrypt_key_id: Mutex::new(None),
             healthz: Mutex::new("ok".into()),
             delay: Mutex::new(Duration::ZERO),
             down: AtomicBool::new(false),
@@ -174,6 +178,11 @@ impl TestKmsPlugin {
     /// Status and Encrypt report `key_id` from now on.
     pub fn set_key_id(&self, key_id: &str) {
         *self.state.key_id.lock().unwrap_or_else(|p| p.into_inner()) = key_id.to_string();
+    }
+
+    /// Encrypt answers with `key_id` (`None`: the Status key_id, as a plugin must).
+    pub fn set_encrypt_key_id(&self, key_id: Option<&str>) {
+        *self.state.encrypt_key_id.lock().unwrap_or_else(|p| p.into_inner()) = key_id.map(String::from);
     }
 
     /// A new key_id ([`next_key_id`]); returns it.

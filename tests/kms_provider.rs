@@ -94,6 +94,36 @@ async fn a_new_key_id_from_status_is_a_new_seed_and_old_values_are_stale() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_is_adopted_only_when_encrypt_returns_the_status_key_id() {
+    setup();
+    let ep = endpoint("mismatch");
+    let plugin = TestKmsPlugin::start(&ep, "key-1", None).expect("plugin");
+    let c = config(&ep, "1s");
+    c.start_kms().await;
+    let old = c.encrypt(KEY, b"old").expect("write");
+    plugin.set_encrypt_key_id(Some("key-3"));
+    plugin.set_key_id("key-2");
+    let e = eventually("the failed rotation", async || c.check_kms().await.err()).await;
+    assert!(e.starts_with("kms-provider-0: kmsv2 Provider p1 is not healthy, error: failed to rotate DEK uid="), "{e}");
+    let (status_hash, encrypt_hash) = (sha256("key-2"), sha256("key-3"));
+    assert!(e.contains(&format!("statusKeyIDHash=\"{status_hash}\", encryptKeyIDHash=\"{encrypt_hash}\"")), "{e}");
+    // The old state stays, and is not extended: key-1 writes until its expiry, then nothing writes.
+    assert_eq!(read(&c, &old).await.expect("read"), (b"old".to_vec(), false));
+    let e = eventually("the expiry", async || c.encrypt(KEY, b"x").err()).await.to_string();
+    assert!(e.contains(&format!("encryptedDEKSource with keyID hash \"{}\" expired at", sha256("key-1"))), "{e}");
+    // A plugin that keeps the contract again: key-2 is adopted, key-1's values are stale.
+    plugin.set_encrypt_key_id(None);
+    let new = eventually("the rotation", async || c.encrypt(KEY, b"new").ok()).await;
+    assert_eq!(read(&c, &new).await.expect("read"), (b"new".to_vec(), false));
+    assert_eq!(read(&c, &old).await.expect("read"), (b"old".to_vec(), true));
+}
+
+fn sha256(s: &str) -> String {
+    use sha2::Digest;
+    format!("sha256:{:x}", sha2::Sha256::digest(s.as_bytes()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_plugin_is_down_cached_reads_go_on_and_writes_until_the_expiry() {
     setup();
     let ep = endpoint("down");
