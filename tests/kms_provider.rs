@@ -169,6 +169,18 @@ async fn health_messages_are_upstreams() {
     assert_eq!(e, "kms-provider-0: kmsv2 Provider p1 is not healthy, error: got unexpected healthz status: not-ok");
     plugin.set_healthz("ok");
     eventually("healthy", async || c.check_kms().await.ok()).await;
+    // An invalid key_id (empty) and a bad healthz together: Go's aggregate of both.
+    plugin.set_key_id("");
+    plugin.set_healthz("not-ok");
+    let e = eventually("the invalid key_id", async || c.check_kms().await.err().filter(|e| e.contains("KeyID"))).await;
+    assert_eq!(
+        e,
+        "kms-provider-0: kmsv2 Provider p1 is not healthy, error: [got unexpected healthz status: not-ok, got invalid \
+         KMSv2 KeyID hash \"\": keyID is empty]"
+    );
+    plugin.set_key_id("key-1");
+    plugin.set_healthz("ok");
+    eventually("healthy", async || c.check_kms().await.ok()).await;
     // A bad healthz fails the check but does not stop writes.
     plugin.set_healthz("not-ok");
     eventually("unhealthy", async || c.check_kms().await.err()).await;

@@ -181,7 +181,9 @@ impl KmsProvider {
         returned
     }
 
-    /// One Status call and what follows from it. An error is (what a cached answer repeats, what this one returns).
+    /// One Status call and what follows from it (upstream's `check` and `isKMSv2ProviderHealthyAndMaybeRotateDEK`):
+    /// healthz, version and key_id checked, the seed rotated or its expiry extended, every failure gathered as Go's
+    /// aggregate error. An error is (what a cached answer repeats, what this one returns).
     async fn probe_now(&self) -> std::result::Result<(), (String, String)> {
         let status = self.client.status().await.map_err(|e| {
             let wrapped = format!(
@@ -190,37 +192,47 @@ impl KmsProvider {
             );
             (e.to_string(), wrapped)
         })?;
-        if let Err(e) = envelope::validate_key_id(&status.key_id) {
-            metrics::invalid_key_id_from_status(&self.name, e.code());
-            let hash = envelope::key_id_hash(&status.key_id);
-            return Err((e.to_string(), format!("got invalid KMSv2 KeyID hash {hash:?}: {e}")));
-        }
-        metrics::key_id_from_status(&self.name, &envelope::key_id_hash(&status.key_id));
-        if let Err(e) = self.rotate_on_key_id_change(&status.key_id).await {
-            let wrapped = format!("kmsv2 Provider {} is not healthy, error: {e}", self.name);
-            return Err((e, wrapped));
-        }
-        self.check_healthz_and_version(&status.healthz, &status.version).map_err(|e| (e.clone(), e))
-    }
-
-    fn check_healthz_and_version(&self, healthz: &str, version: &str) -> std::result::Result<(), String> {
         let mut errs = Vec::new();
-        if healthz != "ok" {
-            errs.push(format!("got unexpected healthz status: {healthz}"));
+        if status.healthz != "ok" {
+            errs.push(format!("got unexpected healthz status: {}", status.healthz));
         }
-        let first =
-            self.first_version.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| version.into()).clone();
-        if version != "v2" && version != "v2beta1" {
-            errs.push(format!("expected KMSv2 API version v2, got {version}"));
-        } else if version != first {
-            errs.push(format!("KMSv2 API version changed from {first} to {version}"));
+        if let Err(e) = self.check_version(&status.version) {
+            errs.push(e);
         }
-        let reduced = match errs.len() {
+        match envelope::validate_key_id(&status.key_id) {
+            Err(e) => {
+                metrics::invalid_key_id_from_status(&self.name, e.code());
+                errs.push(format!("got invalid KMSv2 KeyID hash {:?}: {e}", envelope::key_id_hash(&status.key_id)));
+            }
+            Ok(()) => {
+                metrics::key_id_from_status(&self.name, &envelope::key_id_hash(&status.key_id));
+                if let Err(e) = self.rotate_on_key_id_change(&status.key_id).await {
+                    errs.push(e);
+                }
+            }
+        }
+        let aggregate = match errs.len() {
             0 => return Ok(()),
             1 => errs.remove(0),
             _ => format!("[{}]", errs.join(", ")),
         };
-        Err(format!("kmsv2 Provider {} is not healthy, error: {reduced}", self.name))
+        let e = format!("kmsv2 Provider {} is not healthy, error: {aggregate}", self.name);
+        Err((e.clone(), e))
+    }
+
+    /// `v2` or `v2beta1`, and the version of the first Status reply.
+    fn check_version(&self, version: &str) -> std::result::Result<(), String> {
+        if version != "v2" && version != "v2beta1" {
+            return Err(format!("expected KMSv2 API version v2, got {version}"));
+        }
+        let mut first = self.first_version.lock().unwrap_or_else(|p| p.into_inner());
+        let first = first.get_or_insert_with(|| version.to_string());
+        match first == version {
+            true => Ok(()),
+            false => Err(format!(
+                "KMSv2 API version should not change after the initial status response version {first}, got {version}"
+            )),
+        }
     }
 
     /// Status said `status_key_id`: the same key_id as the write state extends its expiry; another (or no state)
@@ -259,14 +271,15 @@ impl KmsProvider {
         }
         let err_state = state.is_none().then_some("got unexpected nil transformer");
         Err(format!(
-            "failed to rotate DEK uid={uid:?}, errState={}, errGen={}, statusKeyIDHash={:?}, encryptKeyIDHash={:?}, \
-             stateKeyIDHash={:?}, expirationTimestamp={}",
+            "failed to rotate DEK uid={uid:?}, useSeed=true, errState={}, errGen={}, statusKeyIDHash={:?}, \
+             encryptKeyIDHash={:?}, stateKeyIDHash={:?}, expirationTimestamp={}",
             go_error(&err_state),
             go_error(&err_gen),
             envelope::key_id_hash(status_key_id),
             envelope::key_id_hash(&encrypt_key_id),
             envelope::key_id_hash(&state.as_ref().map(|s| s.key_id.clone()).unwrap_or_default()),
-            rfc3339(state.as_ref().map(|s| s.expires).unwrap_or(SystemTime::UNIX_EPOCH)),
+            // Go's zero time when there is no state.
+            state.as_ref().map(|s| rfc3339(s.expires)).unwrap_or_else(|| "0001-01-01T00:00:00Z".into()),
         ))
     }
 
