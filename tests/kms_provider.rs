@@ -189,6 +189,24 @@ async fn health_messages_are_upstreams() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waits_for_the_plugins_socket_within_its_timeout() {
+    setup();
+    let ep = endpoint("late");
+    let c = config(&ep, "3s");
+    let late = ep.clone();
+    let plugin = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        TestKmsPlugin::start(&late, "key-1", None).expect("plugin")
+    });
+    let start = Instant::now();
+    c.start_kms().await;
+    assert!(start.elapsed() >= Duration::from_millis(400) && start.elapsed() < Duration::from_secs(3));
+    assert!(c.encrypt(KEY, b"x").is_ok(), "the first Status and Encrypt waited for the socket");
+    let plugin = plugin.await.expect("plugin");
+    assert_eq!(plugin.encrypt_calls(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_plugin_costs_no_request_more_than_the_timeout() {
     setup();
     let ep = endpoint("slow");

@@ -1,6 +1,6 @@
 //! The gRPC client of a KMS v2 plugin (k8s.io/apiserver `.../envelope/kmsv2/grpc_service.go`): `unix://` endpoints
 //! only (`unix:///@name` is a Linux abstract socket), authority `localhost`, every call bounded by the provider's
-//! timeout, each with a fresh UUID. Errors read as Go's gRPC errors (`rpc error: code = Unavailable desc = …`),
+//! timeout and waiting for the socket within it (WaitForReady), each with a fresh UUID. Errors read as Go's gRPC errors (`rpc error: code = Unavailable desc = …`),
 //! since kube-apiserver's health checks and logs show them so.
 
 use super::metrics;
@@ -107,6 +107,8 @@ pub struct KmsClient {
 const STATUS: &str = "/v2.KeyManagementService/Status";
 const ENCRYPT: &str = "/v2.KeyManagementService/Encrypt";
 const DECRYPT: &str = "/v2.KeyManagementService/Decrypt";
+/// How often a call waiting for the plugin's socket tries again.
+const WAIT_FOR_READY_RETRY: Duration = Duration::from_millis(50);
 
 impl KmsClient {
     pub fn new(provider: &str, address: SocketAddress, timeout: Duration) -> Self {
@@ -133,14 +135,26 @@ impl KmsClient {
         Ok(KeyManagementServiceClient::new(channel.clone()))
     }
 
-    /// `call` bounded by the timeout, measured in `..._kms_operations_latency_seconds`.
-    async fn bounded<T>(
-        &self,
-        method: &'static str,
-        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    ) -> Result<T, RpcError> {
+    /// `attempt` bounded by the timeout, measured in `..._kms_operations_latency_seconds`. As Go's client with
+    /// WaitForReady, a call waits for the plugin's socket until its deadline: an attempt that fails Unavailable
+    /// while the socket does not accept connections (not yet created, plugin restarting) is retried. Unavailable
+    /// from a plugin that is listening is its answer.
+    async fn bounded<T, F>(&self, method: &'static str, mut attempt: impl FnMut() -> F) -> Result<T, RpcError>
+    where
+        F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let start = Instant::now();
-        let result = match tokio::time::timeout(self.timeout, call).await {
+        let wait_for_ready = async {
+            loop {
+                match attempt().await {
+                    Err(s) if s.code() == tonic::Code::Unavailable && self.address.connect().await.is_err() => {
+                        tokio::time::sleep(WAIT_FOR_READY_RETRY).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        let result = match tokio::time::timeout(self.timeout, wait_for_ready).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
             // tonic's own deadline (the grpc-timeout it sends) may fire first, as Cancelled: Go's client says
             // DeadlineExceeded for a call past its deadline, whichever side noticed.
@@ -162,14 +176,22 @@ impl KmsClient {
     }
 
     pub async fn status(&self) -> Result<StatusResponse, RpcError> {
-        let mut c = self.client().await?;
-        self.bounded(STATUS, c.status(self.request(StatusRequest {}))).await
+        let c = self.client().await?;
+        self.bounded(STATUS, || {
+            let (mut c, req) = (c.clone(), self.request(StatusRequest {}));
+            async move { c.status(req).await }
+        })
+        .await
     }
 
     pub async fn encrypt(&self, plaintext: &[u8]) -> Result<EncryptResponse, RpcError> {
-        let mut c = self.client().await?;
+        let c = self.client().await?;
         let req = EncryptRequest { plaintext: plaintext.to_vec(), uid: uuid::Uuid::new_v4().to_string() };
-        self.bounded(ENCRYPT, c.encrypt(self.request(req))).await
+        self.bounded(ENCRYPT, || {
+            let (mut c, req) = (c.clone(), self.request(req.clone()));
+            async move { c.encrypt(req).await }
+        })
+        .await
     }
 
     pub async fn decrypt(
@@ -178,14 +200,18 @@ impl KmsClient {
         key_id: &str,
         annotations: &HashMap<String, Vec<u8>>,
     ) -> Result<Vec<u8>, RpcError> {
-        let mut c = self.client().await?;
+        let c = self.client().await?;
         let req = DecryptRequest {
             ciphertext: ciphertext.to_vec(),
             uid: uuid::Uuid::new_v4().to_string(),
             key_id: key_id.to_string(),
             annotations: annotations.clone(),
         };
-        self.bounded(DECRYPT, c.decrypt(self.request(req))).await.map(|r| r.plaintext)
+        let response = self.bounded(DECRYPT, || {
+            let (mut c, req) = (c.clone(), self.request(req.clone()));
+            async move { c.decrypt(req).await }
+        });
+        response.await.map(|r| r.plaintext)
     }
 }
 
