@@ -60,12 +60,13 @@ impl EncryptionConfig {
     /// Makes a read of `stored` under `key` possible without waiting: a KMS v2 value whose DEK source is not cached
     /// has it decrypted by the plugin (one call, bounded by the provider's timeout). Other values need nothing.
     pub async fn prepare(&self, key: &str, stored: &[u8]) -> crate::storage::Result<()> {
-        let Encoding::Encrypted { len, .. } = Encoding::of(stored) else { return Ok(()) };
-        if !stored.starts_with(KMS_PREFIX.as_bytes()) {
+        // Every read passes here: values of other providers leave at the cheapest test.
+        if self.kms.is_empty() || !stored.starts_with(KMS_PREFIX.as_bytes()) {
             return Ok(());
         }
-        let label = Encoding::of(stored).label();
-        match self.transformer(key).readers.get(&label).map(|k| &**k) {
+        let encoding = Encoding::of(stored);
+        let Encoding::Encrypted { len, .. } = encoding else { return Ok(()) };
+        match self.transformer(key).readers.get(&encoding.label()).map(|k| &**k) {
             Some(Key::Kms(p)) => p.prepare(&stored[len..]).await,
             _ => Ok(()),
         }
