@@ -225,3 +225,30 @@ async fn a_slow_plugin_costs_no_request_more_than_the_timeout() {
     plugin.set_delay(Duration::ZERO);
     eventually("the first seed", async || c.encrypt(KEY, b"x").ok()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_provider_is_a_kms_provider_entry_of_the_check_in_config_order() {
+    setup();
+    let (ep1, ep2) = (endpoint("two-1"), endpoint("two-2"));
+    let (p1, p2) =
+        (TestKmsPlugin::start(&ep1, "a-1", None).expect("p1"), TestKmsPlugin::start(&ep2, "b-1", None).expect("p2"));
+    let kms = |name: &str, ep: &str| {
+        format!("  - kms:\n      apiVersion: v2\n      name: {name}\n      endpoint: {ep}\n      timeout: 1s\n")
+    };
+    let yaml = format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  \
+         providers:\n{}- resources: [configmaps]\n  providers:\n{}",
+        kms("first", &ep1),
+        kms("second", &ep2)
+    );
+    let c = EncryptionConfig::from_yaml(&yaml).expect("config");
+    c.start_kms().await;
+    assert_eq!(c.check_kms().await, Ok(()));
+    assert_eq!(c.kms_close_grace_period(), Duration::from_secs(4));
+    p2.set_down(true);
+    let e = eventually("provider 1 failing", async || c.check_kms().await.err()).await;
+    assert!(e.starts_with("kms-provider-1: ") && !e.contains("kms-provider-0"), "{e}");
+    p1.set_down(true);
+    let e = eventually("both failing", async || c.check_kms().await.err().filter(|e| e.starts_with('['))).await;
+    assert!(e.starts_with("[kms-provider-0: ") && e.contains(", kms-provider-1: "), "{e}");
+}
