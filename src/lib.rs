@@ -8,6 +8,7 @@ pub mod csi;
 pub mod duration;
 pub mod error;
 pub mod gostr;
+pub mod kms_test_plugin;
 pub mod registry;
 pub mod request_info;
 pub mod scheduler;

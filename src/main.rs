@@ -24,6 +24,7 @@ fn main() -> std::process::ExitCode {
             Command::Migrate(a) => cli::migrate(a).await,
             Command::Translate(a) => cli::translate(a),
             Command::DeployCheck(a) => cli::deploy_check(a).await,
+            Command::KmsTestPlugin(a) => cli::kms_test_plugin(a).await,
         }
     });
     match result {

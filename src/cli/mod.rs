@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 mod deploy_check;
 pub use deploy_check::*;
+mod kms_test_plugin;
+pub use kms_test_plugin::*;
 mod migrate;
 pub use migrate::*;
 mod serve;
@@ -49,6 +51,9 @@ pub enum Command {
     /// Which of our APIServices `make deploy` registers on the cluster of the current kubectl context: their names
     /// on stdout, the skipped ones with why on stderr (a group the cluster serves itself is not ours to claim).
     DeployCheck(DeployCheckArgs),
+    /// A KMS v2 plugin for tests and walk-throughs, not for production (keys in memory or in a file).
+    #[command(hide = true)]
+    KmsTestPlugin(KmsTestPluginArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]

@@ -240,6 +240,16 @@ pub fn init_logging(format: LogFormat) {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // First, so that an invalid config fails the start before anything is bound, generated or opened.
     let encryption = args.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
+    // The scheduler's identity is also the apiserver identity of the encryption metrics.
+    let identity = crate::scheduler::election::identity();
+    if let Some(config) = encryption.as_ref().filter(|c| c.has_kms()) {
+        // One Status (and Encrypt) per KMS v2 provider, bounded by its timeout; a plugin that is not up does not
+        // stop the start, its resources are unavailable until it answers (kube-apiserver's behaviour).
+        crate::storage::encryption::kms::metrics::set_apiserver_id_hash(
+            &crate::server::encryption_reload::apiserver_id_hash(&identity),
+        );
+        config.start_kms().await;
+    }
     let auditor = Arc::new(args.audit.build(Arc::default())?);
     let served = served_kinds(&args)?;
     crate::auth::tls::install_default_crypto_provider();
@@ -269,9 +279,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // TLS, authentication and authorization with their reloads; kept alive until the server stops.
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
-    let state = app_state(&args, served.clone(), storage, etcd.as_ref(), &auth, auditor.clone()).await?;
-    // The scheduler's identity is also the apiserver identity of the encryption config's metrics.
-    let identity = crate::scheduler::election::identity();
+    let state =
+        app_state(&args, served.clone(), storage, etcd.as_ref(), &auth, auditor.clone(), encryption.clone()).await?;
     // The key-rotation trigger follows the config in use too.
     let encryption_handle = encryption.clone();
     if let Some(handle) = encryption {
@@ -427,6 +436,7 @@ async fn app_state(
     etcd: Option<&Arc<EtcdStorage>>,
     auth: &crate::auth::options::AuthStack,
     auditor: Arc<crate::audit::Auditor>,
+    encryption: Option<EncryptionConfigHandle>,
 ) -> anyhow::Result<Arc<AppState>> {
     let registry = Arc::new(Registry::new(
         storage,
@@ -440,13 +450,17 @@ async fn app_state(
             etcd.register_metrics(&mut reg);
         }
         reg.register_collector(Box::new(crate::server::cert_metrics::ServingCertExpiry(auth.serving.clone())));
+        if encryption.is_some() {
+            crate::storage::encryption::kms::metrics::register(&mut reg);
+        }
     }
     Ok(Arc::new(
         AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
             .with_authorizer(auth.authorizer.clone())
             .with_auditor(auditor)
             .with_csi_migration(csi_migration(args).await?)
-            .with_event_ttl(args.event_ttl),
+            .with_event_ttl(args.event_ttl)
+            .with_encryption(encryption),
     ))
 }
 

@@ -33,7 +33,7 @@ use crate::auth::impersonation::{self, Impersonation};
 use crate::error::{ApiError, ApiResult, StatusReason};
 use crate::registry::Registry;
 use crate::request_info::RequestInfo;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -62,6 +62,8 @@ pub struct AppState {
     pub audit: Arc<crate::audit::Auditor>,
     /// Set once the namespaces of objects stored before namespaces were served exist (see [`namespaces`]).
     namespaces_in_use: tokio::sync::OnceCell<()>,
+    /// The encryption config in use, whose KMS v2 providers make the `kms-providers` health check.
+    pub encryption: Option<crate::storage::encryption::EncryptionConfigHandle>,
 }
 
 impl AppState {
@@ -93,6 +95,7 @@ impl AppState {
             csi_migration: Arc::default(),
             audit: Arc::new(crate::audit::Auditor::disabled(Arc::default())),
             namespaces_in_use: tokio::sync::OnceCell::new(),
+            encryption: None,
         }
     }
 }
@@ -107,6 +110,12 @@ impl AppState {
     pub fn with_auditor(mut self, auditor: Arc<crate::audit::Auditor>) -> Self {
         auditor.metrics.register(&mut self.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
         self.audit = auditor;
+        self
+    }
+
+    /// The `kms-providers` check of /healthz and /readyz follows the KMS v2 providers of `encryption`'s config.
+    pub fn with_encryption(mut self, encryption: Option<crate::storage::encryption::EncryptionConfigHandle>) -> Self {
+        self.encryption = encryption;
         self
     }
 
@@ -127,12 +136,12 @@ impl AppState {
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/healthz", get(health))
+        .route("/healthz", get(healthz))
         .route("/livez", get(health))
         .route("/readyz", get(ready))
-        .route("/healthz/{check}", get(health))
+        .route("/healthz/{check}", get(healthz_check))
         .route("/livez/{check}", get(health))
-        .route("/readyz/{check}", get(ready))
+        .route("/readyz/{check}", get(ready_check))
         .route("/version", get(version))
         .route("/metrics", get(metrics_handler))
         .route("/openapi/v2", get(openapi::http::openapi_v2))
@@ -323,10 +332,68 @@ async fn health() -> &'static str {
     "ok"
 }
 
+/// kube-apiserver's `kms-providers` check, when the config in use has KMS v2 providers: `None` when there is none.
+async fn kms_providers(st: &AppState) -> Option<Result<(), String>> {
+    let config = st.encryption.as_ref()?.current();
+    match config.has_kms() {
+        true => Some(config.check_kms().await),
+        false => None,
+    }
+}
+
+/// A failed check as k8s.io/apiserver's healthz handler answers the whole endpoint (`[-]<name> failed: reason
+/// withheld`, then `<endpoint> check failed`), with 500.
+fn failed_checks(endpoint: &str, passed: &[&str], failed: &str) -> Response {
+    let mut body = String::new();
+    for p in passed {
+        body += &format!("[+]{p} ok\n");
+    }
+    body += &format!("[-]{failed} failed: reason withheld\n{endpoint} check failed");
+    (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+}
+
+/// One named check (`/healthz/kms-providers`): `ok`, or 500 with `internal server error: <error>`, as upstream.
+/// Other names answer `ok`, as before there were checks here.
+async fn single_check(st: &AppState, check: &str) -> Response {
+    if check != "kms-providers" {
+        return "ok".into_response();
+    }
+    match kms_providers(st).await {
+        Some(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {e}\n")).into_response(),
+        _ => "ok".into_response(),
+    }
+}
+
+/// /healthz: the `kms-providers` check (not on /livez: kube-apiserver removed it there in 1.29).
+async fn healthz(State(st): State<Arc<AppState>>) -> Response {
+    match kms_providers(&st).await {
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "healthz: kms-providers check failed");
+            failed_checks("healthz", &["ping"], "kms-providers")
+        }
+        _ => "ok".into_response(),
+    }
+}
+
+async fn healthz_check(State(st): State<Arc<AppState>>, Path(check): Path<String>) -> Response {
+    single_check(&st, &check).await
+}
+
+async fn ready_check(State(st): State<Arc<AppState>>, Path(check): Path<String>) -> Response {
+    match check.as_str() {
+        "kms-providers" => single_check(&st, &check).await,
+        _ => ready(State(st)).await,
+    }
+}
+
 async fn ready(State(st): State<Arc<AppState>>) -> Response {
     if !st.ready.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "[-]shutdown failed: reason withheld\nreadyz check failed")
             .into_response();
+    }
+    if let Some(Err(e)) = kms_providers(&st).await {
+        tracing::warn!(error = %e, "readyz: kms-providers check failed");
+        return failed_checks("readyz", &["ping"], "kms-providers");
     }
     match st.registry.storage.check_health().await {
         Ok(()) => "ok".into_response(),

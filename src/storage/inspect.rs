@@ -31,9 +31,10 @@ pub struct InspectEntry {
 }
 
 /// The keys under `prefix` in the store in `data_dir` (the server must be stopped). With `config`, values are
-/// decrypted in memory to read their apiVersion.
+/// decrypted in memory to read their apiVersion (not those of KMS v2 providers, whose plugins only the async
+/// [`inspect_checked`] asks).
 pub fn inspect(data_dir: &Path, config: Option<&EncryptionConfig>, prefix: &str) -> anyhow::Result<Vec<InspectEntry>> {
-    Ok(describe(EmbeddedStorage::scan(data_dir, prefix)?, config, &|_| Ok(())))
+    Ok(describe(EmbeddedStorage::scan(data_dir, prefix)?, config, &|_| Ok(()), &Default::default()))
 }
 
 /// How the layer above reads a plaintext value: `Err` with why it cannot (set as the entry's `error`).
@@ -51,7 +52,25 @@ pub async fn inspect_checked(
         Some(etcd) => scan_etcd(etcd, prefix).await?,
         None => EmbeddedStorage::scan(data_dir, prefix)?,
     };
-    Ok(describe(stored, config, check))
+    let unavailable = prepare_kms(config, &stored).await;
+    Ok(describe(stored, config, check, &unavailable))
+}
+
+/// With KMS v2 providers: their plugins are asked for the DEK sources of the values, as the server would (one
+/// Decrypt per seed). Returns why each value whose DEK source could not be had is unreadable.
+async fn prepare_kms(
+    config: Option<&EncryptionConfig>,
+    stored: &[super::KeyValue],
+) -> std::collections::HashMap<String, String> {
+    let mut unavailable = std::collections::HashMap::new();
+    let Some(config) = config.filter(|c| c.has_kms()) else { return unavailable };
+    config.start_kms().await;
+    for kv in stored {
+        if let Err(e) = config.prepare(&kv.key, &kv.value).await {
+            unavailable.insert(kv.key.clone(), e.to_string());
+        }
+    }
+    unavailable
 }
 
 /// The same for keys read from etcd (`storage inspect --etcd-servers`).
@@ -60,7 +79,9 @@ pub async fn inspect_etcd(
     config: Option<&EncryptionConfig>,
     prefix: &str,
 ) -> anyhow::Result<Vec<InspectEntry>> {
-    Ok(describe(scan_etcd(etcd, prefix).await?, config, &|_| Ok(())))
+    let stored = scan_etcd(etcd, prefix).await?;
+    let unavailable = prepare_kms(config, &stored).await;
+    Ok(describe(stored, config, &|_| Ok(()), &unavailable))
 }
 
 async fn scan_etcd(etcd: &super::etcd::EtcdArgs, prefix: &str) -> anyhow::Result<Vec<super::KeyValue>> {
@@ -74,7 +95,12 @@ async fn scan_etcd(etcd: &super::etcd::EtcdArgs, prefix: &str) -> anyhow::Result
     Ok(store.scan(prefix).await?)
 }
 
-fn describe(stored: Vec<super::KeyValue>, config: Option<&EncryptionConfig>, check: ReadCheck) -> Vec<InspectEntry> {
+fn describe(
+    stored: Vec<super::KeyValue>,
+    config: Option<&EncryptionConfig>,
+    check: ReadCheck,
+    unavailable: &std::collections::HashMap<String, String>,
+) -> Vec<InspectEntry> {
     stored
         .into_iter()
         .map(|kv| {
@@ -94,6 +120,10 @@ fn describe(stored: Vec<super::KeyValue>, config: Option<&EncryptionConfig>, che
                     entry.error = check(&kv.value).err().map(|e| e.to_string());
                 }
                 (None, _) => entry.api_version = "<encrypted>".into(),
+                (Some(_), _) if unavailable.contains_key(&kv.key) => {
+                    entry.api_version = "<error>".into();
+                    entry.error = unavailable.get(&kv.key).cloned();
+                }
                 (Some(c), _) => match c.decrypt(&kv.key, &kv.value) {
                     Ok(d) => {
                         entry.api_version = api_version(&d.value);

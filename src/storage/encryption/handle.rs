@@ -46,6 +46,34 @@ pub enum ReloadError {
     KeysInUse(Vec<KeyInUse>),
     #[error("counting the stored values per encryption key: {0}")]
     Count(#[from] StorageError),
+    /// kube-apiserver swaps in a config with KMS v2 providers only once its `kms-providers` check passes.
+    #[error("the KMS v2 providers of the new encryption provider config are not healthy after {waited:?}: {error}")]
+    KmsUnhealthy { waited: std::time::Duration, error: String },
+}
+
+/// How often a reloaded config's `kms-providers` check is polled, and the least time it is given (upstream's
+/// controller: every 100 ms, for max(KMSCloseGracePeriod, 10 s)).
+const KMS_RELOAD_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+const KMS_RELOAD_MIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts the KMS v2 providers of a new config and waits until its `kms-providers` check passes.
+async fn wait_for_kms(config: &EncryptionConfig) -> Result<(), ReloadError> {
+    if !config.has_kms() {
+        return Ok(());
+    }
+    config.start_kms().await;
+    let waited = config.kms_close_grace_period().max(KMS_RELOAD_MIN_WAIT);
+    let deadline = tokio::time::Instant::now() + waited;
+    loop {
+        let error = match config.check_kms().await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ReloadError::KmsUnhealthy { waited, error });
+        }
+        tokio::time::sleep(KMS_RELOAD_POLL).await;
+    }
 }
 
 /// The keys that `new` cannot read though stored values use them (per `counts`), or, with `current`, though
@@ -110,11 +138,12 @@ impl EncryptionConfigHandle {
         self.inner.config.subscribe()
     }
 
-    /// Puts `config` in use unless it drops a key still in use ([`keys_in_use`] against the config in use); the
-    /// config in use stays otherwise. Counts every stored value (see [`count_values`] for the cost) without holding
+    /// Puts `config` in use unless it drops a key still in use ([`keys_in_use`] against the config in use) or its
+    /// KMS v2 providers do not become healthy ([`ReloadError::KmsUnhealthy`]); the config in use stays otherwise. Counts every stored value (see [`count_values`] for the cost) without holding
     /// anything that requests wait for.
     pub async fn reload(&self, config: EncryptionConfig) -> Result<(), ReloadError> {
         let _one_at_a_time = self.inner.reloading.lock().await;
+        wait_for_kms(&config).await?;
         let counts = self.count().await?;
         let refused = keys_in_use(&config, &counts, Some(&self.current()));
         if !refused.is_empty() {

@@ -6,7 +6,9 @@
 //! - aesgcm: a 12-byte random nonce, then the AES-GCM ciphertext and tag; the additional authenticated data is the
 //!   storage key, so a value copied to another key does not decrypt;
 //! - aescbc: a 16-byte random IV, then the AES-CBC ciphertext of the PKCS#7-padded value;
-//! - secretbox: a 24-byte random nonce, then NaCl's secretbox (Poly1305 tag, then XSalsa20 ciphertext).
+//! - secretbox: a 24-byte random nonce, then NaCl's secretbox (Poly1305 tag, then XSalsa20 ciphertext);
+//! - kms (apiVersion v2): `k8s:enc:kms:v2:<name>:` and a protobuf `EncryptedObject` ([`kms`]), its data key derived
+//!   from a seed that the KMS plugin encrypts.
 //!
 //! A value without the `k8s:enc:` prefix is plaintext (identity). Per resource, the first provider and its first key
 //! write; every key of every provider listed for the resource reads. A value not written by the current writer is
@@ -20,12 +22,14 @@ mod pattern;
 use pattern::Pattern;
 mod cipher;
 pub mod key_reports;
+pub mod kms;
 pub mod replicas;
 
 use super::{CorruptValue, KeyValue, Result, StorageError};
 use base64::Engine;
 use bytes::Bytes;
 use cipher::DataKey;
+use kms::KmsProvider;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -79,7 +83,7 @@ struct FileProvider {
     aescbc: Option<FileKeys>,
     secretbox: Option<FileKeys>,
     identity: Option<FileIdentity>,
-    kms: Option<serde_yaml_ng::Value>,
+    kms: Option<kms::FileKms>,
 }
 
 #[derive(Deserialize)]
@@ -169,12 +173,46 @@ impl Encoding {
     }
 }
 
+/// A key that encrypts values: one named key of aesgcm, aescbc or secretbox, or a KMS v2 provider.
+enum Key {
+    Local(Box<DataKey>),
+    Kms(Arc<KmsProvider>),
+}
+
+impl Key {
+    /// `aesgcm:v1:key1`, `kms:v2:<name>`.
+    fn label(&self) -> String {
+        match self {
+            Key::Local(k) => k.label(),
+            Key::Kms(p) => p.label(),
+        }
+    }
+
+    fn encrypt(&self, key: &str, plaintext: &[u8]) -> Result<Vec<u8>> {
+        match self {
+            Key::Local(k) => k.encrypt(key, plaintext),
+            Key::Kms(p) => p.encrypt(key, plaintext),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Key {
+    /// A local key's stored form with a given nonce (the tests' known-answer vectors).
+    fn encrypt_with_nonce(&self, key: &str, plaintext: &[u8], nonce: &[u8]) -> Result<Vec<u8>> {
+        match self {
+            Key::Local(k) => k.encrypt_with_nonce(key, plaintext, nonce),
+            Key::Kms(_) => Err(StorageError::Internal("a KMS provider's writes take no nonce".into())),
+        }
+    }
+}
+
 /// The providers of one `resources` entry: the writer and every key that reads.
 struct Transformer {
     /// The first provider's first key; `None` when identity writes.
-    writer: Option<Arc<DataKey>>,
-    /// By `<provider>:v1:<name>`.
-    readers: HashMap<String, Arc<DataKey>>,
+    writer: Option<Arc<Key>>,
+    /// By `<provider>:v1:<name>` (`kms:v2:<name>`).
+    readers: HashMap<String, Arc<Key>>,
     /// Every key's label (`identity` for plaintext) in config order, the writer first: what the replica reports
     /// to the others ([`replicas`]).
     order: Vec<String>,
@@ -198,6 +236,8 @@ pub struct Decrypted {
 pub struct EncryptionConfig {
     rules: Vec<(Vec<Pattern>, Transformer)>,
     identity: Transformer,
+    /// The KMS v2 providers in config order: `kms-provider-<i>` of the `kms-providers` health check.
+    kms: Vec<Arc<KmsProvider>>,
     /// [`EncryptionConfig::hash`].
     hash: String,
 }
@@ -240,10 +280,13 @@ impl EncryptionConfig {
         if file.resources.is_empty() {
             return Err(invalid("resources", "must list at least one resources entry"));
         }
-        let rules = file.resources.iter().enumerate().map(|(i, entry)| rule(&format!("resources[{i}]"), entry));
+        let mut kms = Vec::new();
+        let rules =
+            file.resources.iter().enumerate().map(|(i, entry)| rule(&format!("resources[{i}]"), entry, &mut kms));
         Ok(Self {
             rules: rules.collect::<std::result::Result<_, _>>()?,
             identity: Transformer::identity(),
+            kms,
             hash: content_hash(text.as_bytes()),
         })
     }
@@ -336,9 +379,13 @@ impl EncryptionConfig {
                          no such key for this resource"
                     )));
                 };
-                let plain = dk.decrypt(key, &stored[*len..])?;
-                let stale = !t.writer.as_ref().is_some_and(|w| Arc::ptr_eq(w, dk));
-                Ok(Decrypted { value: Bytes::from(plain), stale })
+                let written_by_writer = t.writer.as_ref().is_some_and(|w| Arc::ptr_eq(w, dk));
+                let (plain, stale) = match &**dk {
+                    Key::Local(k) => (k.decrypt(key, &stored[*len..])?, false),
+                    // Stale too when written under another key_id than the provider's write key_id.
+                    Key::Kms(p) => p.decrypt(key, &stored[*len..])?,
+                };
+                Ok(Decrypted { value: Bytes::from(plain), stale: stale || !written_by_writer })
             }
         }
     }
@@ -397,7 +444,11 @@ pub fn resource_of_key(key: &str) -> Option<String> {
 }
 
 /// One resources entry: the resources it covers and how they are transformed.
-fn rule(field: &str, entry: &FileResources) -> std::result::Result<(Vec<Pattern>, Transformer), ConfigError> {
+fn rule(
+    field: &str,
+    entry: &FileResources,
+    kms: &mut Vec<Arc<KmsProvider>>,
+) -> std::result::Result<(Vec<Pattern>, Transformer), ConfigError> {
     if entry.resources.is_empty() {
         return Err(invalid(format!("{field}.resources"), "must list at least one resource"));
     }
@@ -414,7 +465,7 @@ fn rule(field: &str, entry: &FileResources) -> std::result::Result<(Vec<Pattern>
     }
     let mut t = Transformer::identity();
     for (j, p) in entry.providers.iter().enumerate() {
-        add_provider(&mut t, &format!("{field}.providers[{j}]"), j == 0, p)?;
+        add_provider(&mut t, &format!("{field}.providers[{j}]"), j == 0, p, kms)?;
     }
     Ok((patterns, t))
 }
@@ -426,16 +477,25 @@ fn add_provider(
     field: &str,
     first: bool,
     p: &FileProvider,
+    kms: &mut Vec<Arc<KmsProvider>>,
 ) -> std::result::Result<(), ConfigError> {
-    let set = [p.aesgcm.is_some(), p.aescbc.is_some(), p.secretbox.is_some(), p.identity.is_some()];
-    if p.kms.is_some() {
-        return Err(invalid(
-            format!("{field}.kms"),
-            "the kms provider is not supported (use aesgcm, aescbc, secretbox or identity)",
-        ));
-    }
+    let set = [p.aesgcm.is_some(), p.aescbc.is_some(), p.secretbox.is_some(), p.identity.is_some(), p.kms.is_some()];
     if set.iter().filter(|s| **s).count() != 1 {
-        return Err(invalid(field, "exactly one of aesgcm, aescbc, secretbox or identity ({}) must be set"));
+        return Err(invalid(field, "exactly one of kms, aesgcm, aescbc, secretbox or identity ({}) must be set"));
+    }
+    if let Some(k) = &p.kms {
+        let names: Vec<String> = kms.iter().map(|p| p.name().to_string()).collect();
+        let checked = k.check(&format!("{field}.kms"), &names).map_err(|(f, m)| invalid(f, m))?;
+        let timings = kms::timings::Timings::from_env().map_err(|m| invalid(format!("{field}.kms"), m))?;
+        let provider = Arc::new(KmsProvider::new(&checked.name, checked.address, checked.timeout, timings));
+        kms.push(provider.clone());
+        let key = Arc::new(Key::Kms(provider));
+        if first {
+            t.writer = Some(key.clone());
+        }
+        t.order.push(key.label());
+        t.readers.insert(key.label(), key);
+        return Ok(());
     }
     let (provider, keys) = match (&p.aesgcm, &p.aescbc, &p.secretbox) {
         (Some(k), _, _) => (Provider::AesGcm, k),
@@ -451,7 +511,7 @@ fn add_provider(
         return Err(invalid(field, "must list at least one key"));
     }
     for (k, key) in keys.keys.iter().enumerate() {
-        let dk = Arc::new(data_key(&format!("{field}[{k}]"), provider, key, t)?);
+        let dk = Arc::new(Key::Local(Box::new(data_key(&format!("{field}[{k}]"), provider, key, t)?)));
         if first && k == 0 {
             t.writer = Some(dk.clone());
         }

@@ -1,6 +1,9 @@
 //! [`EncryptedStorage`]: any [`Storage`] with values encrypted on the way in and decrypted on the way out, as
 //! kube-apiserver's transformer sits between its registry and etcd. Each request reads the config in use when it
-//! starts ([`EncryptionConfigHandle::current`]), so a reload applies from the next request on.
+//! starts ([`EncryptionConfigHandle::current`]), so a reload applies from the next request on. Before a value is
+//! decrypted, [`EncryptionConfig::prepare`] has a KMS v2 provider's plugin decrypt its DEK source when it is not
+//! cached (the one read step that waits, bounded by the provider's timeout); a failure there is the request's
+//! error (kube-apiserver's "failed to decrypt DEK"), not a corrupt value.
 
 use super::replicas::WriteGate;
 use super::{Encoding, EncryptionConfig, EncryptionConfigHandle};
@@ -79,7 +82,9 @@ impl Storage for EncryptedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         let config = self.config();
         let corrupt = |v| StorageError::Corrupt(vec![v]);
-        self.inner.get(key).await?.map(|kv| self.decrypt_kv(&config, kv).map_err(corrupt)).transpose()
+        let Some(kv) = self.inner.get(key).await? else { return Ok(None) };
+        config.prepare(&kv.key, &kv.value).await?;
+        self.decrypt_kv(&config, kv).map_err(corrupt).map(Some)
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
@@ -87,6 +92,9 @@ impl Storage for EncryptedStorage {
         // Every value of the page that does not decrypt is named, not just the first.
         let mut corrupt = Vec::new();
         let config = self.config();
+        for kv in &result.items {
+            config.prepare(&kv.key, &kv.value).await?;
+        }
         result.items = std::mem::take(&mut result.items)
             .into_iter()
             .filter_map(|kv| self.decrypt_kv(&config, kv).map_err(|v| corrupt.push(v)).ok())
@@ -113,7 +121,11 @@ impl Storage for EncryptedStorage {
     /// returned as it was stored, since the delete itself has happened.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
         let kv = self.inner.delete(key, expected).await?;
-        Ok(self.config().decrypt_kv(kv.clone()).unwrap_or(kv))
+        let config = self.config();
+        if config.prepare(&kv.key, &kv.value).await.is_err() {
+            return Ok(kv);
+        }
+        Ok(config.decrypt_kv(kv.clone()).unwrap_or(kv))
     }
 
     async fn sync_revision(&self) -> Revision {
@@ -138,7 +150,7 @@ impl Storage for EncryptedStorage {
                 let Some(item) = item else { return };
                 let item = match item {
                     WatchItem::Error(e) => WatchItem::Error(e),
-                    WatchItem::Event(ev) => match decrypt_event(&config.current(), &ev) {
+                    WatchItem::Event(ev) => match prepare_and_decrypt_event(&config.current(), &ev).await {
                         Ok(ev) => WatchItem::Event(Arc::new(ev)),
                         Err(e) => {
                             // Like kube-apiserver, a value that cannot be decrypted ends the watch with an error.
@@ -162,6 +174,15 @@ impl Storage for EncryptedStorage {
     fn current_revision(&self) -> Revision {
         self.inner.current_revision()
     }
+}
+
+/// The event decrypted, once the DEK sources of its values are at hand.
+async fn prepare_and_decrypt_event(config: &EncryptionConfig, ev: &Event) -> Result<Event> {
+    config.prepare(&ev.key, &ev.value).await?;
+    if let Some(p) = &ev.prev {
+        config.prepare(&p.key, &p.value).await?;
+    }
+    decrypt_event(config, ev)
 }
 
 fn decrypt_event(config: &EncryptionConfig, ev: &Event) -> Result<Event> {

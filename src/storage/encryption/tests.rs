@@ -239,8 +239,8 @@ fn invalid_configs_are_rejected_clearly() {
     assert!(e.contains("must be 32 bytes, got 16"), "{e}");
     let e = err(&with("  - aesgsm:\n      keys: []\n"));
     assert!(e.contains("unknown field `aesgsm`"), "{e}");
-    let e = err(&with("  - kms:\n      name: x\n"));
-    assert!(e.contains("kms provider is not supported"), "{e}");
+    let e = err(&with("  - kms:\n      name: x\n      endpoint: unix:///tmp/x.sock\n"));
+    assert!(e.contains("resources[0].providers[0].kms.apiVersion: KMSv1 is deprecated"), "{e}");
     let e = err(&format!("{head}resources:\n- resources: [\"*.*\"]\n  providers: []\n"));
     assert!(e.contains("resources[0].providers: must list at least one provider"), "{e}");
     let e = err(&format!("{head}resources:\n- resources: [\"*.*\"]\n"));
