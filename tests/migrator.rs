@@ -6,9 +6,9 @@
 
 mod common;
 use common::proxy::{Fault, Proxy, RequestInfo};
+use common::shootstates::stale_shootstates_in;
 use common::status::{condition, is_true};
 use common::*;
-use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -34,34 +34,6 @@ fn object(i: usize, namespaces: usize) -> (String, String) {
 /// The index in an object's name (`s-00042` -> 42).
 fn index_of(r: &RequestInfo) -> Option<usize> {
     r.object()?.rsplit("/s-").next()?.parse().ok()
-}
-
-/// A target with `n` ShootStates written while v1alpha1 was the storage version, restarted with v1beta1: every
-/// stored object is stale. `extra` are further flags of the restarted target.
-async fn stale_target(n: usize, namespaces: usize, extra: &[&str]) -> Server {
-    let mut t =
-        Server::start(&["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1alpha1"]);
-    let c = t.client().await;
-    let created: Vec<u16> = futures::stream::iter(0..n)
-        .map(|i| {
-            let c = c.clone();
-            async move {
-                let (ns, name) = object(i, namespaces);
-                let body = json!({"apiVersion": "core.gardener.cloud/v1alpha1", "kind": "ShootState",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"n": i}}]}});
-                let path = format!("/apis/core.gardener.cloud/v1alpha1/namespaces/{ns}/shootstates");
-                send(&c, "POST", &path, Some(body)).await.0
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    assert!(created.iter().all(|c| *c == 201), "creates: {created:?}");
-    let mut args = vec!["--disable-scheduler", "--storage-version", "shootstates.core.gardener.cloud=v1beta1"];
-    args.extend_from_slice(extra);
-    t.restart_with(&args);
-    t
 }
 
 /// `namespace/name` -> resourceVersion of every ShootState.
@@ -166,7 +138,8 @@ const LABEL: &str = "resource=\"core.gardener.cloud/v1beta1, Resource=shootstate
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flaky_target_migration_succeeds_and_rewrites_everything() {
     const N: usize = 300;
-    let mut target = stale_target(N, 3, &["--watch-history", "100", "--list-snapshot-timeout", "0"]).await;
+    let mut target =
+        stale_shootstates_in(N, |i| object(i, 3).0, &["--watch-history", "100", "--list-snapshot-timeout", "0"]).await;
     let tc = target.client().await;
     let before = resource_versions(&tc).await;
     assert_eq!(before.len(), N);
@@ -286,7 +259,7 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
 async fn resumes_from_the_saved_token_after_kill_9() {
     const N: usize = 200;
     const CHUNK: usize = 10;
-    let mut target = stale_target(N, 2, &[]).await;
+    let mut target = stale_shootstates_in(N, |i| object(i, 2).0, &[]).await;
     let tc = target.client().await;
     let before = resource_versions(&tc).await;
     let proxy = Proxy::start(&target);
@@ -348,7 +321,7 @@ async fn resumes_from_the_saved_token_after_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permanent_errors_fail_the_migration_quickly_with_a_clear_message() {
     const N: usize = 60;
-    let target = stale_target(N, 2, &[]).await;
+    let target = stale_shootstates_in(N, |i| object(i, 2).0, &[]).await;
     let proxy = Proxy::start(&target);
     let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "20"]);
 
@@ -407,7 +380,7 @@ async fn the_qps_limit_holds_at_the_target() {
     const N: usize = 150;
     const QPS: f64 = 20.0;
     const BURST: f64 = 5.0;
-    let target = stale_target(N, 3, &[]).await;
+    let target = stale_shootstates_in(N, |i| object(i, 3).0, &[]).await;
     let proxy = Proxy::start(&target);
     let m = migrating_server(
         &proxy.kubeconfig(),
@@ -443,7 +416,7 @@ async fn the_qps_limit_holds_at_the_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_superseded_migration_is_left_alone() {
     const N: usize = 120;
-    let target = stale_target(N, 2, &[]).await;
+    let target = stale_shootstates_in(N, |i| object(i, 2).0, &[]).await;
     let proxy = Proxy::start(&target);
     let m = migrating_server(
         &proxy.kubeconfig(),
@@ -516,7 +489,7 @@ fn peak_rss_kib(dir: &std::path::Path) -> Option<u64> {
 async fn throughput() {
     let n: usize = std::env::var("MIGRATOR_THROUGHPUT_N").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let created = Instant::now();
-    let target = stale_target(n, 10, &[]).await;
+    let target = stale_shootstates_in(n, |i| object(i, 10).0, &[]).await;
     eprintln!("created {n} objects in {:?}", created.elapsed());
     let m = migrating_server(&target.kubeconfig(), &["--migration-qps", "0"]);
     let rss_idle = peak_rss_kib(&m.dir);

@@ -55,22 +55,31 @@ pub async fn target_with_shootstates(n: usize) -> Server {
 /// A server without a scheduler holding `n` ShootStates `garden/s-<i>` stored as v1alpha1 (created 16 at a time),
 /// restarted with v1beta1 as their storage version: every object is stale for the next migrator.
 pub async fn stale_shootstates(n: usize) -> Server {
+    stale_shootstates_in(n, |_| "garden".to_string(), &[]).await
+}
+
+/// [`stale_shootstates`] with the `i`-th object in `namespace(i)`, restarted with the further flags `extra`.
+pub async fn stale_shootstates_in(n: usize, namespace: impl Fn(usize) -> String, extra: &[&str]) -> Server {
     let mut t = Server::start(&["--disable-scheduler", "--storage-version", &format!("{SHOOTSTATES}=v1alpha1")]);
     let c = t.client().await;
     let created: Vec<u16> = futures::stream::iter(0..n)
         .map(|i| {
             let c = c.clone();
-            let body = shootstate("v1alpha1", "garden", &format!("s-{i:05}"), json!({"n": i}));
+            let ns = namespace(i);
+            let body = shootstate("v1alpha1", &ns, &format!("s-{i:05}"), json!({"n": i}));
             async move {
-                let path = "/apis/core.gardener.cloud/v1alpha1/namespaces/garden/shootstates";
+                let path = format!("/apis/core.gardener.cloud/v1alpha1/namespaces/{ns}/shootstates");
                 let headers = [("content-type", "application/json")];
-                call(&c, Method::POST, path, &headers, body.to_string().into_bytes()).await.status
+                call(&c, Method::POST, &path, &headers, body.to_string().into_bytes()).await.status
             }
         })
         .buffer_unordered(16)
         .collect()
         .await;
     assert!(created.iter().all(|c| *c == 201), "creates: {created:?}");
-    t.restart_with(&["--disable-scheduler", "--storage-version", &format!("{SHOOTSTATES}=v1beta1")]);
+    let storage_version = format!("{SHOOTSTATES}=v1beta1");
+    let mut args = vec!["--disable-scheduler", "--storage-version", &storage_version];
+    args.extend_from_slice(extra);
+    t.restart_with(&args);
     t
 }
