@@ -146,31 +146,7 @@ fn decide_provider(
     let n = obs.reports.len();
     let one = if silent.is_empty() && by_key_id.len() == 1 { by_key_id.keys().next().copied() } else { None };
     let Some(shared) = one else {
-        // Unsettled: keep the record, drop a pending rotation (the margin counts from when all report the key_id).
-        let mut groups: Vec<String> = by_key_id
-            .iter()
-            .map(|(k, ids)| {
-                let which = if recorded.is_some_and(|r| r == k) { "the recorded " } else { "" };
-                format!("{which}{k} ({})", ids.join(", "))
-            })
-            .collect();
-        if !silent.is_empty() {
-            groups.push(format!("no key_id reported ({})", silent.join(", ")));
-        }
-        let in_use = recorded.map(|r| KeyIdsInUse {
-            writing: r.clone(),
-            others: by_key_id.keys().filter(|k| **k != r.as_str()).map(|k| k.to_string()).collect(),
-        });
-        return ProviderDecision {
-            observed: format!(
-                "kms provider {provider}: waiting for all {n} live kube-apiservers to report one key_id hash: {}",
-                groups.join("; ")
-            ),
-            recorded: recorded.cloned(),
-            pending: None,
-            migrate: None,
-            in_use,
-        };
+        return unsettled(provider, recorded, &by_key_id, &silent, n);
     };
     let settled = |observed: String, migrate: Option<String>| ProviderDecision {
         observed,
@@ -210,6 +186,41 @@ fn decide_provider(
                 in_use: Some(KeyIdsInUse { writing: shared.to_string(), others: BTreeSet::from([r.clone()]) }),
             }
         }
+    }
+}
+
+/// While the live kube-apiservers report different key_ids, or some none: keep the record, drop a pending rotation
+/// (the margin counts from when all report the key_id), and name who reports what.
+fn unsettled(
+    provider: &str,
+    recorded: Option<&String>,
+    by_key_id: &BTreeMap<&str, Vec<&str>>,
+    silent: &[&str],
+    n: usize,
+) -> ProviderDecision {
+    let mut groups: Vec<String> = by_key_id
+        .iter()
+        .map(|(k, ids)| {
+            let which = if recorded.is_some_and(|r| r == k) { "the recorded " } else { "" };
+            format!("{which}{k} ({})", ids.join(", "))
+        })
+        .collect();
+    if !silent.is_empty() {
+        groups.push(format!("no key_id reported ({})", silent.join(", ")));
+    }
+    let in_use = recorded.map(|r| KeyIdsInUse {
+        writing: r.clone(),
+        others: by_key_id.keys().filter(|k| **k != r.as_str()).map(|k| k.to_string()).collect(),
+    });
+    ProviderDecision {
+        observed: format!(
+            "kms provider {provider}: waiting for all {n} live kube-apiservers to report one key_id hash: {}",
+            groups.join("; ")
+        ),
+        recorded: recorded.cloned(),
+        pending: None,
+        migrate: None,
+        in_use,
     }
 }
 
