@@ -2,6 +2,7 @@
 //! and stored apiVersion, so that operators can verify encryption at rest. Never prints values.
 
 use super::embedded::EmbeddedStorage;
+use super::encryption::kms::{stored_key_id_hash, stored_key_label};
 use super::encryption::{resource_of_key, Encoding, EncryptionConfig};
 use super::{ListOptions, Storage, StorageError};
 use serde::Serialize;
@@ -15,8 +16,12 @@ pub struct InspectEntry {
     pub key: String,
     /// The revision that last modified the key (the object's resourceVersion).
     pub revision: u64,
-    /// `identity`, or the prefix's `<provider>:v1:<keyname>` (e.g. `aesgcm:v1:key1`).
+    /// `identity`, or the prefix's `<provider>:<version>:<keyname>` (e.g. `aesgcm:v1:key1`, `kms:v2:<name>`).
     pub encryption: String,
+    /// A KMS v2 value's key_id, hashed as upstream logs it (`sha256:<hex>`): which of the plugin's keys encrypted its
+    /// seed. Read from the stored object, no plugin needed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id_hash: Option<String>,
     /// The stored object's apiVersion; `<encrypted>` when it is encrypted and no config was given, `<error>` when it
     /// cannot be decrypted with the given config.
     pub api_version: String,
@@ -105,8 +110,13 @@ fn describe(
         .into_iter()
         .map(|kv| {
             let encoding = Encoding::of(&kv.value);
+            let key_id_hash = match &encoding {
+                Encoding::Encrypted { provider, len, .. } if provider == "kms" => stored_key_id_hash(&kv.value[*len..]),
+                _ => None,
+            };
             let mut entry = InspectEntry {
                 encryption: encoding.label(),
+                key_id_hash,
                 api_version: String::new(),
                 size: kv.value.len(),
                 revision: kv.mod_revision,
@@ -155,8 +165,8 @@ fn api_version(plain: &[u8]) -> String {
 }
 
 /// How many stored values each resource has under each key: resource (`shootstates.core.gardener.cloud`, `secrets`)
-/// -> key label as [`Encoding::label`] prints it (`identity`, `aesgcm:v1:key1`, `malformed`) -> count. Keys outside
-/// `/registry/` are not counted.
+/// -> key label as [`stored_key_label`] gives it (`identity`, `aesgcm:v1:key1`, `kms:v2:<name>:sha256:…` with the
+/// key_id's hash, `malformed`) -> count. Keys outside `/registry/` are not counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ValueCounts(pub BTreeMap<String, BTreeMap<String, u64>>);
 
@@ -173,7 +183,7 @@ impl ValueCounts {
     /// Counts one stored value.
     pub fn add(&mut self, key: &str, stored: &[u8]) {
         if let Some(resource) = resource_of_key(key) {
-            *self.0.entry(resource).or_default().entry(Encoding::of(stored).label()).or_default() += 1;
+            *self.0.entry(resource).or_default().entry(stored_key_label(stored)).or_default() += 1;
         }
     }
 
@@ -272,8 +282,12 @@ pub struct SummaryRow {
     pub resource: String,
     /// `identity`, `aesgcm`, `aescbc`, `secretbox`, or `malformed`.
     pub provider: String,
-    /// The key name (empty for identity and malformed values).
+    /// The key name (empty for identity and malformed values); a KMS v2 provider's name.
     pub key: String,
+    /// A KMS v2 provider's key_id, hashed (`sha256:<hex>`): the values under each key_id are counted apart, so that an
+    /// old key_id can be retired in the KMS once no value uses it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub key_id_hash: String,
     pub values: u64,
 }
 
@@ -288,28 +302,43 @@ fn resource_of(key: &str) -> String {
     }
 }
 
-/// Counts per resource, provider and key, sorted.
+/// Counts per resource, provider, key and (KMS v2) key_id, sorted.
 pub fn summary(entries: &[InspectEntry]) -> Vec<SummaryRow> {
-    let mut counts: std::collections::BTreeMap<(String, String, String), u64> = Default::default();
+    let mut counts: std::collections::BTreeMap<(String, String, String, String), u64> = Default::default();
     for e in entries {
         let (provider, key) = match e.encryption.split(':').collect::<Vec<_>>()[..] {
             [provider, _version, key] => (provider.to_string(), key.to_string()),
             _ => (e.encryption.clone(), String::new()),
         };
-        *counts.entry((resource_of(&e.key), provider, key)).or_insert(0) += 1;
+        let key_id_hash = e.key_id_hash.clone().unwrap_or_default();
+        *counts.entry((resource_of(&e.key), provider, key, key_id_hash)).or_insert(0) += 1;
     }
     counts
         .into_iter()
-        .map(|((resource, provider, key), values)| SummaryRow { resource, provider, key, values })
+        .map(|((resource, provider, key, key_id_hash), values)| SummaryRow {
+            resource,
+            provider,
+            key,
+            key_id_hash,
+            values,
+        })
         .collect()
 }
 
-/// The summary as a kubectl-style table: RESOURCE, PROVIDER, KEY, VALUES.
+/// The summary as a kubectl-style table: RESOURCE, PROVIDER, KEY, VALUES; with KMS v2 values, KEY ID HASH after KEY.
 pub fn summary_table(rows: &[SummaryRow]) -> String {
-    let header = ["RESOURCE", "PROVIDER", "KEY", "VALUES"].map(String::from);
-    let cells: Vec<[String; 4]> =
-        rows.iter().map(|r| [r.resource.clone(), r.provider.clone(), r.key.clone(), r.values.to_string()]).collect();
-    let mut widths = header.clone().map(|h| h.len());
+    let kms = rows.iter().any(|r| !r.key_id_hash.is_empty());
+    let pick = |cells: [String; 5]| -> Vec<String> {
+        cells.into_iter().enumerate().filter(|(i, _)| kms || *i != 3).map(|(_, c)| c).collect()
+    };
+    let header = pick(["RESOURCE", "PROVIDER", "KEY", "KEY ID HASH", "VALUES"].map(String::from));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            pick([r.resource.clone(), r.provider.clone(), r.key.clone(), r.key_id_hash.clone(), r.values.to_string()])
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in &cells {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
@@ -317,7 +346,7 @@ pub fn summary_table(rows: &[SummaryRow]) -> String {
     }
     let mut out = String::new();
     for r in std::iter::once(&header).chain(&cells) {
-        let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(line.join("   ").trim_end());
         out.push('\n');
     }
@@ -410,6 +439,7 @@ resources:
             key: key.into(),
             revision: 1,
             encryption: encryption.into(),
+            key_id_hash: None,
             api_version: String::new(),
             size: 0,
             stale: None,
@@ -426,6 +456,7 @@ resources:
             resource: r.into(),
             provider: p.into(),
             key: k.into(),
+            key_id_hash: String::new(),
             values: n,
         };
         assert_eq!(
@@ -443,6 +474,34 @@ resources:
         let json: serde_json::Value = serde_json::from_str(&summary_json(&rows)).expect("json");
         assert_eq!(json["items"][2]["values"], 2);
         assert_eq!(json["items"][0]["key"], "");
+        assert!(json["items"][0].get("keyIdHash").is_none(), "{json}");
+
+        // KMS v2 values: one row per key_id, and a KEY ID HASH column.
+        let kms = |key: &str, hash: &str| InspectEntry { key_id_hash: Some(hash.into()), ..entry(key, "kms:v2:vault") };
+        let entries = [
+            kms("/registry/core.gardener.cloud/shootstates/ns/a", "sha256:02"),
+            kms("/registry/core.gardener.cloud/shootstates/ns/b", "sha256:01"),
+            kms("/registry/core.gardener.cloud/shootstates/ns/c", "sha256:02"),
+        ];
+        let rows = summary(&entries);
+        assert_eq!(
+            rows.iter()
+                .map(|r| (r.provider.as_str(), r.key.as_str(), r.key_id_hash.as_str(), r.values))
+                .collect::<Vec<_>>(),
+            [("kms", "vault", "sha256:01", 1), ("kms", "vault", "sha256:02", 2)]
+        );
+        let table = summary_table(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["RESOURCE", "PROVIDER", "KEY", "KEY", "ID", "HASH", "VALUES"]
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["shootstates.core.gardener.cloud", "kms", "vault", "sha256:02", "2"]
+        );
+        let json: serde_json::Value = serde_json::from_str(&summary_json(&rows)).expect("json");
+        assert_eq!(json["items"][1]["keyIdHash"], "sha256:02");
     }
 
     #[tokio::test]

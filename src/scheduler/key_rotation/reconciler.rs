@@ -1,6 +1,7 @@
 //! The key-rotation trigger as a kube-runtime controller: one reconcile per StorageState, from reflector stores of
 //! the StorageStates and the migrations, queued when the StorageState changes, when a migration of its resource
-//! finishes, when the encryption config in use changes (every StorageState), and every `--key-rotation-interval`
+//! finishes, when the encryption config in use changes or one of its KMS v2 providers adopts a new key_id (every
+//! StorageState), and every `--key-rotation-interval`
 //! (the reconcile's requeue: the other replicas' write keys change without any event here). No round re-lists
 //! everything: a reconcile reads its resource's discovery, and reads the StorageState and the migrations again from
 //! the API only before it acts, so that a store that has not yet seen its own last write never makes it act twice.
@@ -8,6 +9,7 @@
 use super::*;
 use crate::error::qualified;
 use crate::scheduler::trigger::{discover_resource, is_finished, of_resource, Timed, NEVER_MIGRATED};
+use crate::storage::encryption::kms::KeyIdChanges;
 use futures::StreamExt;
 use kube::runtime::controller::{applier, trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{self, reflector, ObjectRef, Store};
@@ -35,11 +37,17 @@ pub(super) async fn run(rotator: Rotator, interval: Duration) {
     let finished = trigger_with(migration_changes, |m: StorageVersionMigration| {
         is_finished(&m).then(|| ObjectRef::new(&qualified(&m.spec.resource.resource, &m.spec.resource.group)))
     });
-    // A new config in use concerns every resource.
+    // A new config in use, or a new key_id of one of its KMS v2 providers, concerns every resource.
     let every_state = states.clone();
-    let reloads = futures::stream::unfold(rotator.encryption.subscribe(), |mut config| async move {
-        config.changed().await.ok()?;
-        Some(((), config))
+    let reloads = futures::stream::unfold((rotator.encryption.subscribe(), None), |(mut config, key_ids)| async move {
+        let mut key_ids: KeyIdChanges = key_ids.unwrap_or_else(|| config.borrow_and_update().key_id_changes());
+        tokio::select! {
+            changed = config.changed() => {
+                changed.ok()?;
+                Some(((), (config, None)))
+            }
+            () = key_ids.changed() => Some(((), (config, Some(key_ids)))),
+        }
     })
     .flat_map(move |()| {
         let all: Vec<ObjectRef<StorageState>> =
@@ -85,7 +93,10 @@ async fn reconcile(state: Arc<StorageState>, context: Arc<Context>) -> Result<Ac
     let rotator = &context.rotator;
     let target = Timed { client: &rotator.target, timeout: rotator.timeout };
     let Some(served) = discover_resource(&target, &r.group, &r.resource).await? else { return Ok(again) };
-    let configured = rotator.encryption.current().write_key_for_resource(&r.state_name());
+    // A KMS v2 provider's key_id counts as part of its write key; without one yet, its first is awaited.
+    let Some(configured) = rotator.encryption.current().write_key_id_label_for_resource(&r.state_name()) else {
+        return Ok(again);
+    };
     let replicas = rotator.live_writers(&r.state_name(), &configured);
     let all = context.migrations.state();
     let decision = decide_about(&state, &configured, &replicas, &of_resource(&all, &r.group, &r.resource));

@@ -4,7 +4,7 @@
 //! intervals): a process cannot tell a rolling restart with the old config from a scale-down, and only the first
 //! must never be missed. Every replica reads them all
 //! about once a second into its [`WriteGate`], so that a replica that loaded a new key learns within a second that
-//! the others read it.
+//! the others read it. A KMS v2 provider's new key_id is published within a second too.
 
 use super::replicas::{KeyReport, WriteGate};
 use super::{EncryptionConfig, EncryptionConfigHandle};
@@ -154,12 +154,14 @@ impl KeyReporter {
                     }
                     _ = tokio::time::sleep(REFRESH.min(self.interval)) => false,
                 };
-                if reloaded {
-                    let config = self.configs.borrow_and_update().clone();
+                let config = self.configs.borrow_and_update().clone();
+                // A KMS v2 provider's new key_id changes what this replica writes with, though no file changed.
+                let new_key_id = config.write_key_id_hashes() != self.gate.own().report.write_key_ids;
+                if reloaded || new_key_id {
                     self.gate.set_own(KeyReport::of(&self.replica, &config, Timestamp::now()));
                     self.log_replicas();
                 }
-                if reloaded || published.elapsed() >= self.interval {
+                if reloaded || new_key_id || published.elapsed() >= self.interval {
                     match self.publish().await {
                         Ok(()) => published = Instant::now(),
                         Err(e) => {

@@ -230,6 +230,9 @@ pub struct Decrypted {
     pub value: Bytes,
     /// Not written by the current writer for its resource: a rewrite would change the stored encoding.
     pub stale: bool,
+    /// A KMS v2 value under another key_id (or DEK source type) than its provider writes with now: stale whichever
+    /// provider the replicas agree to write with ([`storage::EncryptedStorage`] with a write gate).
+    pub key_id_stale: bool,
 }
 
 /// A parsed, validated `EncryptionConfiguration`.
@@ -305,9 +308,11 @@ impl EncryptionConfig {
         self.writer_for(&resource_key_prefix(resource))
     }
 
-    /// Whether a value of `resource` encrypted with the key `label` (`aesgcm:v1:key1`) can be read. Plaintext
+    /// Whether a value of `resource` encrypted with the key `label` (`aesgcm:v1:key1`; a KMS v2 provider with or
+    /// without its key_id, `kms:v2:<name>[:sha256:…]`: the provider reads every key_id) can be read. Plaintext
     /// (`identity`) always can.
     pub fn reads_for_resource(&self, resource: &str, label: &str) -> bool {
+        let label = kms::provider_label(label);
         label == "identity" || self.transformer(&resource_key_prefix(resource)).readers.contains_key(label)
     }
 
@@ -366,7 +371,9 @@ impl EncryptionConfig {
         let t = self.transformer(key);
         let encoding = Encoding::of(stored);
         match &encoding {
-            Encoding::Identity => Ok(Decrypted { value: stored.clone(), stale: t.writer.is_some() }),
+            Encoding::Identity => {
+                Ok(Decrypted { value: stored.clone(), stale: t.writer.is_some(), key_id_stale: false })
+            }
             Encoding::Malformed => Err(StorageError::Internal(format!(
                 "cannot decrypt {key}: the stored value starts with {ENCRYPTED_PREFIX:?} but has no valid \
                  <provider>:<version>:<key>: prefix"
@@ -380,12 +387,12 @@ impl EncryptionConfig {
                     )));
                 };
                 let written_by_writer = t.writer.as_ref().is_some_and(|w| Arc::ptr_eq(w, dk));
-                let (plain, stale) = match &**dk {
+                let (plain, key_id_stale) = match &**dk {
                     Key::Local(k) => (k.decrypt(key, &stored[*len..])?, false),
                     // Stale too when written under another key_id than the provider's write key_id.
                     Key::Kms(p) => p.decrypt(key, &stored[*len..])?,
                 };
-                Ok(Decrypted { value: Bytes::from(plain), stale: stale || !written_by_writer })
+                Ok(Decrypted { value: Bytes::from(plain), stale: key_id_stale || !written_by_writer, key_id_stale })
             }
         }
     }

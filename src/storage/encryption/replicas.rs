@@ -36,6 +36,12 @@ pub struct KeyReport {
     pub last_heartbeat_time: String,
     /// One entry per `resources` entry of the config, in its order (the first that matches a key applies).
     pub resources: Vec<ResourceKeys>,
+    /// The key_id hash (`sha256:<hex>`) each KMS v2 provider of the config writes with, by its label
+    /// (`kms:v2:<name>`): a provider reads every key_id, so this is not what reads, only what writes; the
+    /// key-rotation trigger waits until every live replica writes with the new key_id. Absent from the reports of
+    /// replicas without KMS v2 providers (and of older versions).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub write_key_ids: std::collections::BTreeMap<String, String>,
 }
 
 /// One `resources` entry: its patterns and its keys (`aesgcm:v1:key2`, `identity`), the first one writing.
@@ -56,7 +62,12 @@ impl KeyReport {
                 keys: t.order.clone(),
             })
             .collect();
-        KeyReport { replica: replica.to_string(), last_heartbeat_time: now.to_string(), resources }
+        KeyReport {
+            replica: replica.to_string(),
+            last_heartbeat_time: now.to_string(),
+            resources,
+            write_key_ids: config.write_key_id_hashes(),
+        }
     }
 
     /// Whether the heartbeat is at most [`GC_INTERVALS`] intervals old (one that does not parse is not).
@@ -113,6 +124,16 @@ impl Replica {
             .or(keys.first())
             .cloned()
             .unwrap_or_else(|| IDENTITY.to_string())
+    }
+
+    /// [`Self::effective_writer`] with a KMS v2 provider's key_id: `kms:v2:<name>:sha256:…` when this replica
+    /// reports one, as [`EncryptionConfig::write_key_id_label_for_resource`] names the write key.
+    pub fn effective_write_key_id(&self, key: &str, replicas: &[Replica]) -> String {
+        let writer = self.effective_writer(key, replicas);
+        match self.report.write_key_ids.get(&writer) {
+            Some(hash) => format!("{writer}:{hash}"),
+            None => writer,
+        }
     }
 
     /// The configured writer of `key` (the first key), whatever the other replicas read.
@@ -191,11 +212,11 @@ impl WriteGate {
             .unwrap_or_else(|| IDENTITY.to_string())
     }
 
-    /// The key each live replica writes `key` with, this one first (the rotation trigger migrates once they are
-    /// all its configured key).
+    /// The key each live replica writes `key` with, a KMS v2 provider with its key_id, this one first (the rotation
+    /// trigger migrates once they are all its configured key).
     pub fn writers_of(&self, key: &str) -> Vec<String> {
         let replicas = self.replicas();
-        replicas.iter().map(|r| r.effective_writer(key, &replicas)).collect()
+        replicas.iter().map(|r| r.effective_write_key_id(key, &replicas)).collect()
     }
 
     /// The key every live replica writes `key` with, when they agree.
@@ -224,6 +245,7 @@ mod tests {
                 resources: vec!["shootstates.core.gardener.cloud".into()],
                 keys: keys.iter().map(|k| k.to_string()).collect(),
             }],
+            write_key_ids: Default::default(),
         }
     }
 
@@ -316,5 +338,29 @@ mod tests {
         let back: KeyReport = serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("parse");
         assert_eq!(back, r);
         assert!(!serde_json::to_string(&r).expect("json").contains("MDEy"), "no secret in a report");
+    }
+
+    #[test]
+    fn a_kms_key_id_counts_for_the_rotation_but_not_for_reading() {
+        const KMS: &str = "kms:v2:vault";
+        let with = |id: &str, hash: Option<&str>, at: i64| {
+            let mut r = report(id, &[KMS], at);
+            r.write_key_ids = hash.map(|h| (KMS.to_string(), h.to_string())).into_iter().collect();
+            r
+        };
+        let gate = WriteGate::new(with("a", Some("sha256:02"), 0));
+        gate.set_reports(vec![with("b", Some("sha256:01"), 0)], t(1), I);
+        // Both read every key_id of the provider: each writes with its own seed.
+        assert_eq!(gate.writer_for(KEY), KMS);
+        assert_eq!(gate.writers_of(KEY), ["kms:v2:vault:sha256:02", "kms:v2:vault:sha256:01"]);
+        // b has not had a Status yet: no key_id, which the trigger never takes for a new one.
+        gate.set_reports(vec![with("b", None, 1)], t(2), I);
+        assert_eq!(gate.writers_of(KEY), ["kms:v2:vault:sha256:02", KMS]);
+        gate.set_reports(vec![with("b", Some("sha256:02"), 2)], t(3), I);
+        assert_eq!(gate.writers_of(KEY), ["kms:v2:vault:sha256:02"; 2]);
+        // A report without the field (an older replica) parses.
+        let old = r#"{"replica":"c","lastHeartbeatTime":"2024-01-01T00:00:00Z","resources":[]}"#;
+        assert!(serde_json::from_str::<KeyReport>(old).expect("parse").write_key_ids.is_empty());
+        assert!(!serde_json::to_string(&report("d", &[K1], 0)).expect("json").contains("writeKeyIds"));
     }
 }

@@ -62,17 +62,22 @@ impl EncryptedStorage {
 
     /// The value decrypted; with a gate, stale means "not written with the key this replica writes now" (a value
     /// under the new key while the others cannot read it yet is not rewritten back, nor one under the old key
-    /// forward).
+    /// forward), or written by a KMS v2 provider under another key_id than the one it writes with now (every replica
+    /// reads every key_id of a provider).
     fn decrypt_kv(
         &self,
         config: &EncryptionConfig,
         kv: KeyValue,
     ) -> std::result::Result<KeyValue, crate::storage::CorruptValue> {
         let Some(gate) = &self.gate else { return config.try_decrypt_kv(kv) };
-        let was_stale = kv.stale;
-        let written_with = Encoding::of(&kv.value).label();
-        let mut out = config.try_decrypt_kv(kv)?;
-        out.stale = was_stale || written_with != gate.writer_in(config, &out.key);
+        let mut out = kv;
+        let written_with = Encoding::of(&out.value).label();
+        let d = config
+            .decrypt(&out.key, &out.value)
+            .map_err(|e| crate::storage::CorruptValue { key: out.key.clone(), message: e.to_string() })?;
+        // Which provider writes is the gate's; a KMS v2 value under an old key_id is stale whatever it says.
+        out.stale = out.stale || written_with != gate.writer_in(config, &out.key) || d.key_id_stale;
+        out.value = d.value;
         Ok(out)
     }
 }

@@ -5,6 +5,8 @@
 
 pub mod client;
 pub mod envelope;
+mod key_ids;
+pub use key_ids::{key_id_label, provider_label, stored_key_id_hash, stored_key_label, KeyIdChanges};
 pub mod metrics;
 mod provider;
 pub mod timings;

@@ -56,6 +56,8 @@ pub struct KmsProvider {
     probe: tokio::sync::Mutex<Option<LastProbe>>,
     /// The first Status version seen: a plugin must not change its API version.
     first_version: Mutex<Option<String>>,
+    /// The key_id that writes, for whoever acts on a change (the key-rotation trigger).
+    key_ids: tokio::sync::watch::Sender<Option<String>>,
 }
 
 #[derive(Default)]
@@ -89,6 +91,7 @@ impl KmsProvider {
             cache: Mutex::new(SourceCache::default()),
             probe: tokio::sync::Mutex::new(None),
             first_version: Mutex::new(None),
+            key_ids: tokio::sync::watch::channel(None).0,
         }
     }
 
@@ -128,6 +131,11 @@ impl KmsProvider {
     /// The key_id that writes now, if any.
     pub fn write_key_id(&self) -> Option<String> {
         self.current().map(|s| s.key_id.clone())
+    }
+
+    /// Sees every key_id this provider writes with from now on (the current one is marked seen).
+    pub fn subscribe_key_id(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.key_ids.subscribe()
     }
 
     /// Probes the plugin once now (waiting for it, within the timeout), then polls it in the background until the
@@ -265,6 +273,7 @@ impl KmsProvider {
             let g = Arc::new(g);
             self.remember(g.cache_key, g.source.clone());
             *self.state.write().unwrap_or_else(|p| p.into_inner()) = Some(g.clone());
+            self.key_ids.send_replace(Some(g.key_id.clone()));
             tracing::info!(provider = %self.name, key_id_hash = %envelope::key_id_hash(&g.key_id), uid = %uid,
                 "KMS v2: new data encryption key seed in use");
             return Ok(());
