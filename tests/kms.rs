@@ -5,51 +5,16 @@
 //! The intervals are shortened with MIGRATION_APISERVER_KMS_TEST_TIMINGS (test-only).
 
 mod common;
+use common::kms::*;
 use common::shootstates::*;
 use common::*;
-use migration_apiserver::kms_test_plugin::TestKmsPlugin;
 use serde_json::json;
 use sha2::Digest;
-use std::path::Path;
 use std::time::Duration;
 
 const NS: &str = "garden-kms";
 const KEY1: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
-/// The same value in every test of this binary: the server inherits it from the test process.
-const TIMINGS: &str = "poll=300ms,retry=300ms,write-ttl=3s,healthy-cache=200ms,failed-cache=200ms";
 const DEADLINE: Duration = Duration::from_secs(30);
-
-/// The plugin runs on a runtime of its own, alive as long as the test.
-struct Plugin {
-    plugin: TestKmsPlugin,
-    endpoint: String,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn plugin(test: &str) -> Plugin {
-    std::env::set_var(migration_apiserver::storage::encryption::kms::timings::TEST_TIMINGS_ENV, TIMINGS);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let endpoint = format!("unix:///@migration-apiserver-kms-{}-{test}", std::process::id());
-    let plugin = runtime.block_on(async { TestKmsPlugin::start(&endpoint, "key-1", None) }).expect("plugin");
-    Plugin { plugin, endpoint, _runtime: runtime }
-}
-
-fn kms_provider(endpoint: &str) -> String {
-    format!("  - kms:\n      apiVersion: v2\n      name: p1\n      endpoint: {endpoint}\n      timeout: 1s\n")
-}
-
-fn config_yaml(providers: &str) -> String {
-    format!(
-        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: \
-         [\"shootstates.core.gardener.cloud\"]\n  providers:\n{providers}"
-    )
-}
-
-fn write_config(path: &Path, content: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, content).expect("write");
-    std::fs::rename(&tmp, path).expect("rename");
-}
 
 fn create(s: &Server, name: &str) -> std::process::Output {
     let o = shootstate("v1beta1", NS, name, json!({"note": format!("CANARY-{name}")}));
@@ -81,10 +46,6 @@ fn stored_encodings(s: &Server) -> Vec<String> {
     e
 }
 
-fn sha256(s: &str) -> String {
-    format!("sha256:{:x}", sha2::Sha256::digest(s.as_bytes()))
-}
-
 #[test]
 fn shootstates_under_kms_v2_and_the_plugin_down() {
     let p = plugin("down");
@@ -104,7 +65,7 @@ fn shootstates_under_kms_v2_and_the_plugin_down() {
 
     // upstream's metrics: names, HELP, labels, the key_id hashed.
     let (_, metrics) = raw(&s, "/metrics");
-    let key_id_hash = sha256("key-1");
+    let key_id_hash = key_id_hash("key-1");
     assert!(
         metrics.contains("# HELP apiserver_envelope_encryption_key_id_hash_total [ALPHA] Number of times a keyID is used split by transformation type, provider, and apiserver identity."),
         "{metrics}"

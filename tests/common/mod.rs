@@ -6,6 +6,7 @@ pub mod admission;
 pub mod apiservers;
 pub mod deploy_kit;
 pub mod etcd;
+pub mod kms;
 pub mod manifests;
 pub mod objects;
 pub mod proxy;
