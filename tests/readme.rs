@@ -1,5 +1,5 @@
-//! The docs' walk-throughs, run as written: the README's kubectl walk-through and the key rotation of
-//! docs/guides/key-rotation.md. Their `client` blocks run with bash in a directory laid out as the repository is
+//! The docs' walk-throughs, run as written: the README's kubectl walk-through, and the key rotation and the KMS v2
+//! rotation of docs/guides/key-rotation.md. Their `client` blocks run with bash in a directory laid out as the repository is
 //! after `make run` (`certs/`, `data/`, `target/release/migration-apiserver`), their `server` blocks as `make run` runs
 //! the server (the Makefile's recipe, checked below), with default flags and the scheduler on. Also: the metrics
 //! table of docs/operations/metrics.md is what `/metrics` serves.
@@ -311,6 +311,53 @@ fn the_key_rotation_walkthrough_works_as_written() {
         .collect();
     assert_eq!(shoots.len(), 1, "{summary}");
     assert_eq!((&shoots[0]["key"], &shoots[0]["values"]), (&serde_json::json!("key2"), &serde_json::json!(100)));
+}
+
+/// docs/guides/key-rotation.md's KMS v2 rotation: the test plugin, ShootStates under key-1, the plugin rotated to
+/// key-2, the StorageState to Finished under key-2, and the stopped store with key-2's values only.
+#[test]
+fn the_kms_rotation_walkthrough_works_as_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // The plugin runs in the walk-through's terminal; whatever happens here, it goes with the test.
+    struct PluginGone(PathBuf);
+    impl Drop for PluginGone {
+        fn drop(&mut self) {
+            let _ = Command::new("pkill").arg("-f").arg(format!("unix://{}", self.0.display())).status();
+        }
+    }
+    let _plugin = PluginGone(tmp.path().join("kms.sock"));
+    let blocks = blocks("docs/guides/key-rotation.md", "kms");
+    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
+    let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks, false);
+    let log = server.log();
+    let hash = |key_id: &str| {
+        use sha2::Digest;
+        format!("sha256:{:x}", sha2::Sha256::digest(key_id.as_bytes()))
+    };
+    let out = &outputs[1];
+    // The counts printed at the end: every ShootState under key-2.
+    let counts = format!("[{{\"key\":\"kms:v2:my-kms:{}\",\"values\":100}}]", hash("key-2"));
+    assert!(out.contains(&counts), "{out}\n{log}");
+    assert!(log.contains("key rotation: migration requested"), "{log}");
+    server.stop();
+    let inspect = Command::new(BIN)
+        .args(["storage", "inspect", "--summary", "-o", "json", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .output()
+        .expect("inspect");
+    let summary: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect json");
+    let shoots: Vec<&serde_json::Value> = summary["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|r| r["resource"] == "shootstates.core.gardener.cloud")
+        .collect();
+    assert_eq!(
+        shoots,
+        [&serde_json::json!({"resource": "shootstates.core.gardener.cloud", "provider": "kms", "key": "my-kms",
+            "keyIdHash": hash("key-2"), "values": 100})],
+        "{summary}"
+    );
 }
 
 /// The table of metrics in docs/operations/metrics.md is what `/metrics` serves: the same families with the same types and label names,

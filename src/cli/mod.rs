@@ -128,8 +128,9 @@ pub struct InspectArgs {
     /// the ones to remove with `ignoreStoreReadErrorWithClusterBreakingPotential` (see docs/operations/storage.md).
     #[arg(long)]
     pub unreadable: bool,
-    /// Print only how many values each resource has under each provider and key (RESOURCE, PROVIDER, KEY, VALUES):
-    /// after a key rotation, a key no resource lists holds no data and can be removed from the config.
+    /// Print only how many values each resource has under each provider and key (RESOURCE, PROVIDER, KEY, VALUES;
+    /// with KMS v2 values also KEY ID HASH, one row per key_id): after a key rotation, a key no resource lists holds
+    /// no data and can be removed from the config (a key_id, retired in the KMS).
     #[arg(long, conflicts_with = "unreadable")]
     pub summary: bool,
 }
