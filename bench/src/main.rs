@@ -32,6 +32,8 @@ mod migration;
 use migration::*;
 mod rotation;
 use rotation::*;
+mod kms;
+use kms::*;
 mod adaptive;
 use adaptive::*;
 mod faults;
@@ -114,7 +116,8 @@ enum Group {
     Core,
     /// AdmissionReview throughput of /validate and /mutate (on a server of their own with --server).
     Admission,
-    /// ShootState create and get with a 100 KiB body, aesgcm against identity (starts its own servers).
+    /// ShootState create and get with a 100 KiB body, aesgcm against identity and KMS v2 against aesgcm (starts its own
+    /// servers and the test KMS v2 plugin).
     Encryption,
     /// GET and CREATE with an audit policy writing to a file (Metadata, blocking and batch; RequestResponse)
     /// against no audit, a server of its own each (issue 37).
@@ -122,7 +125,7 @@ enum Group {
     /// The migrator: 10^4 and 10^5 objects of another server (starts its own servers).
     Migration,
     /// Key rotation (issue 31): a rotation of 10^5 ShootStates next to a storage-version migration of them, and GET
-    /// idle and during a rotation, on one server of its own.
+    /// idle and during a rotation, on one server of its own; then a rotation on a KMS v2 key_id change (issue 39).
     Rotation,
     /// The adaptive migration rate (issue 38): default flags against unthrottled, readers' GET during a
     /// migration (at 1,000 GET/s and saturating), and a stand-in target that turns slow and throttles.

@@ -1,5 +1,6 @@
 //! Key rotation (issue 31): a rotation of the encryption write key migrates the server's own store, next to a
-//! storage-version migration of the same objects on the same server, and GET latency during a rotation.
+//! storage-version migration of the same objects on the same server, and GET latency during a rotation; then the
+//! same rotation on a KMS v2 key_id change ([`super::kms`]).
 
 use super::*;
 use anyhow::{bail, Context};
@@ -32,9 +33,16 @@ const STOP_LOAD: u64 = 1 << 62;
 pub(super) async fn rotation_rows(bin: &Path, quick: bool, duration: Duration) -> Vec<Row> {
     let n: u64 = if quick { 10_000 } else { 100_000 };
     let dir = std::env::temp_dir().join(format!("migration-apiserver-bench-rot-{}", std::process::id()));
-    let result = rotation(bin, n, duration, &dir).await;
+    let mut rows = rotation(bin, n, duration, &dir)
+        .await
+        .unwrap_or_else(|e| vec![Row::failed(format!("key rotation of 10^{} objects", n.ilog10()), e)]);
+    // The same rotation when a KMS v2 plugin's key_id changes (issue 39), next to the aesgcm rotation's rate.
+    let kms = kms_rotation_row(bin, n, &dir, rows.get(1)).await;
+    rows.push(kms.unwrap_or_else(|e| {
+        Row::failed(format!("key rotation of 10^{} ShootStates on a KMS v2 key_id change", n.ilog10()), e)
+    }));
     let _ = std::fs::remove_dir_all(&dir);
-    result.unwrap_or_else(|e| vec![Row::failed(format!("key rotation of 10^{} objects", n.ilog10()), e)])
+    rows
 }
 
 /// The EncryptionConfiguration file of ShootStates, aesgcm with the named keys (the first one writes).
@@ -298,7 +306,7 @@ async fn rotate(
 
 /// Waits until the ShootStates' StorageState shows the rotation to `write_key` Finished (and, with `n`, exactly
 /// `n` values counted, all under that key); returns the StorageState.
-async fn wait_rotation(
+pub(super) async fn wait_rotation(
     target: &Target,
     server: &mut ServerProcess,
     write_key: &str,
