@@ -11,6 +11,10 @@ struct AuditCase {
     label: &'static str,
     policy: Option<&'static str>,
     mode: &'static str,
+    /// More flags of the log backend.
+    flags: &'static [&'static str],
+    /// Events each request writes under the policy (GETs and CREATEs alike).
+    events: u64,
     goal: Option<f64>,
 }
 
@@ -19,15 +23,52 @@ struct AuditCase {
 const METADATA: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n";
 const REQUEST_RESPONSE: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: RequestResponse\n";
 
-const CASES: [AuditCase; 4] = [
-    AuditCase { label: "no audit", policy: None, mode: "", goal: None },
+/// The recommended policy the manifests ship (RequestReceived omitted: one event per request; GETs of StorageStates
+/// at Metadata, their CREATEs at RequestResponse).
+const RECOMMENDED: &str = include_str!("../../manifests/audit/policy.yaml");
+
+const CASES: [AuditCase; 6] = [
+    AuditCase { label: "no audit", policy: None, mode: "", flags: &[], events: 0, goal: None },
     // kube-apiserver's default mode for the log backend (--audit-log-mode=blocking): the request writes its events.
-    AuditCase { label: "audit Metadata to a file", policy: Some(METADATA), mode: "blocking", goal: Some(0.8) },
-    AuditCase { label: "audit Metadata to a file, batch", policy: Some(METADATA), mode: "batch", goal: None },
+    AuditCase {
+        label: "audit Metadata to a file",
+        policy: Some(METADATA),
+        mode: "blocking",
+        flags: &[],
+        events: 2,
+        goal: Some(0.8),
+    },
+    AuditCase {
+        label: "audit Metadata to a file, batch",
+        policy: Some(METADATA),
+        mode: "batch",
+        flags: &[],
+        events: 2,
+        goal: None,
+    },
+    // Batches as the webhook backend's default (400 events, 30 s at most): one write(2) per batch, off the requests.
+    AuditCase {
+        label: "audit Metadata to a file, batch of 400",
+        policy: Some(METADATA),
+        mode: "batch",
+        flags: &["--audit-log-batch-max-size", "400", "--audit-log-batch-buffer-size", "100000"],
+        events: 2,
+        goal: None,
+    },
+    AuditCase {
+        label: "audit, the recommended policy (manifests/audit), to a file",
+        policy: Some(RECOMMENDED),
+        mode: "blocking",
+        flags: &[],
+        events: 1,
+        goal: None,
+    },
     AuditCase {
         label: "audit RequestResponse to a file",
         policy: Some(REQUEST_RESPONSE),
         mode: "blocking",
+        flags: &[],
+        events: 2,
         goal: None,
     },
 ];
@@ -92,6 +133,7 @@ async fn case_rows(
     if let Some(text) = case.policy {
         std::fs::write(&policy, text)?;
         args.extend(["--audit-policy-file", &policy_arg, "--audit-log-path", &log_arg, "--audit-log-mode", case.mode]);
+        args.extend_from_slice(case.flags);
     }
     let result = async {
         let (mut server, target) = ServerProcess::start(bin, &args).await?;
@@ -109,16 +151,20 @@ async fn case_rows(
         server.stop().await?;
         if case.policy.is_some() {
             let (lines, bytes) = count_lines(&log_dir)?;
-            // The readiness probes, the setup CREATE and the requests served: two events each.
+            // The readiness probes, the setup CREATE and the requests served: `events` each.
+            let stages = match case.events {
+                2 => "2 each: RequestReceived, ResponseComplete",
+                _ => "1 each: ResponseComplete",
+            };
             let note = format!(
-                "audit log ({} mode): {} events, {} for the {} requests of both rows (2 each: \
-                 RequestReceived, ResponseComplete)",
+                "audit log ({} mode{}): {} events, {} for the {} requests of both rows ({stages})",
                 case.mode,
+                case.flags.iter().map(|f| format!(" {f}")).collect::<String>(),
                 thousands(lines as f64),
                 mib(bytes / 1024),
                 thousands(served as f64)
             );
-            let missing = (2 * served).saturating_sub(lines);
+            let missing = (case.events * served).saturating_sub(lines);
             let note = match missing {
                 0 => note,
                 n => format!("{note}; **{} events missing** (dropped by a full batch queue?)", thousands(n as f64)),
