@@ -3,6 +3,7 @@
 use super::*;
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use crate::storage::Storage;
+use handle::keys_in_use;
 
 const KEY1: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const KEY2: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
@@ -111,4 +112,31 @@ async fn a_start_is_checked_against_the_stored_values() {
     let restarted = EncryptionConfigHandle::new(config(&[("key2", KEY2)]), inner);
     let e = restarted.check_start().await.expect_err("key1 missing");
     assert!(e.to_string().contains(r#"key "aesgcm:v1:key1" still encrypts 1 stored values of shootstates"#), "{e}");
+}
+
+#[test]
+fn a_config_dropping_a_kms_provider_still_in_use_is_refused_per_key_id() {
+    let kms = format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: \
+         [\"{SHOOTSTATES}\"]\n  providers:\n  - kms:\n      apiVersion: v2\n      name: vault\n      \
+         endpoint: unix:///@never-started\n  - aesgcm:\n      keys:\n      - name: key1\n        secret: {KEY1}\n"
+    );
+    let with_kms = EncryptionConfig::from_yaml(&kms).expect("config");
+    let without = config(&[("key1", KEY1)]);
+    let (old, new) = (kms::key_id_label("kms:v2:vault", "key-1"), kms::key_id_label("kms:v2:vault", "key-2"));
+    let mut counts = crate::storage::inspect::ValueCounts::default();
+    let by_key = counts.0.entry(SHOOTSTATES.to_string()).or_default();
+    by_key.insert(old.clone(), 3);
+    by_key.insert(new.clone(), 2);
+    // The provider reads every key_id: keeping it keeps both.
+    assert_eq!(keys_in_use(&with_kms, &counts, Some(&with_kms)), []);
+    // Dropping it: each key_id's values are named, and the provider still writes.
+    let refused = keys_in_use(&without, &counts, Some(&with_kms));
+    let mut named: Vec<(&str, u64, bool)> = refused.iter().map(|k| (k.key.as_str(), k.values, k.writes)).collect();
+    named.sort();
+    let mut expected = [(old.as_str(), 3, false), (new.as_str(), 2, false), ("kms:v2:vault", 0, true)];
+    expected.sort();
+    assert_eq!(named, expected);
+    let message = ReloadError::KeysInUse(refused).to_string();
+    assert!(message.contains(&format!("key {old:?} still encrypts 3 stored values of {SHOOTSTATES}")), "{message}");
 }
