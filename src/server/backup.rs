@@ -22,7 +22,12 @@ pub(super) async fn take_snapshot(State(st): State<Arc<AppState>>) -> Response {
         .into_response();
     };
     match backups.take("on-demand").await {
-        Ok(info) => (StatusCode::CREATED, axum::Json(info)).into_response(),
+        Ok(info) => {
+            // A line of JSON, ended as kube-apiserver's encoder ends its bodies: `kubectl create --raw` prints it as is.
+            let mut body = serde_json::to_vec(&info).unwrap_or_default();
+            body.push(b'\n');
+            (StatusCode::CREATED, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
         Err(e) => ApiError::internal(format!("the snapshot failed: {e}")).into_response(),
     }
 }
