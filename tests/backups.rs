@@ -424,3 +424,33 @@ async fn a_snapshot_taken_under_8_writers_holds_one_revision() {
         .collect();
     assert_eq!(got, expected, "the snapshot at revision {revision}");
 }
+
+/// `curl` of `POST /storage/snapshots` with a bearer token: the HTTP code and the body.
+fn post_with_token(s: &Server, token: &str) -> (u16, Value) {
+    let out = Command::new("curl")
+        .args(["-sS", "-X", "POST", "-w", "\n%{http_code}", "--cacert"])
+        .arg(s.cert_dir().join("ca.crt"))
+        .args(["-H", &format!("Authorization: Bearer {token}"), &format!("{}/storage/snapshots", s.url())])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.trim_end().rsplit_once('\n').unwrap_or_else(|| panic!("curl: {text} {}", stderr(&out)));
+    (code.parse().expect("code"), serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_authorized_as_a_non_resource_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "dave-token,dave,uid-dave,\"devs\"\nroot-token,root,uid-root,\"system:masters\"\n")
+        .expect("tokens");
+    let s = Server::start(&["--token-auth-file", tokens.to_str().expect("utf-8")]);
+    // Standalone only system:masters may: verb post on the path, as kube-apiserver names a non-resource request.
+    let (code, st) = post_with_token(&s, "dave-token");
+    assert_eq!((code, &st["reason"]), (403, &json!("Forbidden")), "{st}");
+    assert_eq!(st["message"], "forbidden: User \"dave\" cannot post path \"/storage/snapshots\"", "{st}");
+    assert!(listed(&s.data_dir().join("snapshots")).is_empty());
+    let (code, snap) = post_with_token(&s, "root-token");
+    assert_eq!(code, 201, "{snap}");
+    assert_eq!(listed(&s.data_dir().join("snapshots")), vec![snap["name"].as_str().expect("name").to_string()]);
+}
