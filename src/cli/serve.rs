@@ -6,7 +6,6 @@ use crate::duration::parse_duration;
 use crate::registry::{Registry, RegistryConfig};
 use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
-use crate::storage::backup::Backups;
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use crate::storage::encryption::{EncryptedStorage, EncryptionConfig, EncryptionConfigHandle, ReloadError};
 use crate::storage::etcd::{EtcdOptions, EtcdStorage};
@@ -18,6 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod backups;
+use backups::{backups, check_snapshot_flags, with_backups};
 pub(crate) mod runtime_config;
 mod scheduler;
 use scheduler::{cluster_client, spawn_cluster_check, start_scheduler, RunningScheduler};
@@ -338,45 +339,6 @@ type OpenedStorage = (
     Option<EncryptionConfigHandle>,
     Option<RunningKeyReports>,
 );
-
-/// The snapshot flags apply to the embedded store only: on etcd they would silently do nothing.
-fn check_snapshot_flags(args: &ServeArgs) -> anyhow::Result<()> {
-    let set: Vec<&str> = [
-        (!args.snapshot_interval.is_zero(), "--snapshot-interval"),
-        (args.snapshot_dir.is_some(), "--snapshot-dir"),
-        (args.snapshot_retention.is_some(), "--snapshot-retention"),
-    ]
-    .into_iter()
-    .filter_map(|(on, flag)| on.then_some(flag))
-    .collect();
-    if args.etcd.enabled() && !set.is_empty() {
-        anyhow::bail!(
-            "{} applies to the embedded store only, not with --etcd-servers: back etcd up with etcd's own snapshots (etcdctl snapshot save)",
-            set.join(", ")
-        );
-    }
-    Ok(())
-}
-
-/// The snapshots of the embedded store (`storage::backup`).
-fn backups(args: &ServeArgs, store: Arc<EmbeddedStorage>) -> anyhow::Result<Arc<Backups>> {
-    let dir = args.snapshot_dir.clone().unwrap_or_else(|| crate::storage::backup::default_dir(&args.data_dir));
-    let retention = args.snapshot_retention.unwrap_or(5);
-    Ok(Arc::new(Backups::new(store, dir, retention, args.snapshot_interval)?))
-}
-
-/// Serves `POST /storage/snapshots` and exports the snapshot metrics with `backups`; takes one every `interval`
-/// (unless 0).
-fn with_backups(state: Arc<AppState>, backups: Option<Arc<Backups>>, interval: Duration) -> Arc<AppState> {
-    let Some(backups) = backups else { return state };
-    backups.metrics.register(&mut state.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
-    if !interval.is_zero() {
-        tracing::info!(interval = ?interval, "scheduled storage snapshots");
-        backups.spawn_schedule(interval);
-    }
-    state.backups.set(backups).ok();
-    state
-}
 
 /// The embedded store or etcd (kept by its type too, for its metrics), encrypted at rest when configured (with the
 /// handle of its config). Values have room for the encryption envelope and metadata on top of the largest object.
