@@ -186,7 +186,9 @@ impl<R: Read> RecordReader<R> {
     fn len_field(&mut self, max: u32, what: &str) -> Result<usize, FormatError> {
         let b = self.exact(4)?;
         let n = u32::from_le_bytes(b[..4].try_into().unwrap_or_default());
-        if n > max {
+        // Checked before anything is allocated for it: a corrupted length must not ask for gigabytes.
+        let left = self.header.body_len - self.body_read;
+        if n > max || u64::from(n) > left {
             return Err(FormatError::Corrupt(format!("{what} length {n} of record {} is impossible", self.read + 1)));
         }
         Ok(n as usize)

@@ -93,10 +93,25 @@ async fn damaged_files_are_refused_with_what_is_wrong() {
     longer.push(0);
     check(&longer, "longer than its header");
     check(b"SQLite format 3\0 and more bytes than a header takes", "not a migration-apiserver snapshot");
+    // The first record's key length made huge, the checksum recomputed: refused as corrupt, nothing allocated.
+    let mut huge = good.clone();
+    huge[format::HEADER_LEN as usize..][..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    reseal(&mut huge);
+    check(&huge, "key length 4294967295 of record 1 is impossible");
     let mut version = good.clone();
     version[8] = 9;
     check(&version, "format version 9 is not supported");
     check(b"", "not a migration-apiserver snapshot");
+}
+
+/// Recomputes the checksum of a snapshot whose body was changed, as a writer that got it wrong would have.
+fn reseal(bytes: &mut [u8]) {
+    use sha2::Digest;
+    let header_len = format::HEADER_LEN as usize;
+    let end = bytes.len() - format::CHECKSUM_LEN as usize;
+    let header = format::parse_header(&bytes[..header_len], bytes.len() as u64).expect("header");
+    let checksum = format::checksum(&header, sha2::Sha256::digest(&bytes[header_len..end]).into());
+    bytes[end..].copy_from_slice(&checksum);
 }
 
 #[tokio::test]
