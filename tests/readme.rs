@@ -31,6 +31,8 @@ fn blocks(file: &str, walkthrough: &str) -> Vec<(String, String)> {
 struct MakeRun {
     dir: PathBuf,
     port: u16,
+    /// `make run`'s DATA_DIR (./data unless a block sets it).
+    data_dir: String,
     child: Option<Child>,
 }
 
@@ -38,10 +40,19 @@ impl MakeRun {
     fn start(&mut self, args: &[String]) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).expect("log");
         // The Makefile's recipe: `$(BIN) serve --secure-port $(PORT) --data-dir $(DATA_DIR) --cert-dir $(CERT_DIR)
-        // $(ARGS)` with DATA_DIR=./data and CERT_DIR=./certs; PORT is free one here (the kubeconfig names it).
+        // $(ARGS)` with DATA_DIR=./data (or the block's) and CERT_DIR=./certs; PORT is free one here (the kubeconfig
+        // names it).
         let child = Command::new(BIN)
             .current_dir(&self.dir)
-            .args(["serve", "--secure-port", &self.port.to_string(), "--data-dir", "./data", "--cert-dir", "./certs"])
+            .args([
+                "serve",
+                "--secure-port",
+                &self.port.to_string(),
+                "--data-dir",
+                &self.data_dir,
+                "--cert-dir",
+                "./certs",
+            ])
             .args(args)
             .stdout(Stdio::null())
             .stderr(log)
@@ -86,6 +97,12 @@ fn make_run_args(line: &str) -> Vec<String> {
         Some((_, args)) => args.trim_matches(['\'', '"']).split_whitespace().map(str::to_string).collect(),
         None => Vec::new(),
     }
+}
+
+/// The DATA_DIR a `make run DATA_DIR=<dir>` line sets; ./data, the Makefile's default, otherwise.
+fn make_run_data_dir(line: &str) -> String {
+    let set = line.split_whitespace().find_map(|w| w.strip_prefix("DATA_DIR="));
+    set.unwrap_or("./data").to_string()
 }
 
 /// The second terminal: one bash session, so that what a block exports holds in the next, fed block by block.
@@ -250,7 +267,7 @@ fn run_walkthrough(dir: &Path, blocks: &[(String, String)], started: bool) -> (V
         dir.join("target/release/migration-apiserver"),
     )
     .expect("symlink");
-    let mut server = MakeRun { dir: dir.to_path_buf(), port: free_port(), child: None };
+    let mut server = MakeRun { dir: dir.to_path_buf(), port: free_port(), data_dir: "./data".into(), child: None };
     if started {
         server.start(&[]);
     }
@@ -260,6 +277,7 @@ fn run_walkthrough(dir: &Path, blocks: &[(String, String)], started: bool) -> (V
         match kind.as_str() {
             "server" => {
                 server.stop();
+                server.data_dir = make_run_data_dir(text);
                 server.start(&make_run_args(text));
             }
             _ => {
@@ -360,6 +378,30 @@ fn the_kms_rotation_walkthrough_works_as_written() {
     );
 }
 
+/// README's "Backups": objects, a snapshot with kubectl, ls and verify, an accident, a restore into a new directory
+/// and the server started on it, with the deleted object back at its resourceVersion.
+#[test]
+fn the_backups_walkthrough_works_as_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let blocks = blocks("README.md", "backups");
+    assert_eq!(blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["client", "server", "client"]);
+    let (outputs, mut server) = run_walkthrough(tmp.path(), &blocks, true);
+    let rows =
+        |out: &str| -> Vec<String> { out.lines().filter(|l| l.starts_with("shoot-")).map(str::to_string).collect() };
+    let before = rows(&outputs[0]);
+    assert_eq!(before.len(), 3, "{}", outputs[0]);
+    // The snapshot's JSON, the listing, the verification and the restore.
+    let created = outputs[0].lines().find(|l| l.starts_with("{\"name\":\"snapshot-")).expect("the snapshot's JSON");
+    let snapshot: serde_json::Value = serde_json::from_str(created).expect("JSON");
+    assert!(snapshot["checksum"].as_str().is_some_and(|c| c.starts_with("sha256:")), "{snapshot}");
+    assert!(outputs[0].contains(snapshot["name"].as_str().expect("name")), "ls lists it: {}", outputs[0]);
+    assert!(outputs[0].contains("shootstate.core.gardener.cloud \"shoot-2\" deleted"), "{}", outputs[0]);
+    assert!(outputs[0].contains("restored revision"), "{}", outputs[0]);
+    // After the restore: the same three objects with the same resourceVersions.
+    assert_eq!(rows(&outputs[1]), before, "{}\n{}", outputs[1], server.log());
+    server.stop();
+}
+
 /// The table of metrics in docs/operations/metrics.md is what `/metrics` serves: the same families with the same types and label names,
 /// no more, no less, in the text format 0.0.4 (every sample named as its family, histograms' with their suffixes).
 #[test]
@@ -383,7 +425,8 @@ fn the_readme_lists_exactly_the_metrics_served() {
         })
         .collect();
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut server = MakeRun { dir: tmp.path().to_path_buf(), port: free_port(), child: None };
+    let mut server =
+        MakeRun { dir: tmp.path().to_path_buf(), port: free_port(), data_dir: "./data".into(), child: None };
     // Auditing on, with the recommended policy, to a log that refuses every write (/dev/full, never rotated): the
     // audit families all have series (apiserver_audit_error_total once the scheduler's requests fail to be logged).
     let policy = repo().join("manifests/audit/policy.yaml");

@@ -28,6 +28,8 @@ mod encryption;
 use encryption::*;
 mod audit;
 use audit::*;
+mod backup;
+use backup::*;
 mod migration;
 use migration::*;
 mod rotation;
@@ -95,7 +97,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "core,admission,encryption,audit,migration,rotation,adaptive,scale,etcd"
+        default_value = "core,admission,encryption,audit,migration,rotation,adaptive,backup,scale,etcd"
     )]
     only: Vec<Group>,
     /// An extra argument for every migration-apiserver the bench starts, after the bench's own; repeatable, one
@@ -130,6 +132,9 @@ enum Group {
     /// The adaptive migration rate (issue 38): default flags against unthrottled, readers' GET during a
     /// migration (at 1,000 GET/s and saturating), and a stand-in target that turns slow and throttles.
     Adaptive,
+    /// Snapshots of the embedded store (issue 40): one of 10^5 ShootStates of 2 KiB, readers' GET at 1,000 GET/s
+    /// and writers' CREATE during snapshots against without (starts its own server).
+    Backup,
     /// LIST page cost, migration and memory up to 10^6 objects (starts its own servers).
     Scale,
     /// Only the LIST page rows of the Scale group (one server grown to 10^6 objects, 10^5 with --quick).
@@ -238,6 +243,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         match bin {
             Some(bin) => rows.extend(adaptive_rows(bin, args.quick, duration).await),
             None => needs_server("adaptive"),
+        }
+    }
+    if on(Group::Backup) {
+        match bin {
+            Some(bin) => rows.extend(backup_rows(bin, args.quick, duration).await),
+            None => needs_server("backup"),
         }
     }
     if on(Group::Scale) || on(Group::ScalePages) {

@@ -15,6 +15,8 @@ mod migrate;
 pub use migrate::*;
 mod serve;
 pub use serve::*;
+mod snapshot;
+pub use snapshot::*;
 
 #[derive(Parser, Debug)]
 #[command(name = "migration-apiserver", version, about = "Aggregated API server for storage version migration")]
@@ -99,6 +101,9 @@ pub fn translate(args: TranslateArgs) -> anyhow::Result<()> {
 pub enum StorageCommand {
     /// List the stored keys with their revision, encryption, apiVersion and size (never their values).
     Inspect(InspectArgs),
+    /// Backups of the embedded store: save (offline), ls, verify, restore.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -135,9 +140,10 @@ pub struct InspectArgs {
     pub summary: bool,
 }
 
-/// `storage inspect`.
+/// `storage inspect`, `storage snapshot ...`.
 pub async fn storage(command: StorageCommand) -> anyhow::Result<()> {
     match command {
+        StorageCommand::Snapshot(c) => snapshot(c),
         StorageCommand::Inspect(a) => {
             use crate::storage::inspect;
             let config = a.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;

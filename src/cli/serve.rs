@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod backups;
+use backups::{backups, check_snapshot_flags, with_backups};
 pub(crate) mod runtime_config;
 mod scheduler;
 use scheduler::{cluster_client, spawn_cluster_check, start_scheduler, RunningScheduler};
@@ -87,6 +89,18 @@ pub struct ServeArgs {
     /// meanwhile (at most 5 minutes' worth, longer only with a longer timeout); 0 pins none.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub list_snapshot_timeout: Duration,
+    /// Take a snapshot of the embedded store this often (0: never, the default); the first one an interval after
+    /// the start. Snapshots go to --snapshot-dir; `POST /storage/snapshots` takes one at any time. Embedded store
+    /// only: on etcd, use etcd's own snapshots (`etcdctl snapshot save`).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub snapshot_interval: Duration,
+    /// Directory of the embedded store's snapshots (default: <data-dir>/snapshots).
+    #[arg(long)]
+    pub snapshot_dir: Option<PathBuf>,
+    /// How many snapshots to keep in --snapshot-dir (default 5; 0 keeps all): after each snapshot, the oldest
+    /// beyond it are removed.
+    #[arg(long)]
+    pub snapshot_retention: Option<usize>,
     /// How often watches that allow bookmarks get one.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub watch_bookmark_interval: Duration,
@@ -240,6 +254,7 @@ pub fn init_logging(format: LogFormat) {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // First, so that an invalid config fails the start before anything is bound, generated or opened.
     let encryption = args.encryption_provider_config.as_deref().map(EncryptionConfig::from_file).transpose()?;
+    check_snapshot_flags(&args)?;
     // The scheduler's identity is also the apiserver identity of the encryption metrics.
     let identity = crate::scheduler::election::identity();
     if let Some(config) = encryption.as_ref().filter(|c| c.has_kms()) {
@@ -263,7 +278,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The store next: like the port, it is one process's, and a second server on the same --data-dir stops here,
     // before it rewrites the certificate directory's admin.kubeconfig for its own port.
-    let (storage, etcd, encryption, key_reports) = open_storage(&args, encryption).await?;
+    let (storage, embedded, etcd, encryption, key_reports) = open_storage(&args, encryption).await?;
+    let backups = embedded.map(|store| backups(&args, store)).transpose()?;
     if let Some(handle) = &encryption {
         check_keys_in_use(&args, handle).await?;
     }
@@ -281,6 +297,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let auth = crate::auth::options::build(&args.auth, &cert, &key, &dev.client_ca_path).await?;
     let state =
         app_state(&args, served.clone(), storage, etcd.as_ref(), &auth, auditor.clone(), encryption.clone()).await?;
+    let state = with_backups(state, backups, args.snapshot_interval);
     // The key-rotation trigger follows the config in use too.
     let encryption_handle = encryption.clone();
     if let Some(handle) = encryption {
@@ -312,17 +329,23 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The store as the registry uses it, and the embedded store or etcd by their types (for backups and metrics).
 /// The config of encryption at rest in use, and what reloads it.
 /// With several replicas on etcd, the replicas' encryption key reports too.
-type OpenedStorage =
-    (Arc<dyn Storage>, Option<Arc<EtcdStorage>>, Option<EncryptionConfigHandle>, Option<RunningKeyReports>);
+type OpenedStorage = (
+    Arc<dyn Storage>,
+    Option<Arc<EmbeddedStorage>>,
+    Option<Arc<EtcdStorage>>,
+    Option<EncryptionConfigHandle>,
+    Option<RunningKeyReports>,
+);
 
 /// The embedded store or etcd (kept by its type too, for its metrics), encrypted at rest when configured (with the
 /// handle of its config). Values have room for the encryption envelope and metadata on top of the largest object.
 async fn open_storage(args: &ServeArgs, encryption: Option<EncryptionConfig>) -> anyhow::Result<OpenedStorage> {
     let max_value_bytes = args.max_object_bytes.max(1) + 64 * 1024;
     let history = HistoryLimit { events: args.watch_history, bytes: args.watch_history_bytes };
-    let mut etcd = None;
+    let (mut etcd, mut embedded) = (None, None);
     let storage: Arc<dyn Storage> = if args.etcd.enabled() {
         let client = args.etcd.connect().await?;
         let opts = EtcdOptions { history, max_value_bytes, compaction_interval: args.etcd.compaction_interval };
@@ -336,9 +359,11 @@ async fn open_storage(args: &ServeArgs, encryption: Option<EncryptionConfig>) ->
             cache_bytes: args.storage_cache_size,
             list_snapshot_idle: args.list_snapshot_timeout,
         };
-        EmbeddedStorage::open(&args.data_dir, opts)?
+        let store = EmbeddedStorage::open(&args.data_dir, opts)?;
+        embedded = Some(store.clone());
+        store
     };
-    let Some(config) = encryption else { return Ok((storage, etcd, None, None)) };
+    let Some(config) = encryption else { return Ok((storage, embedded, etcd, None, None)) };
     tracing::info!(resources = ?config.describe(), hash = %config.hash(), "encryption at rest enabled");
     let handle = EncryptionConfigHandle::new(config, storage.clone());
     let mut encrypted = EncryptedStorage::with_handle(storage, handle.clone());
@@ -348,7 +373,7 @@ async fn open_storage(args: &ServeArgs, encryption: Option<EncryptionConfig>) ->
         encrypted = encrypted.with_gate(running.gate.clone());
         key_reports = Some(running);
     }
-    Ok((Arc::new(encrypted), etcd, Some(handle), key_reports))
+    Ok((Arc::new(encrypted), embedded, etcd, Some(handle), key_reports))
 }
 
 /// With encryption on etcd: this replica's encryption key report and the others' (see

@@ -270,7 +270,7 @@ impl Resource {
         let prefix = self.prefix(namespace);
         let rv = p.resource_version.clone().unwrap_or_default();
         let (initial_items, after) = if self.sends_initial_events(&p, &rv)? {
-            let list = self
+            let list = match self
                 .list(
                     namespace,
                     version,
@@ -281,7 +281,14 @@ impl Resource {
                         ..Default::default()
                     },
                 )
-                .await?;
+                .await
+            {
+                Ok(list) => list,
+                // kube-apiserver's cacher answers a watch whose initial events wait for a revision it does not reach
+                // with a watch whose one event is that error (its errWatcher), not with an HTTP error.
+                Err(e) if is_too_large_resource_version(&e) => return Ok(error_watch(e)),
+                Err(e) => return Err(e),
+            };
             (list.items, list.revision)
         } else {
             (Vec::new(), if rv.is_empty() || rv == "0" { self.storage.current_revision() } else { parse_rv(&rv)? })
@@ -432,4 +439,19 @@ impl Resource {
         };
         Ok(out.map(|(kind, object)| (WatchOut::Event { kind, object }, ev.revision)))
     }
+}
+
+/// The 504 of a resourceVersion the store has not reached (`wait_for_revision`).
+fn is_too_large_resource_version(e: &ApiError) -> bool {
+    e.details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.reason == crate::error::CauseType::ResourceVersionTooLarge))
+}
+
+/// A watch that sends `e` as its one ERROR event and ends.
+fn error_watch(e: ApiError) -> mpsc::Receiver<WatchOut> {
+    let (tx, rx) = mpsc::channel(1);
+    // The channel is new and has room for the one event.
+    let _ = tx.try_send(WatchOut::Error(e));
+    rx
 }

@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod admission_review;
 pub mod audit;
+mod backup;
 pub mod cert_metrics;
 pub mod cluster_check;
 pub mod crd;
@@ -64,6 +65,8 @@ pub struct AppState {
     namespaces_in_use: tokio::sync::OnceCell<()>,
     /// The encryption config in use, whose KMS v2 providers make the `kms-providers` health check.
     pub encryption: Option<crate::storage::encryption::EncryptionConfigHandle>,
+    /// Snapshots of the embedded store (`POST /storage/snapshots`); unset on etcd.
+    pub backups: std::sync::OnceLock<Arc<crate::storage::backup::Backups>>,
 }
 
 impl AppState {
@@ -96,6 +99,7 @@ impl AppState {
             audit: Arc::new(crate::audit::Auditor::disabled(Arc::default())),
             namespaces_in_use: tokio::sync::OnceCell::new(),
             encryption: None,
+            backups: std::sync::OnceLock::new(),
         }
     }
 }
@@ -144,6 +148,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz/{check}", get(ready_check))
         .route("/version", get(version))
         .route("/metrics", get(metrics_handler))
+        .route("/storage/snapshots", axum::routing::post(backup::take_snapshot))
         .route("/openapi/v2", get(openapi::http::openapi_v2))
         .route("/openapi/v3", get(openapi::http::openapi_v3_root))
         .route("/openapi/v3/{*gv}", get(openapi::http::openapi_v3))

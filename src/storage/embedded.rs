@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-const META_REVISION: &str = "revision";
+pub(super) const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(super) const META_REVISION: &str = "revision";
 const HEADER: usize = 16;
 
 /// The most ops applied in one write transaction.
@@ -86,7 +86,7 @@ struct Op {
     reply: oneshot::Sender<Result<KeyValue>>,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StorageError {
+pub(super) fn unavailable(e: impl std::fmt::Display) -> StorageError {
     StorageError::Unavailable(format!("redb: {e}"))
 }
 
@@ -111,7 +111,7 @@ fn decode(key: &str, raw: &[u8]) -> Result<KeyValue> {
     })
 }
 
-fn read_revision(txn: &ReadTransaction) -> Result<Revision> {
+pub(super) fn read_revision(txn: &ReadTransaction) -> Result<Revision> {
     let meta = txn.open_table(META).map_err(unavailable)?;
     let rev = meta.get(META_REVISION).map_err(unavailable)?.map(|g| g.value());
     Ok(rev.unwrap_or(0))
@@ -548,13 +548,7 @@ impl EmbeddedStorage {
     /// read from the store in `dir` without starting a writer: for offline tools (`storage inspect`), while the
     /// server is stopped. A store that was not shut down cleanly is repaired by redb first (as the server would do).
     pub fn scan(dir: &Path, prefix: &str) -> Result<Vec<KeyValue>> {
-        let path = dir.join("store.redb");
-        if !path.is_file() {
-            return Err(StorageError::Unavailable(format!("no store at {}", path.display())));
-        }
-        let in_use =
-            || StorageError::Unavailable(format!("{} is in use by a running server; stop it first", path.display()));
-        let read = |txn: ReadTransaction| -> Result<Vec<KeyValue>> {
+        Self::read_offline(dir, |txn| {
             let objects = match txn.open_table(OBJECTS) {
                 Ok(t) => t,
                 Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
@@ -569,7 +563,17 @@ impl EmbeddedStorage {
                 out.push(decode(k.value(), v.value())?);
             }
             Ok(out)
-        };
+        })
+    }
+
+    /// `read` given one read transaction of the store in `dir`, opened without a writer (see [`Self::scan`]).
+    pub(super) fn read_offline<T>(dir: &Path, read: impl FnOnce(ReadTransaction) -> Result<T>) -> Result<T> {
+        let path = dir.join("store.redb");
+        if !path.is_file() {
+            return Err(StorageError::Unavailable(format!("no store at {}", path.display())));
+        }
+        let in_use =
+            || StorageError::Unavailable(format!("{} is in use by a running server; stop it first", path.display()));
         match redb::ReadOnlyDatabase::open(&path) {
             Ok(db) => read(db.begin_read().map_err(unavailable)?),
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(in_use()),
@@ -584,6 +588,12 @@ impl EmbeddedStorage {
             }
             Err(e) => Err(unavailable(format_args!("opening {}: {e}", path.display()))),
         }
+    }
+
+    /// One read transaction of the whole store: one revision, consistent across tables, that writers do not wait
+    /// for (redb keeps the pages it reads until it ends). For online snapshots.
+    pub(super) fn begin_read(&self) -> Result<ReadTransaction> {
+        self.db.begin_read().map_err(unavailable)
     }
 }
 

@@ -3,6 +3,7 @@
 //! The registry above stores serialized objects under `/registry/<group>/<resource>/[<namespace>/]<name>` and uses
 //! the revision of the last modification as the object's resourceVersion. Nothing here knows what an object is.
 
+pub mod backup;
 mod counts;
 pub mod embedded;
 pub mod encryption;
