@@ -1,5 +1,5 @@
-//! The docs' walk-throughs, run as written: the README's kubectl walk-through, and the key rotation and the KMS v2
-//! rotation of docs/guides/key-rotation.md. Their `client` blocks run with bash in a directory laid out as the repository is
+//! The docs' walk-throughs, run as written: the README's kubectl walk-through and its backup and restore, and the key
+//! rotation and the KMS v2 rotation of docs/guides/key-rotation.md. Their `client` blocks run with bash in a directory laid out as the repository is
 //! after `make run` (`certs/`, `data/`, `target/release/migration-apiserver`), their `server` blocks as `make run` runs
 //! the server (the Makefile's recipe, checked below), with default flags and the scheduler on. Also: the metrics
 //! table of docs/operations/metrics.md is what `/metrics` serves.
