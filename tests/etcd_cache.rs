@@ -176,6 +176,13 @@ async fn the_watch_cache_answers_gets_lists_and_continue_pages() {
     // without the new object).
     let first = api.list(&ListParams::default().limit(3)).await.expect("page");
     api.create(&PostParams::default(), &svm("m-late")).await.expect("create");
+    // The cache has seen the write (a resourceVersion=0 list is served from it, however far behind it is): the
+    // acknowledgement of the create comes from etcd, and the cache's watch may not have delivered it yet.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !item_names(&api.list(&ListParams::default().match_any()).await.expect("list")).contains(&"m-late".into()) {
+        assert!(Instant::now() < deadline, "the watch cache never saw m-late");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let before = reads(&c).await;
     let t = first.metadata.continue_.clone().expect("continue");
     let rest = api.list(&ListParams::default().limit(10).continue_token(&t)).await.expect("rest");
