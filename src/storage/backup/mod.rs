@@ -7,6 +7,8 @@
 //! which the next start of the server (or `storage snapshot save`) removes.
 
 pub mod format;
+mod gentle;
+pub(crate) use gentle::at_low_priority;
 mod restore;
 mod service;
 
@@ -100,7 +102,7 @@ pub(crate) fn write_snapshot(txn: &ReadTransaction, dir: &Path, now: DateTime<Ut
 fn write_file(txn: &ReadTransaction, temp: &Path, revision: u64, now: DateTime<Utc>) -> Result<(Header, [u8; 32])> {
     let failed = |e: std::io::Error| io_error("writing", temp, e);
     let file = std::fs::OpenOptions::new().write(true).create_new(true).open(temp).map_err(failed)?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut out = BufWriter::with_capacity(1 << 20, gentle::WriteBehind::new(file));
     out.write_all(&[0u8; HEADER_LEN as usize]).map_err(failed)?;
     let mut body = HashingWriter::new(out);
     let mut objects = 0u64;
@@ -124,7 +126,7 @@ fn write_file(txn: &ReadTransaction, temp: &Path, revision: u64, now: DateTime<U
     out.write_all(&checksum).map_err(failed)?;
     out.seek(SeekFrom::Start(0)).map_err(failed)?;
     out.write_all(&header.encode()).map_err(failed)?;
-    let file = out.into_inner().map_err(|e| failed(e.into_error()))?;
+    let file = out.into_inner().map_err(|e| failed(e.into_error()))?.into_inner();
     file.sync_all().map_err(failed)?;
     Ok((header, checksum))
 }

@@ -81,13 +81,17 @@ impl Backups {
         let _one = self.running.lock().await;
         let start = Instant::now();
         let this = self.clone();
+        // On a thread of its own at the lowest CPU priority (`gentle`): requests served meanwhile come first.
         let written = tokio::task::spawn_blocking(move || {
-            // The read transaction is the snapshot's revision; writers go on meanwhile.
-            let txn = this.store.begin_read()?;
-            write_snapshot(&txn, &this.dir, chrono::Utc::now())
+            super::at_low_priority("storage-snapshot", move || {
+                // The read transaction is the snapshot's revision; writers go on meanwhile.
+                let txn = this.store.begin_read()?;
+                write_snapshot(&txn, &this.dir, chrono::Utc::now())
+            })
         })
         .await
         .map_err(|e| StorageError::Internal(format!("snapshot task failed: {e}")))
+        .and_then(|r| r.map_err(|e| StorageError::Internal(format!("snapshot thread: {e}"))))
         .and_then(|r| r);
         let elapsed = start.elapsed();
         let info = match written {
