@@ -315,20 +315,21 @@ fn the_key_rotation_walkthrough_works_as_written() {
     // The rotation was the trigger's, and the reload dropping key1 was accepted (the last command waited for it).
     assert!(log.contains("key rotation: migration requested"), "{log}");
     server.stop();
+    let shoots = shootstate_summary(&tmp.path().join("data"));
+    assert_eq!(shoots.len(), 1, "{shoots:?}");
+    assert_eq!((&shoots[0]["key"], &shoots[0]["values"]), (&serde_json::json!("key2"), &serde_json::json!(100)));
+}
+
+/// The ShootStates' rows of `storage inspect --summary -o json` of the stopped store in `data`.
+fn shootstate_summary(data: &Path) -> Vec<serde_json::Value> {
     let inspect = Command::new(BIN)
         .args(["storage", "inspect", "--summary", "-o", "json", "--data-dir"])
-        .arg(tmp.path().join("data"))
+        .arg(data)
         .output()
         .expect("inspect");
     let summary: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect json");
-    let shoots: Vec<&serde_json::Value> = summary["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter(|r| r["resource"] == "shootstates.core.gardener.cloud")
-        .collect();
-    assert_eq!(shoots.len(), 1, "{summary}");
-    assert_eq!((&shoots[0]["key"], &shoots[0]["values"]), (&serde_json::json!("key2"), &serde_json::json!(100)));
+    let rows = summary["items"].as_array().expect("items").iter();
+    rows.filter(|r| r["resource"] == "shootstates.core.gardener.cloud").cloned().collect()
 }
 
 /// docs/guides/key-rotation.md's KMS v2 rotation: the test plugin, ShootStates under key-1, the plugin rotated to
@@ -358,23 +359,11 @@ fn the_kms_rotation_walkthrough_works_as_written() {
     assert!(out.contains(&counts), "{out}\n{log}");
     assert!(log.contains("key rotation: migration requested"), "{log}");
     server.stop();
-    let inspect = Command::new(BIN)
-        .args(["storage", "inspect", "--summary", "-o", "json", "--data-dir"])
-        .arg(tmp.path().join("data"))
-        .output()
-        .expect("inspect");
-    let summary: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect json");
-    let shoots: Vec<&serde_json::Value> = summary["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter(|r| r["resource"] == "shootstates.core.gardener.cloud")
-        .collect();
+    let shoots = shootstate_summary(&tmp.path().join("data"));
     assert_eq!(
         shoots,
-        [&serde_json::json!({"resource": "shootstates.core.gardener.cloud", "provider": "kms", "key": "my-kms",
-            "keyIdHash": hash("key-2"), "values": 100})],
-        "{summary}"
+        [serde_json::json!({"resource": "shootstates.core.gardener.cloud", "provider": "kms", "key": "my-kms",
+            "keyIdHash": hash("key-2"), "values": 100})]
     );
 }
 
