@@ -81,7 +81,7 @@ impl Backups {
         let _one = self.running.lock().await;
         let start = Instant::now();
         let this = self.clone();
-        // On a thread of its own at the lowest CPU priority (`gentle`): requests served meanwhile come first.
+        // On a thread of its own in the idle CPU and I/O classes (`gentle`): requests served meanwhile come first.
         let written = tokio::task::spawn_blocking(move || {
             super::at_low_priority("storage-snapshot", move || {
                 // The read transaction is the snapshot's revision; writers go on meanwhile.
