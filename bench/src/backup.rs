@@ -117,8 +117,8 @@ async fn writer_rows(target: &Target, pid: Option<u32>, duration: Duration) -> a
     let (during_1, taken_1) = creates_during_snapshots(target, pid, conns, half, "backup-during-1").await?;
     let (during_2, taken_2) = creates_during_snapshots(target, pid, conns, half, "backup-during-2").await?;
     let alone_2 = run_load(target, pid, conns, Some(half), u64::MAX, new_states("backup-alone-2".into())).await;
-    let alone_row = halves(alone_1, alone_2).row("CREATE (new names), no snapshot", conns, Goal::None, "");
-    let mut row = halves(during_1, during_2).row("CREATE (new names) during snapshots", conns, Goal::None, "");
+    let alone_row = load::halves(alone_1, alone_2).row("CREATE (new names), no snapshot", conns, Goal::None, "");
+    let mut row = load::halves(during_1, during_2).row("CREATE (new names) during snapshots", conns, Goal::None, "");
     let ratio = match (row.rps_v, alone_row.rps_v) {
         (Some(d), Some(a)) if a > 0.0 => d / a,
         _ => bail!("no CREATE answered alone or during the snapshots"),
@@ -142,12 +142,4 @@ async fn creates_during_snapshots(
     let load = run_load(target, pid, conns, Some(duration), u64::MAX, new_states(names.into())).await;
     stop.store(true, Ordering::Relaxed);
     Ok((load, snapshots.await??))
-}
-
-/// Two halves of one row measured apart, as one load: their requests over their time; the CPU of each.
-fn halves(first: Load, second: Load) -> Load {
-    let mut stats = first.stats;
-    stats.merge(second.stats);
-    let cpu = format!("first half: {}; second half: {}", first.cpu, second.cpu);
-    Load { stats, elapsed: first.elapsed + second.elapsed, cpu }
 }

@@ -208,3 +208,13 @@ impl Load {
         }
     }
 }
+
+/// Two halves of one row measured apart, as one load: their requests over their time; the requests/s and CPU of
+/// each.
+pub(super) fn halves(first: Load, second: Load) -> Load {
+    let rps = |l: &Load| thousands(l.stats.ok as f64 / l.elapsed.as_secs_f64().max(1e-9));
+    let cpu = format!("first half: {}/s, {}; second half: {}/s, {}", rps(&first), first.cpu, rps(&second), second.cpu);
+    let mut stats = first.stats;
+    stats.merge(second.stats);
+    Load { stats, elapsed: first.elapsed + second.elapsed, cpu }
+}
