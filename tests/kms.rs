@@ -49,9 +49,7 @@ fn stored_encodings(s: &Server) -> Vec<String> {
 #[test]
 fn shootstates_under_kms_v2_and_the_plugin_down() {
     let p = plugin("down");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("encryption.yaml");
-    write_config(&path, &config_yaml(&kms_provider(&p.endpoint)));
+    let (_dir, path) = config_file(&config_yaml(&kms_provider(&p.endpoint)));
     let mut s = Server::start(&["--encryption-provider-config", &path.display().to_string()]);
     kubectl_create(&s, &[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})]);
     for name in ["a", "b", "c"] {
@@ -168,10 +166,8 @@ fn the_metrics_table_is_what_is_served(metrics: &str) {
 fn a_reloaded_config_with_kms_is_swapped_in_only_once_its_plugin_is_healthy() {
     let p = plugin("reload");
     p.plugin.set_down(true);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("encryption.yaml");
     let aesgcm = format!("  - aesgcm:\n      keys:\n      - name: key1\n        secret: {KEY1}\n");
-    write_config(&path, &config_yaml(&aesgcm));
+    let (_dir, path) = config_file(&config_yaml(&aesgcm));
     let file = path.display().to_string();
     let mut s =
         Server::start(&["--encryption-provider-config", &file, "--encryption-provider-config-automatic-reload"]);

@@ -86,9 +86,7 @@ fn keys_in_use(st: &Value) -> Vec<String> {
 #[test]
 fn a_new_key_id_from_the_plugin_rotates_every_value_to_it() {
     let p = plugin("rotate");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("encryption.yaml");
-    write_config(&path, &config_yaml(&kms_provider(&p.endpoint)));
+    let (_dir, path) = config_file(&config_yaml(&kms_provider(&p.endpoint)));
     let mut s = server(&path, &[]);
     kubectl_create(&s, &created(20, "s"));
     let (k1, k2) = (p1_label("key-1"), p1_label("key-2"));
@@ -136,9 +134,7 @@ fn a_new_key_id_from_the_plugin_rotates_every_value_to_it() {
 #[test]
 fn kill_9_during_a_kms_rotation_loses_nothing_and_ends_under_the_new_key_id() {
     let p = plugin("kill9");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("encryption.yaml");
-    write_config(&path, &config_yaml(&kms_provider(&p.endpoint)));
+    let (_dir, path) = config_file(&config_yaml(&kms_provider(&p.endpoint)));
     let mut s = server(&path, &[]);
     let n = 200;
     kubectl_create(&s, &created(n, "s"));

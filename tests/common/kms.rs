@@ -3,7 +3,7 @@
 //! (test-only) from the test process.
 
 use migration_apiserver::kms_test_plugin::TestKmsPlugin;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The same value in every test of a binary: the servers inherit it from the test process.
 pub const TIMINGS: &str = "poll=300ms,retry=300ms,write-ttl=3s,healthy-cache=200ms,failed-cache=200ms";
@@ -47,6 +47,14 @@ pub fn write_config(path: &Path, content: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, content).expect("write");
     std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// `content` as `encryption.yaml` in a new temporary directory, which lives as long as the returned `TempDir`.
+pub fn config_file(content: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("encryption.yaml");
+    write_config(&path, content);
+    (dir, path)
 }
 
 /// upstream's hash of a key_id, `sha256:<hex>`.
