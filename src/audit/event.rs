@@ -217,9 +217,16 @@ impl Event {
 
     /// One JSON line (with its newline), as the log backend's json format writes it.
     pub fn to_json_line(&self, fill_ref: bool) -> Result<Vec<u8>, serde_json::Error> {
-        let mut line = serde_json::to_vec(&self.encodable(fill_ref))?;
-        line.push(b'\n');
+        let mut line = Vec::new();
+        self.append_json_line(fill_ref, &mut line)?;
         Ok(line)
+    }
+
+    /// [`Event::to_json_line`] appended to `out`.
+    pub fn append_json_line(&self, fill_ref: bool, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        serde_json::to_writer(&mut *out, &self.encodable(fill_ref))?;
+        out.push(b'\n');
+        Ok(())
     }
 
     /// The legacy format's line (`EventString`), with its newline.

@@ -23,8 +23,8 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct ImpersonatedUser(pub UserInfo);
 
-/// The policy, the backends each in its mode, and the metrics: one per server, shared by every request (nothing in
-/// it is locked per request except the log's file, whose writes are serialised by nature).
+/// The policy, the backends each in its mode, and the metrics: one per server, shared by every request (no request
+/// waits for another's lock: the log's lines are concurrent appends, and only a rotation takes the file alone).
 pub struct Auditor {
     policy: Option<policy::PolicyRuleEvaluator>,
     /// The log's, then the webhook's: each gets every event (upstream's union).

@@ -4,9 +4,9 @@
 use super::rotate::RotatingFile;
 use super::{fills_object_ref, Backend, BackendError};
 use crate::audit::event::Event;
+use std::cell::RefCell;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -34,8 +34,9 @@ enum Output {
 }
 
 pub struct LogBackend {
-    /// One writer at a time: lines must not interleave, and rotation renames the file under the writer.
-    out: Mutex<Output>,
+    /// Shared by every request's thread without a lock: each line is one write of its own (standard output's own
+    /// lock, or [`RotatingFile`]'s appends).
+    out: Output,
     format: Format,
 }
 
@@ -53,16 +54,35 @@ impl LogBackend {
                 options.compress,
             )?),
         };
-        Ok(LogBackend { out: Mutex::new(out), format: options.format })
+        Ok(LogBackend { out, format: options.format })
     }
 
-    fn line(&self, event: &Event) -> Result<Vec<u8>, String> {
+    /// Encodes `event` into `line` (emptied first).
+    fn encode(&self, event: &Event, line: &mut Vec<u8>) -> Result<(), String> {
+        line.clear();
         match self.format {
-            Format::Legacy => Ok(event.to_legacy_line().into_bytes()),
-            Format::Json => event.to_json_line(fills_object_ref(event)).map_err(|e| e.to_string()),
+            Format::Legacy => line.extend_from_slice(event.to_legacy_line().as_bytes()),
+            Format::Json => event.append_json_line(fills_object_ref(event), line).map_err(|e| e.to_string())?,
+        }
+        Ok(())
+    }
+
+    fn write(&self, line: &[u8]) -> Result<(), String> {
+        match &self.out {
+            Output::Stdout => std::io::stdout().lock().write_all(line).map_err(|e| e.to_string()),
+            Output::File(f) => f.write_line(line).map_err(|e| e.to_string()),
         }
     }
 }
+
+thread_local! {
+    /// The line each thread encodes its events into, kept from one event to the next: encoding allocates nothing
+    /// once the buffer has grown to a line's size.
+    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer grown past this by a large event (a RequestResponse body) is given back rather than kept.
+const KEPT_LINE_CAPACITY: usize = 64 << 10;
 
 impl Backend for LogBackend {
     fn plugin(&self) -> &'static str {
@@ -71,19 +91,18 @@ impl Backend for LogBackend {
 
     fn process(&self, events: &[Event]) -> Result<(), BackendError> {
         let (mut lost, mut last_error) = (0, String::new());
-        // Encoded before the lock: in the blocking modes other requests' lines wait only for the writes.
-        let lines: Vec<_> = events.iter().map(|e| self.line(e)).collect();
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        for line in lines {
-            let written = line.and_then(|line| match &mut *out {
-                Output::Stdout => std::io::stdout().lock().write_all(&line).map_err(|e| e.to_string()),
-                Output::File(f) => f.write_line(&line).map_err(|e| e.to_string()),
-            });
-            if let Err(e) = written {
-                lost += 1;
-                last_error = e;
+        LINE.with_borrow_mut(|line| {
+            for event in events {
+                let written = self.encode(event, line).and_then(|()| self.write(line));
+                if let Err(e) = written {
+                    lost += 1;
+                    last_error = e;
+                }
             }
-        }
+            if line.capacity() > KEPT_LINE_CAPACITY {
+                *line = Vec::new();
+            }
+        });
         match lost {
             0 => Ok(()),
             _ => Err(BackendError { lost, error: last_error }),

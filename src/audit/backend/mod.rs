@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 /// The outcome of a batch started with [`Backend::start`].
 pub type Done = Box<dyn FnOnce(Result<(), BackendError>) + Send>;
 
-/// A destination of events. Shared by every request's thread in the blocking modes (a backend that must serialise
-/// its writes, as the log does, locks inside) and by the batch writer.
+/// A destination of events. Shared by every request's thread in the blocking modes and by the batch writer (the log
+/// appends each line in one write of its own, so that concurrent requests need no lock).
 pub trait Backend: Send + Sync {
     /// The plugin name of `apiserver_audit_error_total{plugin}`: `log`, `webhook`.
     fn plugin(&self) -> &'static str;

@@ -14,15 +14,20 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
+use std::sync::RwLock;
 
 const BACKUP_TIME_FORMAT: &str = "%Y-%m-%dT%H-%M-%S%.3f";
 
 pub struct RotatingFile {
     path: PathBuf,
     max_size: u64,
-    file: Option<File>,
-    size: u64,
+    /// The file lines are appended to. Every line is one `write(2)` of an `O_APPEND` file, which the kernel keeps
+    /// whole and in order, so concurrent writers share this read lock only; rotation (and opening) takes it alone.
+    file: RwLock<Option<File>>,
+    /// The file's size as written so far: a line reserves its length here before it is written.
+    size: AtomicU64,
     /// Wakes the cleaner (backups, age, compression); a full slot means a run is already due.
     cleaner: Option<SyncSender<()>>,
 }
@@ -59,10 +64,10 @@ impl RotatingFile {
         if let Some(c) = &cleaner {
             let _ = c.try_send(());
         }
-        Ok(RotatingFile { path, max_size, file: None, size: 0, cleaner })
+        Ok(RotatingFile { path, max_size, file: RwLock::new(None), size: AtomicU64::new(0), cleaner })
     }
 
-    pub fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+    pub fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
         let len = line.len() as u64;
         if self.max_size > 0 && len > self.max_size {
             return Err(std::io::Error::other(format!(
@@ -70,34 +75,44 @@ impl RotatingFile {
                 self.max_size
             )));
         }
-        if self.file.is_none() {
-            self.open_existing_or_new(len)?;
+        {
+            let file = self.file.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(mut f) = file.as_ref() {
+                if self.max_size == 0 || self.size.fetch_add(len, Ordering::Relaxed) + len <= self.max_size {
+                    return f.write_all(line);
+                }
+                // Past the max size: the line waits for the rotation below.
+                self.size.fetch_sub(len, Ordering::Relaxed);
+            }
         }
-        if self.max_size > 0 && self.size + len > self.max_size {
-            self.rotate()?;
+        let mut file = self.file.write().unwrap_or_else(|p| p.into_inner());
+        if file.is_none() {
+            self.open_existing_or_new(&mut file, len)?;
+        } else if self.max_size > 0 && self.size.load(Ordering::Relaxed) + len > self.max_size {
+            // Another writer may have rotated while this one waited for the lock; then the line fits.
+            self.rotate(&mut file)?;
         }
-        let file = self.file.as_mut().ok_or_else(|| std::io::Error::other("audit log not open"))?;
-        file.write_all(line)?;
-        self.size += len;
-        Ok(())
+        let mut f = file.as_ref().ok_or_else(|| std::io::Error::other("audit log not open"))?;
+        self.size.fetch_add(len, Ordering::Relaxed);
+        f.write_all(line)
     }
 
-    fn open_existing_or_new(&mut self, len: u64) -> std::io::Result<()> {
+    fn open_existing_or_new(&self, file: &mut Option<File>, len: u64) -> std::io::Result<()> {
         match std::fs::metadata(&self.path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.open_new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.open_new(file),
             Err(e) => Err(e),
-            Ok(meta) if self.max_size > 0 && meta.len() + len >= self.max_size => self.rotate(),
+            Ok(meta) if self.max_size > 0 && meta.len() + len >= self.max_size => self.rotate(file),
             Ok(meta) => {
-                self.file = Some(OpenOptions::new().append(true).open(&self.path)?);
-                self.size = meta.len();
+                *file = Some(OpenOptions::new().append(true).open(&self.path)?);
+                self.size.store(meta.len(), Ordering::Relaxed);
                 Ok(())
             }
         }
     }
 
-    fn rotate(&mut self) -> std::io::Result<()> {
-        self.file = None;
-        self.open_new()?;
+    fn rotate(&self, file: &mut Option<File>) -> std::io::Result<()> {
+        *file = None;
+        self.open_new(file)?;
         if let Some(c) = &self.cleaner {
             let _ = c.try_send(());
         }
@@ -105,17 +120,19 @@ impl RotatingFile {
     }
 
     /// Moves the current file (if any) to its backup name and starts an empty one with its mode.
-    fn open_new(&mut self) -> std::io::Result<()> {
+    fn open_new(&self, file: &mut Option<File>) -> std::io::Result<()> {
         let mut mode = 0o600;
         if let Ok(meta) = std::fs::metadata(&self.path) {
             mode = meta.permissions().mode() & 0o7777;
             std::fs::rename(&self.path, backup_name(&self.path, Utc::now().naive_utc()))?;
         }
-        let file = OpenOptions::new().create(true).write(true).truncate(true).mode(mode).open(&self.path)?;
+        // Appending, as every line is (see `file`); emptied as lumberjack's O_TRUNC would.
+        let new = OpenOptions::new().create(true).append(true).mode(mode).open(&self.path)?;
+        new.set_len(0)?;
         // The mode of a file that existed: kept even where the umask would narrow it.
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        self.file = Some(file);
-        self.size = 0;
+        new.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        *file = Some(new);
+        self.size.store(0, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -227,7 +244,7 @@ mod tests {
     fn rotates_past_the_max_size_and_keeps_the_newest_backups() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("audit.log");
-        let mut f = RotatingFile::open(path.clone(), 10, 1, 0, false).expect("open");
+        let f = RotatingFile::open(path.clone(), 10, 1, 0, false).expect("open");
         for line in [b"12345\n", b"67890\n", b"abcde\n"] {
             f.write_line(line).expect("write");
             std::thread::sleep(std::time::Duration::from_millis(2));
@@ -235,5 +252,42 @@ mod tests {
         assert_eq!(std::fs::read(&path).expect("current"), b"abcde\n");
         assert_eq!(std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777, 0o600);
         assert!(f.write_line(&[b'x'; 11]).is_err(), "a line longer than the max size");
+    }
+
+    /// Writers share the file with no lock of their own: every line arrives whole, none is lost, and the one rotation
+    /// the lines call for happens once, with neither file past the max size.
+    #[test]
+    fn concurrent_writers_append_whole_lines_across_one_rotation() {
+        const THREADS: usize = 4;
+        const LINES: usize = 250;
+        const MAX_SIZE: u64 = 60_000;
+        let dir = tempfile::tempdir().expect("tempdir");
+        // 4 x 250 lines of 100 bytes: 100,000 bytes, past the max size once.
+        let f = RotatingFile::open(dir.path().join("audit.log"), MAX_SIZE, 0, 0, false).expect("open");
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let f = &f;
+                s.spawn(move || {
+                    for i in 0..LINES {
+                        let line = format!("{:<99}\n", format!("thread {t} line {i:03} "));
+                        f.write_line(line.as_bytes()).expect("write");
+                    }
+                });
+            }
+        });
+        let files: Vec<PathBuf> =
+            std::fs::read_dir(dir.path()).expect("dir").map(|e| e.expect("entry").path()).collect();
+        assert_eq!(files.len(), 2, "the log and one backup: {files:?}");
+        let mut seen = std::collections::BTreeSet::new();
+        for path in &files {
+            let data = String::from_utf8(std::fs::read(path).expect("read")).expect("utf-8");
+            assert!(data.len() as u64 <= MAX_SIZE, "{} is {} bytes", path.display(), data.len());
+            assert_eq!(std::fs::metadata(path).expect("meta").permissions().mode() & 0o777, 0o600);
+            for line in data.lines() {
+                assert!(line.len() == 99 && line.starts_with("thread "), "a torn line in {}: {line:?}", path.display());
+                assert!(seen.insert(line.trim_end().to_string()), "written twice: {line:?}");
+            }
+        }
+        assert_eq!(seen.len(), THREADS * LINES);
     }
 }
