@@ -89,7 +89,8 @@ impl RotatingFile {
         if file.is_none() {
             self.open_existing_or_new(&mut file, len)?;
         } else if self.max_size > 0 && self.size.load(Ordering::Relaxed) + len > self.max_size {
-            // Another writer may have rotated while this one waited for the lock; then the line fits.
+            // Checked again under the lock: a writer that had it first may have rotated already, and then the line
+            // fits without another rotation.
             self.rotate(&mut file)?;
         }
         let mut f = file.as_ref().ok_or_else(|| std::io::Error::other("audit log not open"))?;
