@@ -67,6 +67,11 @@ impl RotatingFile {
         Ok(RotatingFile { path, max_size, file: RwLock::new(None), size: AtomicU64::new(0), cleaner })
     }
 
+    /// The max size (0: never rotated): a write of several lines stays within it, as one line must.
+    pub fn max_size(&self) -> u64 {
+        self.max_size
+    }
+
     pub fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
         let len = line.len() as u64;
         if self.max_size > 0 && len > self.max_size {
