@@ -18,7 +18,7 @@ pub mod webhook;
 
 use super::event::Event;
 use super::metrics::AuditMetrics;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 pub type Done = Box<dyn FnOnce(Result<(), BackendError>) + Send>;
 
 /// A destination of events. Shared by every request's thread in the blocking modes and by the batch writer (the log
-/// appends each line in one write of its own, so that concurrent requests need no lock).
+/// appends whole lines in writes of their own, so that concurrent requests need no lock).
 pub trait Backend: Send + Sync {
     /// The plugin name of `apiserver_audit_error_total{plugin}`: `log`, `webhook`.
     fn plugin(&self) -> &'static str;
@@ -273,6 +273,10 @@ fn send_within<T>(queue: &SyncSender<T>, mut msg: T, timeout: Duration) -> Resul
     }
 }
 
+/// How long the batch writer pauses, while events flow, before it takes what came meanwhile: short enough that
+/// the default buffer (10,000 events) holds what 100,000 events a second bring in the meantime.
+const GATHER_PAUSE: Duration = Duration::from_millis(5);
+
 /// The batch writer: collects up to `max_batch_size` events, or what arrives within `max_batch_wait` of the first
 /// (with batches of one, the default for the log, each event is written as it comes), throttles, writes.
 fn run_batches(rx: Receiver<Message>, stage: &Stage, config: BatchConfig) {
@@ -286,16 +290,30 @@ fn run_batches(rx: Receiver<Message>, stage: &Stage, config: BatchConfig) {
             Err(_) => return,
         }
         let deadline = Instant::now() + config.max_batch_wait;
+        // Whether the last look at the queue came after a gathering pause that brought nothing.
+        let mut quiet = false;
         while stop.is_none() && batch.len() < config.max_batch_size {
-            let msg = match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => rx.recv_timeout(left),
-                _ => rx.try_recv().map_err(|_| RecvTimeoutError::Timeout),
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = match rx.try_recv() {
+                Ok(msg) => Ok(msg),
+                Err(TryRecvError::Disconnected) => break,
+                Err(TryRecvError::Empty) if left.is_zero() => break,
+                // Events are flowing: rather than be woken by each one (a futex wake on the request's thread and a
+                // switch to this one, per event), this thread pauses and then takes what came meanwhile at once.
+                Err(TryRecvError::Empty) if !quiet => {
+                    std::thread::sleep(left.min(GATHER_PAUSE));
+                    quiet = true;
+                    continue;
+                }
+                // A pause brought nothing: the next event wakes this thread, as few come.
+                Err(TryRecvError::Empty) => rx.recv_timeout(left),
             };
             match msg {
                 Ok(Message::Event(e)) => batch.push(*e),
                 Ok(Message::Stop(done)) => stop = Some(done),
                 Err(_) => break,
             }
+            quiet = false;
         }
         if !batch.is_empty() {
             if let Some(t) = throttle.as_mut() {
@@ -369,6 +387,47 @@ mod tests {
 
     fn event() -> Event {
         Event::for_tests(super::super::policy::Level::Request, "id", "/")
+    }
+
+    /// Batches fill up to the max size from what is queued, and a batch short of it is written once the max wait
+    /// has passed (events that trickle in after a pause join it, in order).
+    #[test]
+    fn batches_fill_to_the_max_size_or_leave_after_the_max_wait() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stage = Stage { backend: Box::new(Counting(seen.clone())), truncate: None, metrics: Default::default() };
+        let config = BatchConfig {
+            buffer_size: 100,
+            max_batch_size: 10,
+            max_batch_wait: Duration::from_millis(300),
+            throttle: None,
+        };
+        let (queue, rx) = std::sync::mpsc::sync_channel(100);
+        for _ in 0..25 {
+            queue.send(Message::Event(Box::new(event()))).expect("queued");
+        }
+        let writer = std::thread::spawn(move || run_batches(rx, &stage, config));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.lock().expect("lock").iter().sum::<usize>() < 25 {
+            assert!(Instant::now() < deadline, "batches so far: {:?}", seen.lock().expect("lock"));
+            std::thread::yield_now();
+        }
+        // The first two were full at once; the last waited for more until the max wait.
+        assert_eq!(*seen.lock().expect("lock"), [10, 10, 5]);
+        let started = Instant::now();
+        for _ in 0..3 {
+            queue.send(Message::Event(Box::new(event()))).expect("queued");
+        }
+        while seen.lock().expect("lock").len() < 4 {
+            assert!(Instant::now() < deadline, "batches so far: {:?}", seen.lock().expect("lock"));
+            std::thread::yield_now();
+        }
+        assert_eq!(seen.lock().expect("lock")[3], 3);
+        // Written only once its max wait had passed (it starts when the writer takes the first of the three).
+        assert!(started.elapsed() >= Duration::from_millis(300), "after {:?}", started.elapsed());
+        let (done, acked) = std::sync::mpsc::channel();
+        queue.send(Message::Stop(done)).expect("stop");
+        acked.recv_timeout(Duration::from_secs(10)).expect("the writer stops");
+        writer.join().expect("writer");
     }
 
     /// truncate_test.go: a large event loses its objects and is annotated; batches are split at the max size.
