@@ -78,7 +78,7 @@ impl LogBackend {
     fn write_first(&self, lines: &mut Vec<u8>, len: usize) -> Result<(), String> {
         let written = match &self.out {
             Output::Stdout => std::io::stdout().lock().write_all(&lines[..len]).map_err(|e| e.to_string()),
-            Output::File(f) => f.write_line(&lines[..len]).map_err(|e| e.to_string()),
+            Output::File(f) => f.append(&lines[..len]).map_err(|e| e.to_string()),
         };
         lines.drain(..len);
         written
@@ -92,7 +92,7 @@ thread_local! {
 }
 
 /// A buffer grown past this by a large event (a RequestResponse body) is given back rather than kept.
-const KEPT_LINE_CAPACITY: usize = 256 << 10;
+const KEPT_LINES_CAPACITY: usize = 256 << 10;
 
 /// A batch's lines go out in writes of up to this many bytes: one `write(2)` for many events instead of one each
 /// (a batch of 400 Metadata events is about 280 KiB, five writes). Each write holds whole lines.
@@ -135,7 +135,7 @@ impl Backend for LogBackend {
                     last_error = e;
                 }
             }
-            if lines.capacity() > KEPT_LINE_CAPACITY {
+            if lines.capacity() > KEPT_LINES_CAPACITY {
                 *lines = Vec::new();
             }
         });

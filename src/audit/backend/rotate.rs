@@ -23,10 +23,11 @@ const BACKUP_TIME_FORMAT: &str = "%Y-%m-%dT%H-%M-%S%.3f";
 pub struct RotatingFile {
     path: PathBuf,
     max_size: u64,
-    /// The file lines are appended to. Every line is one `write(2)` of an `O_APPEND` file, which the kernel keeps
-    /// whole and in order, so concurrent writers share this read lock only; rotation (and opening) takes it alone.
+    /// The file lines are appended to. Every append (one line, or a batch's whole lines) is one `write(2)` of an
+    /// `O_APPEND` file, which the kernel keeps whole and in order, so concurrent writers share this read lock only;
+    /// rotation (and opening) takes it alone.
     file: RwLock<Option<File>>,
-    /// The file's size as written so far: a line reserves its length here before it is written.
+    /// The file's size as written so far: an append reserves its length here before it is written.
     size: AtomicU64,
     /// Wakes the cleaner (backups, age, compression); a full slot means a run is already due.
     cleaner: Option<SyncSender<()>>,
@@ -72,8 +73,9 @@ impl RotatingFile {
         self.max_size
     }
 
-    pub fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
-        let len = line.len() as u64;
+    /// Appends `lines` (whole lines) in one write, after a rotation if they would take the file past its max size.
+    pub fn append(&self, lines: &[u8]) -> std::io::Result<()> {
+        let len = lines.len() as u64;
         if self.max_size > 0 && len > self.max_size {
             return Err(std::io::Error::other(format!(
                 "write length {len} exceeds maximum file size {}",
@@ -84,9 +86,9 @@ impl RotatingFile {
             let file = self.file.read().unwrap_or_else(|p| p.into_inner());
             if let Some(mut f) = file.as_ref() {
                 if self.max_size == 0 || self.size.fetch_add(len, Ordering::Relaxed) + len <= self.max_size {
-                    return f.write_all(line);
+                    return f.write_all(lines);
                 }
-                // Past the max size: the line waits for the rotation below.
+                // Past the max size: the append waits for the rotation below.
                 self.size.fetch_sub(len, Ordering::Relaxed);
             }
         }
@@ -94,13 +96,13 @@ impl RotatingFile {
         if file.is_none() {
             self.open_existing_or_new(&mut file, len)?;
         } else if self.max_size > 0 && self.size.load(Ordering::Relaxed) + len > self.max_size {
-            // Checked again under the lock: a writer that had it first may have rotated already, and then the line
-            // fits without another rotation.
+            // Checked again under the lock: a writer that had it first may have rotated already, and then the lines
+            // fit without another rotation.
             self.rotate(&mut file)?;
         }
         let mut f = file.as_ref().ok_or_else(|| std::io::Error::other("audit log not open"))?;
         self.size.fetch_add(len, Ordering::Relaxed);
-        f.write_all(line)
+        f.write_all(lines)
     }
 
     fn open_existing_or_new(&self, file: &mut Option<File>, len: u64) -> std::io::Result<()> {
@@ -252,12 +254,12 @@ mod tests {
         let path = dir.path().join("audit.log");
         let f = RotatingFile::open(path.clone(), 10, 1, 0, false).expect("open");
         for line in [b"12345\n", b"67890\n", b"abcde\n"] {
-            f.write_line(line).expect("write");
+            f.append(line).expect("write");
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         assert_eq!(std::fs::read(&path).expect("current"), b"abcde\n");
         assert_eq!(std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777, 0o600);
-        assert!(f.write_line(&[b'x'; 11]).is_err(), "a line longer than the max size");
+        assert!(f.append(&[b'x'; 11]).is_err(), "a line longer than the max size");
     }
 
     /// Writers share the file with no lock of their own: every line arrives whole, none is lost, and the one rotation
@@ -276,7 +278,7 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..LINES {
                         let line = format!("{:<99}\n", format!("thread {t} line {i:03} "));
-                        f.write_line(line.as_bytes()).expect("write");
+                        f.append(line.as_bytes()).expect("write");
                     }
                 });
             }
