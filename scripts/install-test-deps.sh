@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what building and the test suite need on a fresh Debian machine, only when it is missing:
+# Installs what building and the test suite need on a fresh Debian machine, only when it is missing (and checks
+# that Go 1.26 or newer is there, for the real cluster's binaries: `make kube`):
 # protoc (etcd-client generates its gRPC code at build time), kubectl, etcd (the etcd backend's tests), Prometheus
 # (promtool and a real server for the alert tests, tests/monitoring.rs), jq (a documented hand-over), and the Python
 # `kubernetes` client (an independent client in the tests), from PyPI into a venv at $PYTHON_VENV when python3 lacks it.
@@ -13,6 +14,9 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   # docs/install/handover.md's carry-over from kube-storage-version-migrator, run as written by tests/install_guard.rs.
   command -v jq >/dev/null 2>&1 || need+=(jq)
+  # The real cluster (scripts/cluster.sh): its certificates, and the health checks of its processes.
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  command -v curl >/dev/null 2>&1 || need+=(curl)
 }
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
@@ -47,6 +51,7 @@ if [ "${1:-}" != "--build-only" ] && [ -n "${PYTHON_VENV:-}" ] \
 fi
 # Debian's etcd-server package starts a system etcd on 2379; the tests start their own on free ports.
 [ "${1:-}" = "--build-only" ] || {
+  bash "$(dirname "$0")/check-go.sh"
   kubectl version --client 2>/dev/null | head -1 || true
   etcd --version 2>/dev/null | head -1 || true
   promtool --version 2>/dev/null | head -1 || true
