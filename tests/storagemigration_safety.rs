@@ -113,9 +113,11 @@ fn deploy_kit_skips_the_group_on_a_1_37_cluster_and_says_why() {
 }
 
 #[test]
-fn deploy_kit_skips_the_group_on_1_37_by_its_version_alone() {
-    // Before kube-apiserver's autoregister created its APIService (or with ours in the way): the release says it.
-    let c = cluster(37, vec![]);
+fn deploy_kit_skips_the_group_on_1_37_under_ours_by_its_version() {
+    // Our APIService, registered before the upgrade, sits where kube-apiserver's own would be: discovery shows ours,
+    // the release says the cluster serves the group. (With no APIService of the group at all, the group is turned
+    // off: tests/cluster_intree.rs registers ours on such a real cluster.)
+    let c = cluster(37, vec![our_apiservice("v1")]);
     let (names, stderr) = c.apiservices_to_register();
     assert!(!names.iter().any(|n| n.ends_with(GROUP)), "{names:?}");
     assert!(

@@ -120,9 +120,16 @@ impl ClusterFacts {
         })
     }
 
+    /// The release serves the group by default, and an APIService of another backend sits where kube-apiserver's
+    /// own would be (`<version>.<group>`), so that discovery cannot show whether the cluster has the group on. A
+    /// release whose APIService list has no `<version>.<group>` at all has the group turned off
+    /// (`--runtime-config=<group>/<version>=false`): kube-apiserver's autoregister registers every group version it
+    /// serves before it reports ready, so the absence is discovery's answer, and the group is free.
     fn release(&self, group: &str) -> Option<Claimed> {
         let g = in_tree_group(group)?;
-        self.version.at_least(g.since).then(|| Claimed::Release {
+        let name = format!("{}.{}", g.version, g.group);
+        let occupied = self.apiservices_of(group).any(|a| a.name == name);
+        (occupied && self.version.at_least(g.since)).then(|| Claimed::Release {
             group: g.group.into(),
             version: g.version.into(),
             git_version: self.version.git_version.clone(),

@@ -58,8 +58,14 @@ fn a_cluster_serving_the_group_is_left_alone() {
     let beta = facts(35, vec![apiservice("v1beta1", Backend::Local)]);
     let why = beta.apiservice_claim(GROUP, &ours()).expect("skipped");
     assert_eq!(why.to_string(), "the cluster serves storagemigration.k8s.io itself (APIService v1beta1.storagemigration.k8s.io is local: no spec.service, kube-apiserver's own)");
-    // 1.37 before its autoregister ran: the release alone.
-    assert!(matches!(facts(37, vec![]).apiservice_claim(GROUP, &ours()), Some(Claimed::Release { .. })));
+    // 1.37 with the group turned off (--runtime-config=storagemigration.k8s.io/v1=false): discovery has no
+    // APIService of it, so the group is free whatever /version says.
+    assert_eq!(facts(37, vec![]).apiservice_claim(GROUP, &ours()), None);
+    assert_eq!(facts(37, vec![]).crd_claim(GROUP, &ours()), None);
+    // 1.37 under an APIService of ours registered before the upgrade: discovery shows ours, the release tells.
+    let under_ours = facts(37, vec![apiservice("v1", ours())]);
+    assert!(matches!(under_ours.crd_claim(GROUP, &ours()), Some(Claimed::OursAggregated { .. })));
+    assert!(matches!(under_ours.apiservice_claim(GROUP, &ours()), Some(Claimed::Release { .. })));
     let other = facts(34, vec![apiservice("v1", Backend::service("x", "other"))]);
     assert!(matches!(other.apiservice_claim(GROUP, &ours()), Some(Claimed::OtherServer { .. })));
     assert!(other.hidden_by_ours(&ours()).is_empty(), "another server's APIService is not ours to delete");
@@ -124,7 +130,10 @@ fn crds_of_the_group_are_neither_the_cluster_nor_in_the_way_of_our_crds() {
     assert!(matches!(why, Claimed::CustomResources { .. }) && !why.by_the_cluster(), "{why}");
     assert_eq!(crds.crd_claim(GROUP, &ours()), None, "no CRD of another installation: ours, updated");
     // The CRD form still steps aside for the cluster's own API.
-    assert!(matches!(facts(37, vec![]).crd_claim(GROUP, &ours()), Some(Claimed::Release { .. })));
+    assert!(matches!(
+        facts(37, vec![apiservice("v1", Backend::Local)]).crd_claim(GROUP, &ours()),
+        Some(Claimed::LocalApiService { .. })
+    ));
     let local = facts(35, vec![apiservice("v1beta1", Backend::Local), apiservice("v1", Backend::CustomResources)]);
     assert!(matches!(local.crd_claim(GROUP, &ours()), Some(Claimed::LocalApiService { .. })));
 }
