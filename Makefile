@@ -19,7 +19,16 @@ OFFLINE ?=
 ARGS ?=
 IMAGE ?=
 
-.PHONY: build build-deps run test deps bench certs manifests docs deploy image lint fmt clean
+# make kube: the real cluster's release (kube-apiserver, kube-controller-manager, kubectl from tools/kube; etcd and
+# etcdctl from tools/etcd), built from their Go modules.
+KUBE_VERSION ?= v1.37.2
+KUBE_BIN_DIR ?= $(TARGET_DIR)/kube/$(KUBE_VERSION)
+# make cluster: where the local cluster keeps its certificates, data and logs; INTREE=off starts kube-apiserver
+# without storagemigration.k8s.io (FORM, above, chooses the form this server is registered in).
+CLUSTER_DIR ?= $(TARGET_DIR)/cluster
+INTREE ?= on
+
+.PHONY: build build-deps run test deps kube cluster cluster-down bench certs manifests docs deploy image lint fmt clean
 
 # protoc, which etcd-client's build needs (installed from Debian's packages when missing).
 build-deps:
@@ -37,10 +46,25 @@ deps:
 	PYTHON_VENV=$(PYTHON_VENV) bash scripts/install-test-deps.sh
 
 test: export MIGRATION_APISERVER_TEST_PYTHON = $(abspath $(PYTHON_VENV))/bin/python
-test: deps
+test: export KUBE_BIN_DIR := $(abspath $(KUBE_BIN_DIR))
+test: deps kube
 	$(CARGO) build --bin migration-apiserver
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	MIGRATION_APISERVER_TEST_BACKEND=etcd $(CARGO) test --test api --test kubectl --test durability --no-fail-fast
+
+# Builds the real cluster's binaries into $(KUBE_BIN_DIR) (needs Go 1.26+ and the Go module proxy); reuses them when
+# they are newer than tools/kube and tools/etcd.
+kube:
+	KUBE_VERSION=$(KUBE_VERSION) KUBE_BIN_DIR=$(abspath $(KUBE_BIN_DIR)) bash scripts/build-kube.sh
+
+# A real local cluster (etcd, kube-apiserver, kube-controller-manager of $(KUBE_VERSION)) with this server in it,
+# registered by the deploy kit as a local process (docs/install/local-cluster.md). Prints the kubeconfigs.
+cluster: build build-deps kube
+	CLUSTER_DIR=$(abspath $(CLUSTER_DIR)) KUBE_BIN_DIR=$(abspath $(KUBE_BIN_DIR)) MIGRATION_APISERVER=$(abspath $(BIN)) \
+		INTREE=$(INTREE) FORM=$(FORM) SERVER_ARGS='$(ARGS)' bash scripts/cluster.sh up
+
+cluster-down:
+	CLUSTER_DIR=$(abspath $(CLUSTER_DIR)) bash scripts/cluster.sh down
 
 bench: deps
 	$(CARGO) build --release --workspace --bins

@@ -19,7 +19,12 @@
 #     manifests/webhooks/, and manifests/webhook-caller/ (RBAC for kube-apiserver's webhook client);
 #   - for a group another server serves: the Deployment's `serve --runtime-config=<group>/<version>=false,...`, so
 #     that the server runs beside that server without the group;
-#   - IMAGE=<ref>: the container image (default: migration-apiserver:dev as in manifests/deployment.yaml).
+#   - IMAGE=<ref>: the container image (default: migration-apiserver:dev as in manifests/deployment.yaml);
+#   - LOCAL_PORT=<port>: the server runs outside the cluster, as a process on the machine of kube-apiserver listening
+#     on localhost:<port> (`make cluster`, docs/install/local-cluster.md): no Deployment, PVC or PDB; the Service is
+#     an ExternalName of localhost, which the aggregator and the webhook client resolve to https://localhost:<port>
+#     (an ExternalName has no ports of its own: the APIServices and webhook configurations name <port>); the TLS
+#     name they check stays migration-apiserver.migration-apiserver.svc.
 # The manifests that name our kinds (CRDs, roles, APIServices, webhook configurations, our kinds' RBAC) are generated
 # by `make manifests`; this script only composes them. DRY_RUN=1 prints the rendered objects instead of applying them.
 # MIGRATION_APISERVER: the binary (`make deploy` passes its release build).
@@ -28,6 +33,7 @@ set -euo pipefail
 CERT_DIR=${CERT_DIR:-./certs}
 FORM=${FORM:-aggregated}
 IMAGE=${IMAGE:-}
+LOCAL_PORT=${LOCAL_PORT:-}
 DRY_RUN=${DRY_RUN:-}
 IN_TREE_GROUPS=${IN_TREE_GROUPS:-auto}
 OFFLINE=${OFFLINE:-}
@@ -41,6 +47,10 @@ case "$FORM" in
   aggregated | crds) ;;
   *) echo "FORM must be aggregated or crds, not $FORM" >&2; exit 1 ;;
 esac
+if [ -n "$LOCAL_PORT" ] && ! [[ "$LOCAL_PORT" =~ ^[1-9][0-9]{0,4}$ && "$LOCAL_PORT" -le 65535 ]]; then
+  echo "LOCAL_PORT must be a port number, not $LOCAL_PORT" >&2
+  exit 1
+fi
 
 overlay="$CERT_DIR/deploy"
 rm -rf "$overlay"
@@ -68,6 +78,12 @@ else
   # all come from manifests/webhooks/.
   "$MIGRATION_APISERVER" "${check[@]}" --form crds --output-dir "$overlay" > /dev/null
   cp "$root"/manifests/webhooks/csi-migration-*.yaml "$root/manifests/webhooks/kustomization.yaml" "$overlay/webhooks/"
+fi
+# A local server: the Service's port (443) becomes the local one wherever our Service is named, in the copies above.
+if [ -n "$LOCAL_PORT" ]; then
+  for f in "$overlay"/apiservice/*.yaml "$overlay"/webhooks/*.yaml; do
+    [ -f "$f" ] && sed -i -E "s/^( *)port: 443\$/\1port: $LOCAL_PORT/" "$f"
+  done
 fi
 
 {
@@ -112,11 +128,24 @@ fi
   fi
   # Groups another server serves: the server leaves them alone (deploy-check said which, and why, on stderr).
   runtime_config=$(cat "$overlay/runtime-config")
-  if [ -n "$runtime_config" ]; then
-    echo "patches:"
+  if [ -n "$runtime_config" ] || [ -n "$LOCAL_PORT" ]; then echo "patches:"; fi
+  if [ -n "$runtime_config" ] && [ -z "$LOCAL_PORT" ]; then
     echo "  - target: {kind: Deployment, name: migration-apiserver}"
     echo "    patch: |-"
     echo "      - {op: add, path: /spec/template/spec/containers/0/args/-, value: '--runtime-config=$runtime_config'}"
+  fi
+  if [ -n "$LOCAL_PORT" ]; then
+    echo "  - target: {kind: Service, name: migration-apiserver}"
+    echo "    patch: |-"
+    echo "      - {op: replace, path: /spec, value: {type: ExternalName, externalName: localhost}}"
+    for obj in "apps/v1 Deployment" "v1 PersistentVolumeClaim migration-apiserver-data" "policy/v1 PodDisruptionBudget"; do
+      read -r api kind name <<< "$obj"
+      echo "  - patch: |-"
+      echo "      \$patch: delete"
+      echo "      apiVersion: $api"
+      echo "      kind: $kind"
+      echo "      metadata: {name: ${name:-migration-apiserver}, namespace: migration-apiserver}"
+    done
   fi
   if [ -n "$IMAGE" ]; then
     name=${IMAGE%:*}
@@ -131,5 +160,9 @@ if [ -n "$DRY_RUN" ]; then
   kubectl kustomize "$overlay"
 else
   kubectl apply -k "$overlay"
-  echo "deployed ($FORM form); kubectl -n migration-apiserver rollout status deployment/migration-apiserver"
+  if [ -n "$LOCAL_PORT" ]; then
+    echo "deployed ($FORM form) for a server on localhost:$LOCAL_PORT"
+  else
+    echo "deployed ($FORM form); kubectl -n migration-apiserver rollout status deployment/migration-apiserver"
+  fi
 fi
