@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod apiservers;
+pub mod cluster;
 pub mod deploy_kit;
 pub mod etcd;
 pub mod kms;
