@@ -6,6 +6,8 @@
 #                              deploy kit (scripts/deploy.sh with LOCAL_PORT: the Service is an ExternalName of
 #                              localhost, and no Deployment, PVC or PDB; docs/install/local-cluster.md)
 #   scripts/cluster.sh down    stops them all (what `up` started, by the pids it wrote)
+#   scripts/cluster.sh stop NAME / restart NAME   stops one process (etcd, kube-apiserver, kube-controller-manager,
+#                              migration-apiserver), or starts it again as it was started and waits until it serves
 #
 # Settings (environment):
 #   CLUSTER_DIR    where everything lives: certificates, configs, data, logs, pids (default target/cluster)
@@ -41,20 +43,14 @@ alive() {
   [[ "$state" != Z* ]]
 }
 
-# Stops what `up` started, newest first; a process that does not end on SIGTERM within 10 s is killed.
+# Stops what `up` started, newest first.
 down() {
   [ -d "$CLUSTER_DIR/pids" ] || return 0
-  local name pid deadline
-  for name in migration-apiserver kube-controller-manager kube-apiserver kube-apiserver-2 etcd owner-watch; do
-    [ -f "$CLUSTER_DIR/pids/$name" ] || continue
-    pid=$(cat "$CLUSTER_DIR/pids/$name")
-    if alive "$pid"; then
-      kill -TERM "$pid" 2>/dev/null || true
-      deadline=$((SECONDS + 10))
-      while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-      ! alive "$pid" || kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$CLUSTER_DIR/pids/$name"
+  local name
+  for name in migration-apiserver kube-controller-manager kube-apiserver $(ls "$CLUSTER_DIR/pids") etcd owner-watch; do
+    # The owner watch itself runs this `down`: it ends by itself after it.
+    if [ "$name" = owner-watch ] && [ "$(cat "$CLUSTER_DIR/pids/$name" 2>/dev/null)" = "$PPID" ]; then continue; fi
+    stop_one "$name"
   done
 }
 
@@ -77,12 +73,55 @@ wait_for() {
   done
 }
 
-# Starts a long-running process in the background with its log and pid under $CLUSTER_DIR.
+# Starts a long-running process in the background with its log and pid under $CLUSTER_DIR; its command line is
+# kept (cmds/<name>, NUL-separated) for `restart`.
 start() {
   local name=$1
   shift
-  "$@" > "$CLUSTER_DIR/logs/$name.log" 2>&1 &
+  mkdir -p "$CLUSTER_DIR/cmds"
+  printf '%s\0' "$@" > "$CLUSTER_DIR/cmds/$name"
+  "$@" >> "$CLUSTER_DIR/logs/$name.log" 2>&1 &
   echo $! > "$CLUSTER_DIR/pids/$name"
+}
+
+# Stops one process of the cluster (SIGTERM, then SIGKILL after 10 s).
+stop_one() {
+  local name=$1 pid deadline
+  [ -f "$CLUSTER_DIR/pids/$name" ] || return 0
+  pid=$(cat "$CLUSTER_DIR/pids/$name")
+  if alive "$pid"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + 10))
+    while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    ! alive "$pid" || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$CLUSTER_DIR/pids/$name"
+}
+
+# Starts a process again with the command line it was started with, and waits until it serves.
+restart_one() {
+  local name=$1
+  [ -f "$CLUSTER_DIR/cmds/$name" ] || { echo "no process $name in $CLUSTER_DIR" >&2; exit 1; }
+  # shellcheck disable=SC1091
+  . "$CLUSTER_DIR/cluster.env"
+  stop_one "$name"
+  local -a cmd
+  mapfile -d '' cmd < "$CLUSTER_DIR/cmds/$name"
+  start "$name" "${cmd[@]}"
+  ready "$name"
+}
+
+# Waits until a process of the cluster serves.
+ready() {
+  local log=$CLUSTER_DIR/logs/$1.log
+  case "$1" in
+    etcd) wait_for 30 "$log" etcdctl --endpoints "127.0.0.1:$ETCD_PORT" endpoint health ;;
+    kube-apiserver) wait_for 90 "$log" kubectl --kubeconfig "$CLUSTER_DIR/admin.kubeconfig" get --raw /readyz ;;
+    kube-controller-manager) wait_for 60 "$log" curl -sfk "https://127.0.0.1:$KCM_PORT/healthz" ;;
+    migration-apiserver)
+      wait_for 60 "$log" curl -sf --cacert "$CLUSTER_DIR/migration-apiserver/certs/ca.crt" \
+        "https://127.0.0.1:$SERVER_PORT/readyz" ;;
+  esac
 }
 
 # A key and a certificate signed by CA `ca` (ca.crt, ca.key in $pki): subject `subj`, SANs `sans` (may be empty),
@@ -153,7 +192,7 @@ etcd_up() {
     --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" \
     --listen-metrics-urls "http://127.0.0.1:$ETCD_METRICS_PORT"
-  wait_for 30 "$CLUSTER_DIR/logs/etcd.log" etcdctl --endpoints "127.0.0.1:$ETCD_PORT" endpoint health
+  ready etcd
 }
 
 # The encryption config kube-apiserver reloads when it changes (tests rewrite it: key rotation). Secrets start in
@@ -214,7 +253,7 @@ kube_apiserver_up() {
     --audit-policy-file="$CLUSTER_DIR/audit-policy.yaml" --audit-log-path="$CLUSTER_DIR/logs/kube-apiserver-audit.log" \
     --runtime-config="$runtime_config" \
     $KUBE_APISERVER_ARGS
-  wait_for 90 "$CLUSTER_DIR/logs/kube-apiserver.log" kubectl --kubeconfig "$CLUSTER_DIR/admin.kubeconfig" get --raw /readyz
+  ready kube-apiserver
 }
 
 kube_controller_manager_up() {
@@ -228,8 +267,7 @@ kube_controller_manager_up() {
     --leader-elect=false --use-service-account-credentials \
     --service-account-private-key-file="$pki/service-account.key" --root-ca-file="$pki/ca.crt" \
     --controllers="$controllers"
-  wait_for 60 "$CLUSTER_DIR/logs/kube-controller-manager.log" \
-    curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
+  ready kube-controller-manager
 }
 
 # This server, registered by the deploy kit as a local process: the kit's namespace, ServiceAccount, RBAC, roles
@@ -265,8 +303,7 @@ server_up() {
     --audit-log-path="$CLUSTER_DIR/logs/migration-apiserver-audit.log" \
     ${runtime_config:+--runtime-config="$runtime_config"} \
     $SERVER_ARGS
-  wait_for 60 "$CLUSTER_DIR/logs/migration-apiserver.log" \
-    curl -sf --cacert "$certs/ca.crt" "https://127.0.0.1:$SERVER_PORT/readyz"
+  ready migration-apiserver
   # Every APIService the kit registered (the files it applied) is Available: the aggregator reaches us.
   local f
   for f in "$certs"/deploy/apiservice/*.yaml; do
@@ -331,5 +368,7 @@ EOF
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  stop) stop_one "${2:?stop NAME}" ;;
+  restart) restart_one "${2:?restart NAME}" ;;
+  *) echo "usage: $0 up|down|stop NAME|restart NAME" >&2; exit 2 ;;
 esac

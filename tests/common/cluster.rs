@@ -197,6 +197,34 @@ impl Cluster {
         out.stdout
     }
 
+    /// Stops one process of the cluster (`etcd`, `kube-apiserver`, `kube-controller-manager`,
+    /// `migration-apiserver`): `scripts/cluster.sh stop`.
+    pub fn stop(&self, name: &str) {
+        self.script(&["stop", name]);
+    }
+
+    /// Starts one process again as it was started and waits until it serves: `scripts/cluster.sh restart`.
+    pub fn restart(&self, name: &str) {
+        self.script(&["restart", name]);
+    }
+
+    fn script(&self, args: &[&str]) {
+        let out = Command::new("bash")
+            .arg(repo().join("scripts/cluster.sh"))
+            .args(args)
+            .env("CLUSTER_DIR", &self.dir)
+            .env("KUBE_BIN_DIR", kube_bin_dir())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run scripts/cluster.sh");
+        assert!(
+            out.status.success(),
+            "scripts/cluster.sh {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// A `kube` client as the administrator, through kube-apiserver.
     pub async fn client(&self) -> kube::Client {
         client_of(&self.admin()).await
