@@ -210,7 +210,8 @@ EOF
 }
 
 # kube-apiserver's audit policy: Metadata for every request but the noisy read-only ones of the control plane's own
-# loops, without the RequestReceived stage (as GKE's and upstream's example policies).
+# loops, without the RequestReceived stage (as GKE's and upstream's example policies). The reviews aggregated
+# servers send (TokenReview, SubjectAccessReview) at Request level, so that the audit log shows whom they asked about.
 audit_policy() {
   cat > "$CLUSTER_DIR/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
@@ -220,6 +221,12 @@ rules:
   - level: None
     users: [system:kube-controller-manager, system:apiserver]
     verbs: [get, list, watch]
+  - level: Request
+    resources:
+      - group: authorization.k8s.io
+        resources: [subjectaccessreviews]
+      - group: authentication.k8s.io
+        resources: [tokenreviews]
   - level: Metadata
 EOF
 }
