@@ -181,6 +181,8 @@ pki_up() {
   issue nobody ca "/CN=nobody" clientAuth
   issue kube-controller-manager ca /CN=system:kube-controller-manager clientAuth
   issue front-proxy-client front-proxy-ca /CN=front-proxy-client clientAuth
+  # The identity kube-apiserver's webhook client presents to our admission webhooks (manifests/webhooks/README.md).
+  issue webhook-client ca /CN=migration-apiserver-webhook-client clientAuth
   openssl genrsa -out "$pki/service-account.key" 2048 2>/dev/null
   openssl rsa -in "$pki/service-account.key" -pubout -out "$pki/service-account.pub" 2>/dev/null
 }
@@ -231,6 +233,35 @@ rules:
 EOF
 }
 
+# kube-apiserver's admission plugins present a client certificate to our webhooks, as manifests/webhooks/README.md
+# tells a cluster to: an AdmissionConfiguration pointing both webhook plugins at a kubeconfig whose user is named
+# after our Service, with the port, since it is not 443 (k8s.io/apiserver's webhook authentication resolver looks
+# up `<service>.<namespace>.svc:<port>`, and without the port only for 443).
+admission_config() {
+  cat > "$CLUSTER_DIR/webhook.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+  - name: migration-apiserver.migration-apiserver.svc:$SERVER_PORT
+    user:
+      client-certificate: $pki/webhook-client.crt
+      client-key: $pki/webhook-client.key
+EOF
+  local plugin
+  {
+    echo "apiVersion: apiserver.config.k8s.io/v1"
+    echo "kind: AdmissionConfiguration"
+    echo "plugins:"
+    for plugin in ValidatingAdmissionWebhook MutatingAdmissionWebhook; do
+      echo "  - name: $plugin"
+      echo "    configuration:"
+      echo "      apiVersion: apiserver.config.k8s.io/v1"
+      echo "      kind: WebhookAdmissionConfiguration"
+      echo "      kubeConfigFile: $CLUSTER_DIR/webhook.kubeconfig"
+    done
+  } > "$CLUSTER_DIR/admission-config.yaml"
+}
+
 kube_apiserver_up() {
   local runtime_config="storagemigration.k8s.io/v1=true"
   [ "$INTREE" = off ] && runtime_config="storagemigration.k8s.io/v1=false,storagemigration.k8s.io/v1beta1=false"
@@ -258,6 +289,7 @@ kube_apiserver_up() {
     --encryption-provider-config="$CLUSTER_DIR/encryption-config.yaml" \
     --encryption-provider-config-automatic-reload \
     --audit-policy-file="$CLUSTER_DIR/audit-policy.yaml" --audit-log-path="$CLUSTER_DIR/logs/kube-apiserver-audit.log" \
+    --admission-control-config-file="$CLUSTER_DIR/admission-config.yaml" \
     --runtime-config="$runtime_config" \
     $KUBE_APISERVER_ARGS
   ready kube-apiserver
@@ -356,6 +388,7 @@ EOF
   pki_up
   encryption_config
   audit_policy
+  admission_config
   kubeconfig "$CLUSTER_DIR/admin.kubeconfig" kubernetes-admin admin
   kubeconfig "$CLUSTER_DIR/nobody.kubeconfig" nobody nobody
   kubeconfig "$CLUSTER_DIR/kube-controller-manager.kubeconfig" system:kube-controller-manager kube-controller-manager
