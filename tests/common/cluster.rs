@@ -208,6 +208,21 @@ impl Cluster {
         self.script(&["restart", name]);
     }
 
+    /// Starts one process again with `from` replaced by `to` in its arguments (a changed flag, as an upgrade or
+    /// an operator changes it), and waits until it serves.
+    pub fn restart_with(&self, name: &str, from: &str, to: &str) {
+        let path = self.dir.join("cmds").join(name);
+        let cmd = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+        assert!(args.iter().any(|a| *a == from.as_bytes()), "{name} was not started with {from}");
+        let replaced: Vec<u8> = args
+            .iter()
+            .flat_map(|a| if *a == from.as_bytes() { to.as_bytes() } else { a }.iter().copied().chain([0]))
+            .collect();
+        std::fs::write(&path, replaced).expect("write the command line");
+        self.restart(name);
+    }
+
     fn script(&self, args: &[&str]) {
         let out = Command::new("bash")
             .arg(repo().join("scripts/cluster.sh"))
