@@ -51,11 +51,7 @@ fn kube_apiserver_audit(c: &Cluster) -> Vec<Value> {
 }
 
 fn audit_events(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 #[test]
@@ -73,14 +69,15 @@ fn a_user_without_rights_gets_kube_apiservers_403_from_this_server_after_a_subje
          group \"migration.k8s.io\" at the cluster scope"
     );
     // kube-apiserver's audit log shows the SubjectAccessReview this server sent about nobody.
-    let review = common::eventually("our SubjectAccessReview in kube-apiserver's audit log", Duration::from_secs(20), || {
-        kube_apiserver_audit(c).into_iter().find(|e| {
-            e["objectRef"]["resource"] == "subjectaccessreviews"
-                && e["user"]["username"] == SERVICE_ACCOUNT
-                && e["requestObject"]["spec"]["user"] == "nobody"
-                && e["requestObject"]["spec"]["resourceAttributes"]["resource"] == "storagestates"
-        })
-    });
+    let review =
+        common::eventually("our SubjectAccessReview in kube-apiserver's audit log", Duration::from_secs(20), || {
+            kube_apiserver_audit(c).into_iter().find(|e| {
+                e["objectRef"]["resource"] == "subjectaccessreviews"
+                    && e["user"]["username"] == SERVICE_ACCOUNT
+                    && e["requestObject"]["spec"]["user"] == "nobody"
+                    && e["requestObject"]["spec"]["resourceAttributes"]["resource"] == "storagestates"
+            })
+        });
     assert_eq!(review["verb"], "create", "{review}");
     assert_eq!(review["responseStatus"]["code"], 201, "{review}");
     assert_eq!(review["requestObject"]["spec"]["resourceAttributes"]["verb"], "list", "{review}");
