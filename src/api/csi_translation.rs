@@ -118,6 +118,7 @@ static INFO: KindInfo = KindInfo {
     name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: false,
     create_only: true,
+    generation: false,
     api_approved: Some(crate::api::STORAGE_VERSION_MIGRATOR_API),
     priority: None,
 };

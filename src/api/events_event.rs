@@ -94,6 +94,7 @@ static INFO: KindInfo = KindInfo {
     name_rule: NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
+    generation: false,
     api_approved: None,
     priority: None,
 };

@@ -99,6 +99,7 @@ static INFO: KindInfo = KindInfo {
     // kube-apiserver's namespace strategy allows an update without resourceVersion.
     unconditional_update: true,
     create_only: false,
+    generation: false,
     api_approved: None,
     priority: None,
 };

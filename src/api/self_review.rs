@@ -30,6 +30,7 @@ static ACCESS_REVIEW: KindInfo = KindInfo {
     name_rule: NameRule::PathSegment,
     unconditional_update: false,
     create_only: true,
+    generation: false,
     api_approved: None,
     priority: None,
 };
@@ -47,6 +48,7 @@ static REVIEW: KindInfo = KindInfo {
     name_rule: NameRule::PathSegment,
     unconditional_update: false,
     create_only: true,
+    generation: false,
     api_approved: None,
     priority: None,
 };

@@ -152,6 +152,7 @@ static INFO: KindInfo = KindInfo {
     name_rule: NameRule::Label,
     unconditional_update: false,
     create_only: false,
+    generation: true,
     api_approved: None,
     priority: None,
 };

@@ -149,6 +149,7 @@ static INFO: KindInfo = KindInfo {
     name_rule: crate::registry::object_meta::NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
+    generation: true,
     api_approved: Some(crate::api::STORAGE_VERSION_MIGRATOR_API),
     priority: None,
 };

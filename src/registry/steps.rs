@@ -10,10 +10,15 @@ use crate::error::FieldError;
 /// The first half of `BeforeCreate`, on an object decoded with its defaults: status reset (a kind with `/status`
 /// takes none from a create), the kind's create preparation, and its defaults again for what that set.
 pub(super) fn prepare_create<K: Kind>(obj: &mut K) {
+    reset_status(obj);
+    default_create(obj);
+}
+
+/// A kind with `/status` takes no status from a create.
+pub(super) fn reset_status<K: Kind>(obj: &mut K) {
     if K::Status::SUBRESOURCE {
         take_status(obj);
     }
-    default_create(obj);
 }
 
 /// Create preparation and the defaults again for what it set: what mutating admission adds on create. Status is

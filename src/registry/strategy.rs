@@ -31,6 +31,10 @@ pub struct KindInfo {
     /// A create-only virtual resource (like TokenReview): a create answers with [`Strategy::respond`]'s object and
     /// stores nothing; every other verb is 405, discovery lists only `create`, and there is no CRD form.
     pub create_only: bool,
+    /// Whether objects carry `metadata.generation` (1 on create, one more with each change of the spec), as the
+    /// strategies of most kinds set it and kube-apiserver does for every custom resource. Upstream's Namespaces,
+    /// Events and `storagemigration.k8s.io` StorageVersionMigrations have none (their strategies never set it).
+    pub generation: bool,
     /// The `api-approved.kubernetes.io` annotation of the kind's CRD form, which kube-apiserver requires of CRDs in
     /// the protected `*.k8s.io` and `*.kubernetes.io` groups. None outside them (or without a CRD form).
     pub api_approved: Option<&'static str>,

@@ -89,7 +89,7 @@ impl<K: Kind> Store<K> {
         if info.create_only {
             return Self::respond(at, obj, version, warnings);
         }
-        steps::prepare_create(&mut obj);
+        steps::reset_status(&mut obj);
         {
             let m = obj.meta_mut();
             m.deletion_timestamp = None;
@@ -97,12 +97,16 @@ impl<K: Kind> Store<K> {
             m.resource_version = None;
             m.uid = Some(uuid::Uuid::new_v4().to_string());
             m.creation_timestamp = Some(now());
-            m.generation = Some(1);
+            m.generation = info.generation.then_some(1);
         }
+        // The managed fields are the request's, before the kind's create preparation: kube-apiserver's field
+        // manager runs in the handler, before the strategy's PrepareForCreate (a Namespace's `kubernetes`
+        // finalizer is in no manager's set).
         match applied {
             Some(managed) => obj.meta_mut().managed_fields = managed,
             None => self.manage_update(None, &mut obj, version, Subresource::Main, opts)?,
         }
+        steps::default_create(&mut obj);
         let generate_name = obj.meta().generate_name.clone().unwrap_or_default();
         let generate = obj.meta().name.as_deref().unwrap_or_default().is_empty() && !generate_name.is_empty();
         let sink = Sink::new(at.storage.as_ref(), opts.dry_run);
@@ -313,7 +317,8 @@ impl<K: Kind> Store<K> {
 }
 
 /// The object a main-resource write stores: the client's `new` with the status of `cur` (kinds with `/status`)
-/// and the metadata that is the storing server's, its generation bumped when more than metadata and status changed.
+/// and the metadata that is the storing server's, its generation (for kinds that keep one) bumped when more than
+/// metadata and status changed.
 fn keep_server_fields<K: Kind>(mut new: K, cur: &mut K) -> K {
     if K::Status::SUBRESOURCE {
         let status = take_status(cur);
@@ -328,7 +333,7 @@ fn keep_server_fields<K: Kind>(mut new: K, cur: &mut K) -> K {
     m.generation = c.generation;
     m.namespace.clone_from(&c.namespace);
     m.name.clone_from(&c.name);
-    if !spec_equal(&mut new, cur) {
+    if K::info().generation && !spec_equal(&mut new, cur) {
         new.meta_mut().generation = Some(cur.meta().generation.unwrap_or(0) + 1);
     }
     new
