@@ -27,6 +27,7 @@ pub struct Event {
     pub metadata: ObjectMeta,
     /// The object that this event is about.
     #[serde(default, deserialize_with = "go_decode::null_as_default")]
+    #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub involved_object: ObjectReference,
     /// This should be a short, machine understandable string that gives the reason for the transition into the
     /// object's current status.
@@ -36,7 +37,7 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The component reporting this event. Should be a short machine understandable string.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, serialize_with = "source_or_empty")]
     pub source: Option<EventSource>,
     /// The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,13 +62,25 @@ pub struct Event {
     pub action: Option<String>,
     /// Optional secondary object for more complex actions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub related: Option<ObjectReference>,
     /// Name of the controller that emitted this Event, e.g. `kubernetes.io/kubelet`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, serialize_with = "string_or_empty")]
     pub reporting_component: Option<String>,
     /// ID of the controller instance, e.g. `kubelet-xyzf`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, serialize_with = "string_or_empty")]
     pub reporting_instance: Option<String>,
+}
+
+// Written as kube-apiserver writes them: upstream's `source` is a struct and the reporting fields are strings
+// without omitempty, so Go's encoder always writes them (`{}`, `""`). That also makes the zero Event the one
+// kube-apiserver's field manager compares a create with, so that a create owns the same fields.
+fn source_or_empty<S: serde::Serializer>(source: &Option<EventSource>, serializer: S) -> Result<S::Ok, S::Error> {
+    source.clone().unwrap_or_default().serialize(serializer)
+}
+
+fn string_or_empty<S: serde::Serializer>(value: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    value.as_deref().unwrap_or_default().serialize(serializer)
 }
 
 static INFO: KindInfo = KindInfo {
@@ -86,6 +99,7 @@ static INFO: KindInfo = KindInfo {
     // kube-apiserver's event strategy: AllowUnconditionalUpdate.
     unconditional_update: true,
     create_only: false,
+    generation: false,
     api_approved: None,
     priority: None,
 };

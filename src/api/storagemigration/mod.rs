@@ -48,8 +48,20 @@ pub struct StorageVersionMigration {
     #[serde(default, deserialize_with = "go_decode::null_as_default")]
     pub spec: StorageVersionMigrationSpec,
     /// status is the status of the migration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, serialize_with = "status_or_empty")]
     pub status: Option<StorageVersionMigrationStatus>,
+}
+
+/// No status is written `{}`, as kube-apiserver writes it: upstream's status is a struct, not a pointer, so Go's
+/// encoder writes it even when empty (`omitempty` does not omit structs).
+fn status_or_empty<S: serde::Serializer>(
+    status: &Option<StorageVersionMigrationStatus>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match status {
+        Some(status) => status.serialize(serializer),
+        None => StorageVersionMigrationStatus::default().serialize(serializer),
+    }
 }
 
 /// Spec of the storage version migration.
@@ -140,6 +152,7 @@ static INFO: KindInfo = KindInfo {
     // Upstream's strategy: AllowUnconditionalUpdate false (a PUT without resourceVersion is 422).
     unconditional_update: false,
     create_only: false,
+    generation: false,
     api_approved: Some(API_APPROVED),
     priority: Some(PRIORITY),
 };

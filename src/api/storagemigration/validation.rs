@@ -43,7 +43,10 @@ pub(super) fn validate_spec(spec: &StorageVersionMigrationSpec) -> Vec<FieldErro
 pub(super) fn validate_update(new: &StorageVersionMigration, old: &StorageVersionMigration) -> Vec<FieldError> {
     let mut errs = validate_spec(&new.spec);
     if new.spec != old.spec {
-        errs.push(FieldError::immutable("spec", &serde_json::to_value(&new.spec).unwrap_or(Value::Null)));
+        // Upstream renders the internal Go type, whose Resource field has no JSON tag: Go's encoder names it
+        // `Resource` (kube-apiserver v1.37.2 answers `spec: Invalid value: {"Resource":{"group":...}}`).
+        let rendered = serde_json::json!({"Resource": new.spec.resource});
+        errs.push(FieldError::immutable("spec", &rendered));
     }
     errs
 }
@@ -233,7 +236,7 @@ mod tests {
         let moved = svm("new.example.com", "myresources", "", &[]);
         assert_eq!(
             messages(&validate_update(&moved, &old)),
-            ["spec: Invalid value: {\"resource\":{\"group\":\"new.example.com\",\"resource\":\"myresources\"}}: field is immutable"]
+            ["spec: Invalid value: {\"Resource\":{\"group\":\"new.example.com\",\"resource\":\"myresources\"}}: field is immutable"]
         );
         let emptied = svm("example.com", "", "", &[]);
         assert!(messages(&validate_update(&emptied, &old))[0].starts_with("spec.resource.resource: Required value"));
