@@ -18,6 +18,7 @@
 #   SERVER=off     no migration-apiserver: the bare cluster (the anchors' cases, and tests that start their own)
 #   SERVER_ARGS    further `serve` flags for this server
 #   KUBE_APISERVER_ARGS  further kube-apiserver flags
+#   KCM_ARGS       further kube-controller-manager flags
 #   CLUSTER_OWNER_PID    stop the cluster when this process ends (the tests' harness sets it), and with
 #                        CLUSTER_REMOVE_DIR=1 remove $CLUSTER_DIR then
 # The ports are free ones chosen at `up` and written to $CLUSTER_DIR/cluster.env.
@@ -31,6 +32,7 @@ FORM=${FORM:-aggregated}
 SERVER=${SERVER:-on}
 SERVER_ARGS=${SERVER_ARGS:-}
 KUBE_APISERVER_ARGS=${KUBE_APISERVER_ARGS:-}
+KCM_ARGS=${KCM_ARGS:-}
 NAMESPACE=migration-apiserver
 
 pki=$CLUSTER_DIR/pki
@@ -298,6 +300,7 @@ kube_apiserver_up() {
 kube_controller_manager_up() {
   local controllers="*"
   [ "$INTREE" = off ] && controllers="*,-storage-version-migrator-controller"
+  # shellcheck disable=SC2086
   start kube-controller-manager kube-controller-manager \
     --kubeconfig="$CLUSTER_DIR/kube-controller-manager.kubeconfig" \
     --authentication-kubeconfig="$CLUSTER_DIR/kube-controller-manager.kubeconfig" \
@@ -305,7 +308,8 @@ kube_controller_manager_up() {
     --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --cert-dir="$CLUSTER_DIR/kube-controller-manager" \
     --leader-elect=false --use-service-account-credentials \
     --service-account-private-key-file="$pki/service-account.key" --root-ca-file="$pki/ca.crt" \
-    --controllers="$controllers"
+    --controllers="$controllers" \
+    $KCM_ARGS
   ready kube-controller-manager
 }
 

@@ -42,6 +42,7 @@ pub struct Options {
     pub server: bool,
     pub server_args: Vec<String>,
     pub kube_apiserver_args: Vec<String>,
+    pub kcm_args: Vec<String>,
     /// KUBE_ENCRYPTION_CONFIG_POLL: how often kube-apiserver checks its encryption config (a release: 1m).
     pub encryption_config_poll: Option<String>,
 }
@@ -54,6 +55,7 @@ impl Default for Options {
             server: true,
             server_args: Vec::new(),
             kube_apiserver_args: Vec::new(),
+            kcm_args: Vec::new(),
             encryption_config_poll: None,
         }
     }
@@ -91,6 +93,7 @@ impl Cluster {
             .env("SERVER", if options.server { "on" } else { "off" })
             .env("SERVER_ARGS", options.server_args.join(" "))
             .env("KUBE_APISERVER_ARGS", options.kube_apiserver_args.join(" "))
+            .env("KCM_ARGS", options.kcm_args.join(" "))
             .env("KUBE_ENCRYPTION_CONFIG_POLL", options.encryption_config_poll.clone().unwrap_or_default())
             .stdin(Stdio::null());
         let out = cmd.output().expect("run scripts/cluster.sh");
@@ -214,7 +217,7 @@ impl Cluster {
         let path = self.dir.join("cmds").join(name);
         let cmd = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let args: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
-        assert!(args.iter().any(|a| *a == from.as_bytes()), "{name} was not started with {from}");
+        assert!(args.contains(&from.as_bytes()), "{name} was not started with {from}");
         let replaced: Vec<u8> = args
             .iter()
             .flat_map(|a| if *a == from.as_bytes() { to.as_bytes() } else { a }.iter().copied().chain([0]))

@@ -10,6 +10,7 @@ pub mod etcd;
 pub mod kms;
 pub mod manifests;
 pub mod objects;
+pub mod oracle;
 pub mod proxy;
 pub mod requests;
 pub mod shootstates;
