@@ -216,3 +216,31 @@ async fn the_kube_crate_watches_and_patches_through_the_aggregator() {
     assert_eq!(seen.iter().map(|(t, _)| *t).collect::<Vec<_>>(), ["ADDED", "MODIFIED", "DELETED"]);
     assert_eq!(seen[1].1.as_ref().and_then(|l| l.get("patched")).map(String::as_str), Some("yes"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kube_apiserver_aggregates_our_openapi_v2_for_protobuf_clients() {
+    let c = shared();
+    let client = c.client().await;
+    // kubectl's own request for the v2 document: protobuf. kube-apiserver merges ours into it, and refuses the whole
+    // document (503) when one of ours does not validate as swagger 2.0.
+    let proto = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+    let answer = common::eventually_async("kube-apiserver's aggregated /openapi/v2", Duration::from_secs(60), || {
+        let client = client.clone();
+        async move {
+            let r =
+                common::requests::call(&client, axum::http::Method::GET, "/openapi/v2", &[("accept", proto)], vec![])
+                    .await;
+            (r.status == 200).then_some(r)
+        }
+    })
+    .await;
+    assert!(answer.body.len() > 1000, "{} bytes", answer.body.len());
+    let log = c.log("kube-apiserver");
+    assert!(!log.contains("invalid ParametersItem"), "kube-apiserver refused our document");
+    // And what a user sees: kubectl validates a List against it.
+    namespace(c, "garden-list");
+    let list = json!({"apiVersion": "v1", "kind": "List",
+        "items": [shootstate("garden-list", "l-1", "YWJj"), shootstate("garden-list", "l-2", "YWJj")]});
+    let out = c.kubectl_ok_stdin(&["create", "-f", "-"], &list.to_string());
+    assert_eq!(out.lines().count(), 2, "{out}");
+}

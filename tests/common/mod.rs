@@ -387,6 +387,24 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
     }
 }
 
+/// Polls the future `f` makes until it yields Some or the deadline passes.
+pub async fn eventually_async<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Runs the Python interpreter that has the `kubernetes` package (`make test` installs it into a venv and names it
 /// in MIGRATION_APISERVER_TEST_PYTHON; else `python3`); it must succeed; returns stdout.
 pub fn python(args: &[&str]) -> String {

@@ -337,9 +337,14 @@ pub fn v2_document(kinds: &[Arc<dyn Strategy>]) -> Value {
         rewrite_refs(&mut doc, "#/components/schemas/", "#/definitions/");
         if let Some(Value::Object(p)) = doc.get_mut("paths").map(Value::take) {
             for (path, mut item) in p {
-                for o in item.as_object_mut().into_iter().flat_map(|ops| ops.values_mut()) {
-                    if let Some(o) = o.as_object_mut() {
-                        v2_operation(o);
+                for (key, o) in item.as_object_mut().into_iter().flat_map(|ops| ops.iter_mut()) {
+                    match o {
+                        // The path's own parameters ({namespace}, {name}) are swagger 2.0 parameters too: with a v3
+                        // `schema` kube-apiserver's aggregated /openapi/v2 refuses the whole document ("contains an
+                        // invalid ParametersItem") and answers 503 to protobuf clients, kubectl among them.
+                        Value::Array(params) if key == "parameters" => v2_parameters(params),
+                        Value::Object(o) => v2_operation(o),
+                        _ => {}
                     }
                 }
                 paths.insert(path, item);
@@ -375,12 +380,17 @@ fn v2_operation(o: &mut Map<String, Value>) {
         }
     }
     if let Some(Value::Array(params)) = o.get_mut("parameters") {
-        for p in params.iter_mut() {
-            if let Some(t) = p.get("schema").and_then(|s| s.get("type")).cloned() {
-                if let Some(po) = p.as_object_mut() {
-                    po.remove("schema");
-                    po.insert("type".into(), t);
-                }
+        v2_parameters(params);
+    }
+}
+
+/// Non-body parameters as swagger 2.0 has them: the type on the parameter, no `schema`.
+fn v2_parameters(params: &mut [Value]) {
+    for p in params.iter_mut() {
+        if let Some(t) = p.get("schema").and_then(|s| s.get("type")).cloned() {
+            if let Some(po) = p.as_object_mut() {
+                po.remove("schema");
+                po.insert("type".into(), t);
             }
         }
     }
