@@ -577,11 +577,16 @@ async fn create_get_update_delete_and_metadata() {
     delete(&c, &path("crud"), Some(&opts)).await.status_err(409, "Conflict");
     assert_eq!(get(&c, &path("crud")).await.ok(200), updated, "failed preconditions change nothing");
 
-    // Delete with matching preconditions: the deleted object comes back, then it is gone.
+    // Delete with matching preconditions: a Success naming the deleted object, as kube-apiserver's generic registry
+    // answers (the resource where the kind would be), then it is gone.
     let opts = json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid, "resourceVersion": rv(&updated).to_string()}});
     let gone = delete(&c, &path("crud"), Some(&opts)).await.ok(200);
-    assert_eq!(gone["metadata"]["name"], "crud");
-    assert_eq!(gone["metadata"]["uid"], uid);
+    assert_eq!(gone["kind"], "Status", "{gone}");
+    assert_eq!(gone["status"], "Success", "{gone}");
+    assert_eq!(
+        gone["details"],
+        json!({"name": "crud", "group": "migration.k8s.io", "kind": "storageversionmigrations", "uid": uid})
+    );
     get(&c, &path("crud")).await.status_err(404, "NotFound");
     // The name is free again: a new object with a new uid.
     let again = create_ok(&c, SVM_PATH, &svm("crud")).await;
@@ -848,7 +853,7 @@ async fn dry_run_changes_nothing() {
     assert_eq!(o["status"]["migratedObjects"], 1);
     // delete
     let o = delete(&c, &format!("{p}?dryRun=All"), None).await.ok(200);
-    assert_eq!(o["metadata"]["name"], "dry");
+    assert_eq!(o["details"]["name"], "dry", "{o}");
     let dp = DeleteParams { dry_run: true, ..Default::default() };
     api.delete("dry", &dp).await.expect("dry-run delete");
     let opts = json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]});

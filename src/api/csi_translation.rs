@@ -119,6 +119,7 @@ static INFO: KindInfo = KindInfo {
     unconditional_update: false,
     create_only: true,
     generation: false,
+    return_deleted_object: false,
     api_approved: Some(crate::api::STORAGE_VERSION_MIGRATOR_API),
     priority: None,
 };

@@ -100,6 +100,7 @@ static INFO: KindInfo = KindInfo {
     unconditional_update: true,
     create_only: false,
     generation: false,
+    return_deleted_object: false,
     api_approved: None,
     priority: None,
 };

@@ -31,6 +31,7 @@ static ACCESS_REVIEW: KindInfo = KindInfo {
     unconditional_update: false,
     create_only: true,
     generation: false,
+    return_deleted_object: false,
     api_approved: None,
     priority: None,
 };
@@ -49,6 +50,7 @@ static REVIEW: KindInfo = KindInfo {
     unconditional_update: false,
     create_only: true,
     generation: false,
+    return_deleted_object: false,
     api_approved: None,
     priority: None,
 };

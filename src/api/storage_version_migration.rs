@@ -224,6 +224,7 @@ static INFO: KindInfo = KindInfo {
     unconditional_update: true,
     create_only: false,
     generation: true,
+    return_deleted_object: false,
     api_approved: Some(crate::api::STORAGE_VERSION_MIGRATOR_API),
     priority: None,
 };

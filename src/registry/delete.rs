@@ -2,7 +2,7 @@
 //! object), and of a collection by the generic registry, object by object.
 
 use super::store::{Sink, Store};
-use super::strategy::Kind;
+use super::strategy::{Kind, KindInfo};
 use super::{now, parse_rv, DeleteOptions, ListOut, ListParams, ObjectRef, Resource};
 use crate::error::{ApiError, ApiResult, FieldError, StatusReason};
 use crate::storage::StorageError;
@@ -52,7 +52,8 @@ impl<K: Kind> Store<K> {
             }
             if finalizers.is_empty() {
                 match sink.delete(&key, kv.mod_revision).await {
-                    Ok(_) => return Self::response(&obj, version),
+                    Ok(_) if info.return_deleted_object => return Self::response(&obj, version),
+                    Ok(_) => return Ok(deleted_status(info, name, obj.meta().uid.as_deref())),
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(StorageError::NotFound { .. }) => return Err(at.not_found(name)),
                     Err(e) => return Err(e.into()),
@@ -116,6 +117,19 @@ impl<K: Kind> Store<K> {
     }
 }
 
+/// What kube-apiserver's generic registry answers for an object it deleted (`finalizeDelete`): Success, with the
+/// resource where the kind would be, as it does.
+fn deleted_status(info: &KindInfo, name: &str, uid: Option<&str>) -> Value {
+    let mut details = json!({"name": name, "kind": info.plural});
+    if !info.group.is_empty() {
+        details["group"] = json!(info.group);
+    }
+    if let Some(uid) = uid {
+        details["uid"] = json!(uid);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
+
 impl Resource {
     /// DELETE on the collection: every object matching the selectors.
     pub async fn delete_collection(
@@ -129,17 +143,23 @@ impl Resource {
         params.limit = 0;
         params.continue_token = None;
         let list = self.list(namespace, version, &params).await?;
-        let mut deleted = Vec::with_capacity(list.items.len());
-        for item in list.items {
+        for item in &list.items {
             let meta = |field: &str| item.pointer(&format!("/metadata/{field}")).and_then(Value::as_str);
             let (ns, name) = (meta("namespace").filter(|ns| !ns.is_empty()), meta("name").unwrap_or_default());
             let per_item = DeleteOptions { uid: None, resource_version: None, ..opts.clone() };
             match self.delete(ns, name, version, &per_item).await {
-                Ok(obj) => deleted.push(obj),
+                Ok(_) => {}
                 Err(e) if e.reason == StatusReason::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(ListOut { items: deleted, revision: self.storage.current_revision(), continue_token: None, remaining: None })
+        // The objects as listed, as kube-apiserver's generic registry answers a collection delete (not what each
+        // delete answered: a Status for most kinds).
+        Ok(ListOut {
+            items: list.items,
+            revision: self.storage.current_revision(),
+            continue_token: None,
+            remaining: None,
+        })
     }
 }

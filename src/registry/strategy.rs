@@ -35,6 +35,10 @@ pub struct KindInfo {
     /// strategies of most kinds set it and kube-apiserver does for every custom resource. Upstream's Namespaces,
     /// Events and `storagemigration.k8s.io` StorageVersionMigrations have none (their strategies never set it).
     pub generation: bool,
+    /// Whether a DELETE that removes the object answers with the object, as kube-apiserver's Namespaces (and some
+    /// other built-in kinds) do; otherwise it answers a `Status` Success naming it (the generic registry's
+    /// default, and every custom resource's).
+    pub return_deleted_object: bool,
     /// The `api-approved.kubernetes.io` annotation of the kind's CRD form, which kube-apiserver requires of CRDs in
     /// the protected `*.k8s.io` and `*.kubernetes.io` groups. None outside them (or without a CRD form).
     pub api_approved: Option<&'static str>,

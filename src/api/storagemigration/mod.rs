@@ -153,6 +153,7 @@ static INFO: KindInfo = KindInfo {
     unconditional_update: false,
     create_only: false,
     generation: false,
+    return_deleted_object: false,
     api_approved: Some(API_APPROVED),
     priority: Some(PRIORITY),
 };
