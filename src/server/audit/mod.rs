@@ -227,7 +227,10 @@ impl RequestAudit {
         if p.long_running && !p.failed_authentication {
             self.emit(&mut p, Stage::ResponseStarted);
         }
-        let copy = code >= 400 || (level == Level::RequestResponse && is_resource && !p.long_running);
+        // A Status answer's fields go into responseStatus at every level, as upstream's LogResponseObject copies
+        // them: errors, and the Success a delete answers with.
+        let is_delete = p.event.as_ref().is_some_and(|e| e.verb == "delete");
+        let copy = code >= 400 || is_delete || (level == Level::RequestResponse && is_resource && !p.long_running);
         let yaml = content_type(resp.headers()).contains("yaml");
         drop(p);
         let (parts, inner) = resp.into_parts();
