@@ -236,3 +236,94 @@ async fn namespaces_events_and_field_validation_match_kube_apiserver() {
         &differences.iter().filter(|d| d.case.starts_with("events/")).cloned().collect::<Vec<_>>(),
     );
 }
+
+/// The audit events of one log for ShootStates in `namespace`, at ResponseComplete, by verb (the last of each).
+fn shootstate_audit_events(path: &std::path::Path, namespace: &str) -> std::collections::BTreeMap<String, Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["objectRef"]["resource"] == "shootstates"
+                && e["objectRef"]["namespace"] == namespace
+                && e["stage"] == "ResponseComplete"
+        })
+        .map(|mut e| {
+            // Set per request and per server: compared by neither side.
+            if let Some(o) = e.as_object_mut() {
+                for field in ["auditID", "requestReceivedTimestamp", "stageTimestamp", "sourceIPs", "userAgent"] {
+                    o.remove(field);
+                }
+            }
+            // Per cluster: the object's identity, and the hash of each cluster's own admin certificate (its scheme,
+            // `X509SHA256=`, is compared).
+            for field in ["/objectRef/uid", "/objectRef/resourceVersion", "/responseStatus/details/uid"] {
+                if let Some(v) = e.pointer_mut(field) {
+                    *v = json!("<set>");
+                }
+            }
+            if let Some(Value::Array(ids)) = e["user"]["extra"].get_mut("authentication.kubernetes.io/credential-id") {
+                for id in ids.iter_mut() {
+                    let scheme = id.as_str().and_then(|s| s.split_once('=')).map(|(k, _)| format!("{k}=<hash>"));
+                    *id = json!(scheme);
+                }
+            }
+            (e["verb"].as_str().unwrap_or_default().to_string(), e)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_events_of_shootstate_requests_match_kube_apiservers_for_its_crd() {
+    // Ours: the aggregated ShootStates, audited by this server with manifests/audit/policy.yaml (Metadata for
+    // ShootStates, RequestReceived omitted). Theirs: the same kind as a CRD (manifests/crds/), audited by
+    // kube-apiserver under a policy with the same outcome for them (scripts/cluster.sh: Metadata, RequestReceived
+    // omitted); no webhooks, whose annotations would be kube-apiserver's alone.
+    let ours = Cluster::up(Options { server_args: vec!["--disable-scheduler".into()], ..Options::default() });
+    let theirs = Cluster::up(Options { server: false, ..Options::default() });
+    let crd = common::repo().join("manifests/crds/core.gardener.cloud_shootstates.yaml");
+    theirs.kubectl_ok(&["apply", "-f", crd.to_str().expect("path")]);
+    theirs.kubectl_ok(&["wait", "--for=condition=Established", "crd/shootstates.core.gardener.cloud", "--timeout=60s"]);
+    const NS: &str = "audit-oracle";
+    let base = format!("/apis/core.gardener.cloud/v1beta1/namespaces/{NS}/shootstates");
+    let object = json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
+        "metadata": {"name": "s", "namespace": NS},
+        "spec": {"gardener": [{"name": "ca", "type": "secret", "data": {"ca.crt": "YWJj"}}]}});
+    for c in [&ours, &theirs] {
+        c.kubectl_ok(&["create", "namespace", NS]);
+        let client = c.client().await;
+        let send = |method: Method, path: String, body: Option<Value>, content_type: &'static str| {
+            let client = client.clone();
+            async move {
+                let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+                call(&client, method, &path, &[("content-type", content_type)], bytes).await
+            }
+        };
+        assert_eq!(send(Method::POST, base.clone(), Some(object.clone()), JSON.1).await.status, 201);
+        let got = send(Method::GET, format!("{base}/s"), None, JSON.1).await.json();
+        assert_eq!(send(Method::GET, base.clone(), None, JSON.1).await.status, 200);
+        let mut updated = got.clone();
+        updated["metadata"]["labels"] = json!({"updated": "yes"});
+        assert_eq!(send(Method::PUT, format!("{base}/s"), Some(updated), JSON.1).await.status, 200);
+        let patch = json!({"metadata": {"labels": {"patched": "yes"}}});
+        let patched = send(Method::PATCH, format!("{base}/s"), Some(patch), "application/merge-patch+json").await;
+        assert_eq!(patched.status, 200);
+        assert_eq!(send(Method::DELETE, format!("{base}/s"), None, JSON.1).await.status, 200);
+    }
+    let verbs = ["create", "get", "list", "update", "patch", "delete"];
+    let read = |c: &Cluster, log: &str| {
+        let path = c.dir.join("logs").join(log);
+        common::eventually("an audit event for each verb", std::time::Duration::from_secs(20), || {
+            let events = shootstate_audit_events(&path, NS);
+            verbs.iter().all(|v| events.contains_key(*v)).then_some(events)
+        })
+    };
+    let (our_events, their_events) =
+        (read(&ours, "migration-apiserver-audit.log"), read(&theirs, "kube-apiserver-audit.log"));
+    let mut differences = Vec::new();
+    for verb in verbs {
+        let answer = |e: &Value| Answer { code: 0, body: e.clone(), warnings: Vec::new() };
+        differences.extend(compare(&format!("audit/{verb}"), &answer(&our_events[verb]), &answer(&their_events[verb])));
+    }
+    assert_only_known("audit/", &differences);
+}
