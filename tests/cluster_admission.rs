@@ -57,6 +57,26 @@ fn the_crd_form_is_installed_in_place_of_the_apiservices() {
         .collect();
     versions.sort();
     assert_eq!(versions, [("v1alpha1", false), ("v1beta1", true)], "{}", crd["spec"]);
+    // Not the in-tree group: kube-apiserver serves it on this cluster (neither its CRD nor webhook rules for it).
+    let ours = c.kubectl_ok(&["get", "crd", "-l", "app.kubernetes.io/name=migration-apiserver", "-o", "name"]);
+    assert_eq!(
+        ours.lines().collect::<Vec<_>>(),
+        [
+            "customresourcedefinition.apiextensions.k8s.io/shootstates.core.gardener.cloud",
+            "customresourcedefinition.apiextensions.k8s.io/storagestates.migration.k8s.io",
+            "customresourcedefinition.apiextensions.k8s.io/storageversionmigrations.migration.k8s.io"
+        ]
+    );
+    let deploy = c.log("deploy");
+    assert!(
+        deploy.contains(
+            "skipping CustomResourceDefinition storageversionmigrations.storagemigration.k8s.io and its webhook \
+             rules: the cluster serves storagemigration.k8s.io itself (APIService v1.storagemigration.k8s.io is local"
+        ),
+        "{deploy}"
+    );
+    let rules = c.kubectl_json(&["get", "validatingwebhookconfiguration", "migration-apiserver", "-o", "json"]);
+    assert!(!rules.to_string().contains("storagemigration.k8s.io"), "{rules}");
     let apiservices = c.kubectl_ok(&["get", "apiservices", "-o", "name"]);
     assert!(!apiservices.contains("migration-apiserver"), "{apiservices}");
     let ours = c.kubectl_json(&["get", "apiservice", "v1beta1.core.gardener.cloud", "-o", "json"]);

@@ -27,8 +27,23 @@ fn every_apiservice_of_ours_is_available_and_the_in_tree_group_is_left_to_the_cl
     let intree = c.kubectl_json(&["get", "apiservice", "v1.storagemigration.k8s.io", "-o", "json"]);
     assert!(intree["spec"].get("service").is_none(), "the cluster's own APIService: {intree}");
     let deploy = c.log("deploy");
-    assert!(deploy.contains("skipping APIService v1.storagemigration.k8s.io: the cluster serves"), "{deploy}");
+    for skipped in ["v1.storagemigration.k8s.io", "v1beta1.storagemigration.k8s.io"] {
+        let line = format!(
+            "skipping APIService {skipped}: the cluster serves storagemigration.k8s.io itself (APIService \
+             v1.storagemigration.k8s.io is local: no spec.service, kube-apiserver's own)"
+        );
+        assert!(deploy.contains(&line), "{line:?} not in {deploy}");
+    }
+    let registered: Vec<&str> = deploy
+        .lines()
+        .filter_map(|l| l.strip_prefix("apiservice.apiregistration.k8s.io/")?.strip_suffix(" created"))
+        .collect();
+    assert_eq!(registered, OURS_SORTED, "{deploy}");
 }
+
+/// [`OURS`] in the order kubectl applies them.
+const OURS_SORTED: [&str; 3] =
+    ["v1alpha1.core.gardener.cloud", "v1alpha1.migration.k8s.io", "v1beta1.core.gardener.cloud"];
 
 #[test]
 fn api_resources_and_explain_through_the_aggregator() {

@@ -31,13 +31,15 @@ fn migration(name: &str) -> Value {
         "metadata": {"name": name}, "spec": {"resource": {"group": "apps", "resource": "deployments"}}})
 }
 
-/// The migration's conditions as they change, from its creation until one is Succeeded or Failed: for each
-/// version of the object seen by a watch, its (type, status, reason) triples.
+/// The migration's conditions as they change, from its creation until one is Succeeded or Failed (or 4 minutes
+/// passed: kube-controller-manager's controller starts a migration only once its garbage collector's caches have
+/// synced with discovery, which after a hand-over can take a minute or two on 2 busy cores): for each version of
+/// the object seen by a watch, its (type, status, reason) triples.
 fn condition_sequence(c: &Cluster, name: &str) -> Vec<Vec<(String, String, String)>> {
     let mut watch = Command::new(kube_bin("kubectl"))
         .arg("--kubeconfig")
         .arg(c.admin())
-        .args(["get", "storageversionmigrations.storagemigration.k8s.io", "-w", "-o", "json", "--request-timeout=90s"])
+        .args(["get", "storageversionmigrations.storagemigration.k8s.io", "-w", "-o", "json", "--request-timeout=240s"])
         .arg(format!("--field-selector=metadata.name={name}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -80,6 +82,23 @@ fn with_the_group_off_this_server_serves_it_and_migrates_real_resources() {
         let a = c.kubectl_json(&["get", "apiservice", name, "-o", "json"]);
         assert_eq!(a["spec"]["service"]["name"], "migration-apiserver", "{name}: {}", a["spec"]);
     }
+    let deploy = c.log("deploy");
+    assert!(!deploy.contains("skipping"), "{deploy}");
+    let registered: Vec<&str> = deploy
+        .lines()
+        .filter_map(|l| l.strip_prefix("apiservice.apiregistration.k8s.io/")?.strip_suffix(" created"))
+        .collect();
+    assert_eq!(
+        registered,
+        [
+            "v1.storagemigration.k8s.io",
+            "v1alpha1.core.gardener.cloud",
+            "v1alpha1.migration.k8s.io",
+            "v1beta1.core.gardener.cloud",
+            "v1beta1.storagemigration.k8s.io"
+        ],
+        "{deploy}"
+    );
     let resources = c.kubectl_ok(&["api-resources", "--api-group=storagemigration.k8s.io"]);
     assert!(
         resources.contains("storageversionmigrations") && resources.contains("storagemigration.k8s.io/v1"),
@@ -127,6 +146,26 @@ fn with_the_group_on_kube_controller_manager_runs_it_with_the_conditions_ours_re
     }
 }
 
+/// The samples of `metric` on this server's /metrics (read directly, with the cluster administrator's certificate).
+fn server_metric_lines(c: &Cluster, metric: &str) -> Vec<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--cacert"])
+        .arg(c.server_certs().join("ca.crt"))
+        .arg("--cert")
+        .arg(c.pki("admin.crt"))
+        .arg("--key")
+        .arg(c.pki("admin.key"))
+        .arg(format!("{}/metrics", c.server_url()))
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "GET /metrics: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .map(str::to_string)
+        .collect()
+}
+
 /// The fenced `sh` block of docs/install/handover.md's first section ("Handing over to the in-tree controller").
 fn handover_apiservice_block() -> String {
     let doc = std::fs::read_to_string(common::repo().join("docs/install/handover.md")).expect("handover.md");
@@ -150,6 +189,36 @@ fn the_handover_guide_hands_the_group_to_the_cluster_after_an_upgrade() {
     // Our APIService is still in the way: kube-apiserver's autoregister leaves an APIService it did not create.
     let ours = c.kubectl_json(&["get", "apiservice", "v1.storagemigration.k8s.io", "-o", "json"]);
     assert_eq!(ours["spec"]["service"]["name"], "migration-apiserver", "{}", ours["spec"]);
+    // The server says so (it checks at its start, and every 10 minutes), naming what to delete, and exports it.
+    c.restart("migration-apiserver");
+    let log = common::eventually("the warning", Duration::from_secs(60), || {
+        let log = c.log("migration-apiserver");
+        log.contains("kubectl delete apiservice v1beta1.storagemigration.k8s.io").then_some(log)
+    });
+    let warning = log
+        .lines()
+        .find(|l| l.contains("kubectl delete apiservice v1.storagemigration.k8s.io "))
+        .unwrap_or_else(|| panic!("no warning for v1: {log}"));
+    assert!(
+        warning.contains("WARN")
+            && warning.contains(
+                "APIService v1.storagemigration.k8s.io of this server hides storagemigration.k8s.io: the cluster \
+                 (v1.37.2) serves storagemigration.k8s.io/v1 itself (built in from v1.37 on); delete it to hand the \
+                 group over to kube-apiserver: kubectl delete apiservice v1.storagemigration.k8s.io"
+            ),
+        "{warning}"
+    );
+    assert!(!log.contains("kubectl delete apiservice v1alpha1.migration.k8s.io"), "{log}");
+    let discovery = c.kubectl_ok(&["get", "--raw", "/apis/migration.k8s.io/v1alpha1"]);
+    assert!(discovery.contains("storagestates"), "migration.k8s.io keeps working: {discovery}");
+    let hiding = server_metric_lines(&c, "migration_apiserver_apiservice_hiding_builtin_group");
+    assert_eq!(
+        hiding,
+        [
+            "migration_apiserver_apiservice_hiding_builtin_group{apiservice=\"v1.storagemigration.k8s.io\",group=\"storagemigration.k8s.io\"} 1",
+            "migration_apiserver_apiservice_hiding_builtin_group{apiservice=\"v1beta1.storagemigration.k8s.io\",group=\"storagemigration.k8s.io\"} 1",
+        ]
+    );
 
     // The guide, step by step as written.
     c.kubectl_ok(&[
@@ -184,6 +253,12 @@ fn the_handover_guide_hands_the_group_to_the_cluster_after_an_upgrade() {
     let listed = c.kubectl_ok(&["get", "storageversionmigrations.storagemigration.k8s.io", "-o", "name"]);
     assert!(!listed.contains("before-upgrade"), "kube-apiserver's collection starts empty: {listed}");
     let after = condition_sequence(&c, "after-handover");
-    assert!(after.last().expect("conditions").iter().any(|(t, s, _)| t == "Succeeded" && s == "True"), "{after:?}");
+    let kcm = c.log("kube-controller-manager");
+    let kcm_tail: Vec<&str> = kcm.lines().filter(|l| l.contains("storage") || l.contains("garbage")).collect();
+    assert!(
+        after.last().expect("conditions").iter().any(|(t, s, _)| t == "Succeeded" && s == "True"),
+        "{after:?}\n{}",
+        kcm_tail[kcm_tail.len().saturating_sub(40)..].join("\n")
+    );
     assert!(!c.log("migration-apiserver").contains("after-handover"), "our migrator must not have run it");
 }

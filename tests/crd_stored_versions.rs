@@ -154,35 +154,6 @@ fn pairs(t: &[(String, String)]) -> Vec<(&str, &str)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stored_versions_trimmed_after_succeeded() {
-    let crd = Arc::new(Mutex::new(Crd::new()));
-    let (t, _p, m) = setup(20, crd.clone(), &[]).await;
-    let svm = migrate(&m);
-    assert_eq!(phase(&svm), "Succeeded", "{svm:#}\n{}", m.log());
-    // An Event regarding the CRD, on the target (where kube-apiserver keeps it).
-    let event = eventually("the StoredVersionsTrimmed Event on the target", Duration::from_secs(30), || {
-        let out = t.kubectl_ok(&["get", "events.v1.events.k8s.io", "-A", "-o", "json"]);
-        let list: Value = serde_json::from_str(&out).ok()?;
-        list["items"].as_array()?.iter().find(|e| e["reason"] == "StoredVersionsTrimmed").cloned()
-    });
-    assert_eq!(event["type"], "Normal");
-    let regarding = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                           "name": RESOURCE, "uid": "u-1"});
-    assert_eq!(event["regarding"], regarding);
-    let note = event["note"].as_str().unwrap_or_default();
-    assert!(note.contains(r#"["v1alpha1","v1beta1"] to ["v1beta1"]"#), "{note}");
-    // Trimmed before the migration reads Succeeded: no polling needed.
-    let crd = crd.lock().unwrap();
-    assert_eq!(crd.object["status"]["storedVersions"], json!(["v1beta1"]), "{:#}", crd.object);
-    assert_eq!(pairs(&crd.transitions), [("True", "MigrationRunning"), ("False", "MigrationSucceeded")]);
-    let c = crd.condition();
-    assert_eq!(c["observedGeneration"], 2);
-    assert_eq!(c["message"], "The migration has succeeded and the stored versions have been updated");
-    // Other conditions are kept.
-    assert_eq!(crd.object["status"]["conditions"][0]["type"], "Established");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untouched_when_the_storage_version_changed_during_the_migration() {
     let crd = Arc::new(Mutex::new(Crd::new()));
     crd.lock().unwrap().change_storage_on_write = true;
