@@ -4,12 +4,13 @@
 //!
 //! Three clusters (the stand-in of tests/common/deploy_kit.rs): a Gardener garden, where gardener-apiserver
 //! serves `core.gardener.cloud`; one with kube-storage-version-migrator's CRDs of `migration.k8s.io`; and one with
-//! neither. `storagemigration.k8s.io`, which kube-apiserver may serve itself, is tests/storagemigration_safety.rs's.
+//! neither. The deploy kit's decisions on the first two are tests/cluster_install_guard.rs's, against a real
+//! kube-apiserver; `storagemigration.k8s.io`, which kube-apiserver may serve itself, is tests/cluster_intree.rs's and
+//! tests/storagemigration_safety.rs's.
 
 mod common;
 use common::deploy_kit::{
-    crd, crds_and_webhook_groups, deployment_args, local_apiservice, metric_lines, names_of_kind, service_apiservice,
-    Cluster,
+    crd, deployment_args, local_apiservice, metric_lines, names_of_kind, service_apiservice, Cluster,
 };
 use common::*;
 use serde_json::{json, Value};
@@ -56,85 +57,6 @@ fn our_apiservices() -> Vec<Value> {
             service_apiservice(group, version, "migration-apiserver", "migration-apiserver", 1000)
         })
         .collect()
-}
-
-#[test]
-fn on_a_gardener_cluster_make_deploy_leaves_core_gardener_cloud_to_gardener_apiserver() {
-    let c = Cluster::start(34, garden(), vec![]);
-    let (docs, stderr) = c.render("aggregated");
-    eprintln!("make deploy on a Gardener cluster says:\n{stderr}");
-    assert_eq!(
-        names_of_kind(&docs, "APIService"),
-        ["v1.storagemigration.k8s.io", "v1alpha1.migration.k8s.io", "v1beta1.storagemigration.k8s.io"],
-        "{stderr}"
-    );
-    // Both versions, although gardener-apiserver registers only v1beta1: a group is never split between servers.
-    for version in ["v1alpha1", "v1beta1"] {
-        let line = format!(
-            "skipping APIService {version}.core.gardener.cloud: APIService v1beta1.core.gardener.cloud registers \
-             core.gardener.cloud for another server (Service garden/gardener-apiserver)"
-        );
-        assert!(stderr.contains(&line), "{line:?} not in {stderr}");
-    }
-    assert!(stderr.contains(&format!("turning core.gardener.cloud off in the server ({GARDENER_OFF})")), "{stderr}");
-    // The server runs beside gardener-apiserver without the group.
-    assert!(deployment_args(&docs).contains(&GARDENER_OFF.to_string()), "{:?}", deployment_args(&docs));
-    c.assert_asked_version_and_apiservices();
-
-    // The CRD form: no ShootState CRD, no webhook rule for the group, the same flag.
-    let (docs, stderr) = c.render("crds");
-    let (crds, groups) = crds_and_webhook_groups(&docs);
-    assert!(!crds.iter().any(|n| n.ends_with(".core.gardener.cloud")), "{crds:?}");
-    assert_eq!(groups, ["migration.k8s.io", "storagemigration.k8s.io"], "{stderr}");
-    assert!(
-        stderr.contains(
-            "skipping CustomResourceDefinition shootstates.core.gardener.cloud and its webhook rules: APIService \
-             v1beta1.core.gardener.cloud registers core.gardener.cloud for another server"
-        ),
-        "{stderr}"
-    );
-    assert!(deployment_args(&docs).contains(&GARDENER_OFF.to_string()));
-}
-
-#[test]
-fn beside_kube_storage_version_migrator_make_deploy_neither_hides_nor_replaces_its_crds() {
-    let (apiservices, crds) = ksvm();
-    let c = Cluster::start(34, apiservices, crds);
-    let (docs, stderr) = c.render("aggregated");
-    eprintln!("make deploy beside kube-storage-version-migrator says:\n{stderr}");
-    let names = names_of_kind(&docs, "APIService");
-    assert!(!names.contains(&"v1alpha1.migration.k8s.io".to_string()), "{names:?}");
-    assert_eq!(names.len(), 4, "{names:?}");
-    assert!(
-        stderr.contains(
-            "skipping APIService v1alpha1.migration.k8s.io: CustomResourceDefinitions that are not this server's \
-             serve migration.k8s.io (storagestates.migration.k8s.io, storageversionmigrations.migration.k8s.io; \
-             kube-storage-version-migrator installs such CRDs): carry their objects over and delete them first \
-             (docs/install/handover.md)"
-        ),
-        "{stderr}"
-    );
-    // The server keeps migration.k8s.io (its scheduler's state): only the warning and the gauge say it is elsewhere.
-    assert!(!deployment_args(&docs).iter().any(|a| a.starts_with("--runtime-config")), "{stderr}");
-    let asked: Vec<String> = c.proxy.records().into_iter().map(|r| format!("{} {}", r.method, r.path)).collect();
-    assert!(asked.contains(&"GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions".to_string()), "{asked:?}");
-
-    // The CRD form would replace their CRDs with ours: it leaves the group out.
-    let (docs, stderr) = c.render("crds");
-    let (crds, groups) = crds_and_webhook_groups(&docs);
-    assert_eq!(crds, ["shootstates.core.gardener.cloud", "storageversionmigrations.storagemigration.k8s.io"]);
-    assert_eq!(groups, ["core.gardener.cloud", "storagemigration.k8s.io"], "{stderr}");
-    assert!(stderr.contains("skipping CustomResourceDefinition storagestates.migration.k8s.io and its webhook rules: CustomResourceDefinitions that are not this server's"), "{stderr}");
-
-    // The hand-over's last steps: their CRDs deleted (kube-apiserver drops its APIService with them), ours next.
-    // (`kubectl delete crd` needs discovery of apiextensions, which the stand-in does not serve: the same DELETE.)
-    for name in ["storageversionmigrations.migration.k8s.io", "storagestates.migration.k8s.io"] {
-        let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
-        let out = kubectl_with(&c.proxy.kubeconfig(), &["delete", "--raw", &path], None);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    }
-    let (names, stderr) = c.apiservices_to_register();
-    assert_eq!(names, EVERY_APISERVICE, "{stderr}");
 }
 
 #[test]
