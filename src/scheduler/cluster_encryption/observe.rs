@@ -121,13 +121,17 @@ pub fn merge_scrape(
 }
 
 /// Scrapes the cluster's `/metrics` until every identity of `live` has answered or `attempts` scrapes were made
-/// (behind a load balancer each scrape reaches one apiserver). A failed scrape counts as an attempt.
+/// (behind a load balancer each scrape reaches one apiserver). A failed scrape counts as an attempt. Each scrape
+/// asks for its connection to be closed after it: a TCP load balancer spreads connections, not requests, and the
+/// client's reused HTTP/1.1 connection would otherwise take every scrape of a round to the same apiserver (two real
+/// kube-apiservers behind a round-robin proxy: 780 scrapes of one against 20 of the other, and rounds that never
+/// heard the second).
 pub async fn scrape(client: &kube::Client, live: &BTreeSet<String>, attempts: u32, timeout: Duration) -> Observation {
     let by_id_hash: BTreeMap<String, String> = live.iter().map(|id| (id_hash(id), id.clone())).collect();
     let mut obs = Observation { missing: live.clone(), ..Default::default() };
     while !obs.missing.is_empty() && obs.scrapes < attempts {
         obs.scrapes += 1;
-        let request = match axum::http::Request::get("/metrics").body(Vec::new()) {
+        let request = match axum::http::Request::get("/metrics").header("connection", "close").body(Vec::new()) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cluster key rotation: building the /metrics request");
