@@ -148,3 +148,63 @@ fn beside_kube_storage_version_migrator_make_deploy_neither_hides_nor_replaces_i
         ]
     );
 }
+
+#[test]
+fn a_server_warns_while_a_group_it_serves_is_routed_elsewhere() {
+    const ELSEWHERE: &str = "migration_apiserver_apiservice_served_elsewhere";
+    let c = Cluster::up(Options { in_tree: false, ..Options::default() });
+    // After our registration: gardener-apiserver takes core.gardener.cloud (its v1beta1 only; ours of v1alpha1
+    // goes), and kube-storage-version-migrator's CRDs take migration.k8s.io (kube-apiserver registers the group
+    // for them once our APIService is gone).
+    c.kubectl_ok(&["delete", "apiservice", "v1alpha1.core.gardener.cloud", "v1alpha1.migration.k8s.io"]);
+    apply(
+        &c,
+        &[
+            json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1beta1.core.gardener.cloud"},
+                "spec": {"group": "core.gardener.cloud", "version": "v1beta1", "groupPriorityMinimum": 10000, "versionPriority": 15,
+                         "insecureSkipTLSVerify": true, "caBundle": null,
+                         "service": {"namespace": "garden", "name": "gardener-apiserver", "port": 443}}}),
+            ksvm_crd("storageversionmigrations", "StorageVersionMigration"),
+            ksvm_crd("storagestates", "StorageState"),
+        ],
+    );
+    common::eventually("kube-apiserver's APIService for the CRDs", std::time::Duration::from_secs(60), || {
+        let out = c.kubectl(&["get", "apiservice", "v1alpha1.migration.k8s.io", "-o", "json"]);
+        let a: Value = serde_json::from_slice(&out.stdout).ok()?;
+        (a["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"] == "true").then_some(())
+    });
+    // The server checks at its start (and every 10 minutes).
+    c.restart("migration-apiserver");
+    let log = common::eventually("the warnings", std::time::Duration::from_secs(60), || {
+        let log = c.log("migration-apiserver");
+        (log.contains("migration.k8s.io is not served by this server")
+            && log.contains("core.gardener.cloud is not served"))
+        .then_some(log)
+    });
+    assert!(
+        log.contains(
+            "core.gardener.cloud is not served by this server in this cluster: APIService v1beta1.core.gardener.cloud \
+             registers core.gardener.cloud for another server (Service garden/gardener-apiserver)"
+        ),
+        "{log}"
+    );
+    assert_eq!(
+        c.server_metric_lines(ELSEWHERE),
+        [
+            format!("{ELSEWHERE}{{apiservice=\"v1alpha1.migration.k8s.io\",group=\"migration.k8s.io\",served_by=\"customresourcedefinitions\"}} 1"),
+            format!("{ELSEWHERE}{{apiservice=\"v1beta1.core.gardener.cloud\",group=\"core.gardener.cloud\",served_by=\"service/garden/gardener-apiserver\"}} 1"),
+        ]
+    );
+    // As `make deploy` runs it in a Gardener landscape: without core.gardener.cloud, which is gardener-apiserver's.
+    c.restart_with_args(
+        "migration-apiserver",
+        "--service-namespace=migration-apiserver",
+        &["--service-namespace=migration-apiserver", GARDENER_OFF],
+    );
+    common::eventually("the check", std::time::Duration::from_secs(60), || {
+        let lines = c.server_metric_lines(ELSEWHERE);
+        (lines.len() == 1).then_some(())
+    });
+    let lines = c.server_metric_lines(ELSEWHERE);
+    assert!(lines[0].contains("group=\"migration.k8s.io\""), "{lines:?}");
+}

@@ -146,26 +146,6 @@ fn with_the_group_on_kube_controller_manager_runs_it_with_the_conditions_ours_re
     }
 }
 
-/// The samples of `metric` on this server's /metrics (read directly, with the cluster administrator's certificate).
-fn server_metric_lines(c: &Cluster, metric: &str) -> Vec<String> {
-    let out = Command::new("curl")
-        .args(["-sf", "--cacert"])
-        .arg(c.server_certs().join("ca.crt"))
-        .arg("--cert")
-        .arg(c.pki("admin.crt"))
-        .arg("--key")
-        .arg(c.pki("admin.key"))
-        .arg(format!("{}/metrics", c.server_url()))
-        .output()
-        .expect("curl");
-    assert!(out.status.success(), "GET /metrics: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .map(str::to_string)
-        .collect()
-}
-
 /// The fenced `sh` block of docs/install/handover.md's first section ("Handing over to the in-tree controller").
 fn handover_apiservice_block() -> String {
     let doc = std::fs::read_to_string(common::repo().join("docs/install/handover.md")).expect("handover.md");
@@ -211,7 +191,7 @@ fn the_handover_guide_hands_the_group_to_the_cluster_after_an_upgrade() {
     assert!(!log.contains("kubectl delete apiservice v1alpha1.migration.k8s.io"), "{log}");
     let discovery = c.kubectl_ok(&["get", "--raw", "/apis/migration.k8s.io/v1alpha1"]);
     assert!(discovery.contains("storagestates"), "migration.k8s.io keeps working: {discovery}");
-    let hiding = server_metric_lines(&c, "migration_apiserver_apiservice_hiding_builtin_group");
+    let hiding = c.server_metric_lines("migration_apiserver_apiservice_hiding_builtin_group");
     assert_eq!(
         hiding,
         [

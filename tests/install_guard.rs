@@ -9,37 +9,12 @@
 //! tests/storagemigration_safety.rs's.
 
 mod common;
-use common::deploy_kit::{
-    crd, deployment_args, local_apiservice, metric_lines, names_of_kind, service_apiservice, Cluster,
-};
+use common::deploy_kit::{deployment_args, local_apiservice, metric_lines, names_of_kind, service_apiservice, Cluster};
 use common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const ELSEWHERE: &str = "migration_apiserver_apiservice_served_elsewhere";
-const GARDENER_OFF: &str = "--runtime-config=core.gardener.cloud/v1alpha1=false,core.gardener.cloud/v1beta1=false";
-
-/// A garden cluster: gardener-apiserver's APIServices (it serves v1beta1 of core.gardener.cloud only) beside
-/// kube-apiserver's own.
-fn garden() -> Vec<Value> {
-    let mut a: Vec<Value> = ["core.gardener.cloud", "seedmanagement.gardener.cloud", "settings.gardener.cloud"]
-        .iter()
-        .map(|g| service_apiservice(g, "v1beta1", "garden", "gardener-apiserver", 10000))
-        .collect();
-    a.push(local_apiservice("apps", "v1", "onstart", 17800, 15));
-    a
-}
-
-/// kube-storage-version-migrator's CRDs (its manifests label them with nothing of ours), and kube-apiserver's
-/// APIService for them.
-fn ksvm() -> (Vec<Value>, Vec<Value>) {
-    let crds = ["storageversionmigrations", "storagestates"]
-        .iter()
-        .map(|p| crd(p, "migration.k8s.io", json!({"app": "kube-storage-version-migrator"})))
-        .collect();
-    (vec![local_apiservice("migration.k8s.io", "v1alpha1", "true", 1000, 15)], crds)
-}
-
 const EVERY_APISERVICE: [&str; 5] = [
     "v1.storagemigration.k8s.io",
     "v1alpha1.core.gardener.cloud",
@@ -96,56 +71,6 @@ fn on_a_cluster_with_neither_make_deploy_registers_every_group_and_updates_its_o
         ),
         "{stderr}"
     );
-}
-
-#[test]
-fn a_server_warns_while_a_group_it_serves_is_routed_elsewhere() {
-    let (ksvm_apiservices, crds) = ksvm();
-    let mut apiservices = garden();
-    apiservices.extend(ksvm_apiservices);
-    let c = Cluster::start(34, apiservices, crds);
-    let s = c.server(&[]);
-    let log = eventually("the warnings", Duration::from_secs(30), || {
-        let log = s.log();
-        (log.contains("migration.k8s.io is not served by this server")
-            && log.contains("core.gardener.cloud is not served"))
-        .then_some(log)
-    });
-    assert!(
-        log.contains(
-            "core.gardener.cloud is not served by this server in this cluster: APIService v1beta1.core.gardener.cloud \
-             registers core.gardener.cloud for another server (Service garden/gardener-apiserver)"
-        ),
-        "{log}"
-    );
-    assert_eq!(
-        metric_lines(&s, ELSEWHERE),
-        [
-            format!("{ELSEWHERE}{{apiservice=\"v1alpha1.migration.k8s.io\",group=\"migration.k8s.io\",served_by=\"customresourcedefinitions\"}} 1"),
-            format!("{ELSEWHERE}{{apiservice=\"v1beta1.core.gardener.cloud\",group=\"core.gardener.cloud\",served_by=\"service/garden/gardener-apiserver\"}} 1"),
-        ]
-    );
-    // With only `get` on CRDs, the server asked for its own kinds' names to tell the CRD form from another's CRDs.
-    let asked: Vec<String> = c.proxy.records().into_iter().map(|r| format!("{} {}", r.method, r.path)).collect();
-    assert!(
-        asked.contains(
-            &"GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/storagestates.migration.k8s.io".into()
-        ),
-        "{asked:?}"
-    );
-    assert!(!asked.contains(&"GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions".into()), "{asked:?}");
-
-    // As `make deploy` runs it in a Gardener landscape: without core.gardener.cloud, which is gardener-apiserver's.
-    let s = c.server(&[GARDENER_OFF]);
-    eventually("the check", Duration::from_secs(30), || {
-        s.log().contains("migration.k8s.io is not served").then_some(())
-    });
-    let lines = metric_lines(&s, ELSEWHERE);
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains("group=\"migration.k8s.io\""), "{lines:?}");
-    let out = s.kubectl(&["get", "shootstates.core.gardener.cloud", "-A"]);
-    assert!(!out.status.success(), "ShootStates are not served");
-    s.kubectl_ok(&["get", "storagestates.migration.k8s.io"]);
 }
 
 #[test]

@@ -214,14 +214,25 @@ impl Cluster {
     /// Starts one process again with `from` replaced by `to` in its arguments (a changed flag, as an upgrade or
     /// an operator changes it), and waits until it serves.
     pub fn restart_with(&self, name: &str, from: &str, to: &str) {
+        self.restart_with_args(name, from, &[to]);
+    }
+
+    /// Starts one process again with the argument `from` replaced by `to` (none, one or several arguments), and
+    /// waits until it serves.
+    pub fn restart_with_args(&self, name: &str, from: &str, to: &[&str]) {
         let path = self.dir.join("cmds").join(name);
         let cmd = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let args: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
         assert!(args.contains(&from.as_bytes()), "{name} was not started with {from}");
-        let replaced: Vec<u8> = args
-            .iter()
-            .flat_map(|a| if *a == from.as_bytes() { to.as_bytes() } else { a }.iter().copied().chain([0]))
-            .collect();
+        let mut replaced = Vec::new();
+        for a in args {
+            let with: Vec<&[u8]> =
+                if a == from.as_bytes() { to.iter().map(|t| t.as_bytes()).collect() } else { vec![a] };
+            for w in with {
+                replaced.extend_from_slice(w);
+                replaced.push(0);
+            }
+        }
         std::fs::write(&path, replaced).expect("write the command line");
         self.restart(name);
     }
@@ -241,6 +252,30 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// The samples of `metric` on this server's /metrics (read directly, with the cluster administrator's
+    /// certificate), sorted.
+    pub fn server_metric_lines(&self, metric: &str) -> Vec<String> {
+        let out = Command::new("curl")
+            .args(["-sf", "--cacert"])
+            .arg(self.server_certs().join("ca.crt"))
+            .arg("--cert")
+            .arg(self.pki("admin.crt"))
+            .arg("--key")
+            .arg(self.pki("admin.key"))
+            .arg(format!("{}/metrics", self.server_url()))
+            .output()
+            .expect("curl");
+        assert!(out.status.success(), "GET /metrics: {}", String::from_utf8_lossy(&out.stderr));
+        let prefix = format!("{metric}{{");
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
     }
 
     /// `make deploy DRY_RUN=1` against this cluster as its administrator (scripts/deploy.sh, with fresh
