@@ -4,9 +4,9 @@
 //!
 //! Three clusters (the stand-in of tests/common/deploy_kit.rs): a Gardener garden, where gardener-apiserver
 //! serves `core.gardener.cloud`; one with kube-storage-version-migrator's CRDs of `migration.k8s.io`; and one with
-//! neither. The deploy kit's decisions on the first two are tests/cluster_install_guard.rs's, against a real
-//! kube-apiserver; `storagemigration.k8s.io`, which kube-apiserver may serve itself, is tests/cluster_intree.rs's and
-//! tests/storagemigration_safety.rs's.
+//! neither. The deploy kit's decisions on the first two, and the server's warning while a group is routed elsewhere,
+//! are tests/cluster_install_guard.rs's, against a real kube-apiserver; `storagemigration.k8s.io`, which
+//! kube-apiserver may serve itself, is tests/cluster_intree.rs's and tests/storagemigration_safety.rs's.
 
 mod common;
 use common::deploy_kit::{deployment_args, local_apiservice, metric_lines, names_of_kind, service_apiservice, Cluster};
