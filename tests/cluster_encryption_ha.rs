@@ -17,8 +17,10 @@
 
 mod common;
 use base64::Engine;
+use common::apiservers::sha256_label;
 use common::cluster::{kube_bin_dir, Cluster, Options};
 use common::free_port;
+use common::secrets::*;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -28,7 +30,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const NAMESPACE: &str = "rotation";
 const SECRETS: usize = 60;
 const SECRETS_PREFIX: &str = "/registry/secrets/";
 const LAST_CONFIG_INFO: &str = "apiserver_encryption_config_controller_last_config_info";
@@ -44,14 +45,6 @@ const KEY1: &[u8; 32] = b"key one of the aesgcm rotation!!";
 const KEY2: &[u8; 32] = b"key two of the aesgcm rotation!!";
 const UNDER_KEY1: &str = "k8s:enc:aesgcm:v1:key1:";
 const UNDER_KEY2: &str = "k8s:enc:aesgcm:v1:key2:";
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn sha256_label(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(bytes))
-}
 
 /// The ID kube-apiserver takes on a host named `hostname` (its identity Lease's name): `apiserver-` and the
 /// lower-case, unpadded base32 of the first 16 bytes of the SHA-256 of the hostname and `kube-apiserver`, each
@@ -74,21 +67,6 @@ fn apiserver_id(hostname: &str) -> String {
     }
     id.push(char::from(ALPHABET[(buf << (5 - bits) & 31) as usize]));
     id
-}
-
-fn write_atomically(path: &Path, content: &str) {
-    let tmp = path.with_extension("yaml.tmp");
-    std::fs::write(&tmp, content).expect("write the temporary config");
-    std::fs::rename(&tmp, path).expect("rename the config into place");
-}
-
-/// An EncryptionConfiguration of Secrets: aesgcm with `keys` in this order, then identity.
-fn aesgcm_config(keys: &[(&str, &[u8; 32])]) -> String {
-    let keys: String =
-        keys.iter().map(|(n, k)| format!("            - name: {n}\n              secret: {}\n", b64(*k))).collect();
-    format!(
-        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - aesgcm:\n          keys:\n{keys}      - identity: {{}}\n"
-    )
 }
 
 /// The second kube-apiserver: killed when dropped (the end of the test, or a panic).
@@ -244,41 +222,6 @@ fn load(c: &Cluster, port: u16, path: &Path, id: &str, content: &str) -> String 
     hash
 }
 
-fn grant_secrets(c: &Cluster) {
-    let rule = json!([{"op": "add", "path": "/rules/-",
-        "value": {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "patch"]}}]);
-    c.kubectl_ok(&["patch", "clusterrole", "migration-apiserver", "--type=json", "-p", &rule.to_string()]);
-}
-
-fn secret_value(i: usize) -> String {
-    format!("the value of secret {i:03}, which must survive every rewrite")
-}
-
-fn create_secrets(c: &Cluster) {
-    c.kubectl_ok(&["create", "namespace", NAMESPACE]);
-    let stream: String = (0..SECRETS)
-        .map(|i| {
-            let s = json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("s-{i:03}"), "namespace": NAMESPACE},
-                "data": {"value": b64(secret_value(i).as_bytes())}});
-            format!("{s}\n")
-        })
-        .collect();
-    let out = c.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
-    assert_eq!(out.lines().filter(|l| l.ends_with(" created")).count(), SECRETS, "{out}");
-}
-
-fn assert_secrets_intact(c: &Cluster) {
-    let list = c.kubectl_json(&["get", "secrets", "-n", NAMESPACE, "-o", "json"]);
-    let items = list["items"].as_array().expect("items");
-    assert_eq!(items.len(), SECRETS);
-    for s in items {
-        let name = s["metadata"]["name"].as_str().expect("name");
-        let i: usize = name.trim_start_matches("s-").parse().expect("index");
-        assert_eq!(s["data"]["value"].as_str(), Some(b64(secret_value(i).as_bytes()).as_str()), "{name}");
-    }
-}
-
 /// Every Secret in etcd with how it is stored: the prefix up to the key name (`k8s:enc:aesgcm:v1:key1:`), or
 /// `plaintext`.
 fn stored_secrets(c: &Cluster) -> Vec<(String, String)> {
@@ -313,22 +256,6 @@ fn wait_all_under(c: &Cluster, want: &str) {
     });
 }
 
-fn storage_state(c: &Cluster) -> Option<Value> {
-    let out = c.kubectl(&["get", "storagestates.migration.k8s.io", "secrets", "-o", "json"]);
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-fn annotation(state: &Value, key: &str) -> String {
-    state["metadata"]["annotations"][key].as_str().unwrap_or_default().to_string()
-}
-
-#[derive(Clone, Debug, PartialEq)]
-struct Migration {
-    name: String,
-    reason: String,
-    created: Timestamp,
-}
-
 /// This server's key-rotation migrations of Secrets (not the storage-version trigger's, `new storage version hash`).
 fn migrations(c: &Cluster) -> Vec<Migration> {
     let args = ["get", "storageversionmigrations.migration.k8s.io", "-l", "migration.k8s.io/resource=secrets"];
@@ -343,10 +270,6 @@ fn migrations(c: &Cluster) -> Vec<Migration> {
         })
         .filter(|m| m.reason.starts_with("encryption key rotation"))
         .collect()
-}
-
-fn new_migrations(before: &[Migration], after: Vec<Migration>) -> Vec<Migration> {
-    after.into_iter().filter(|m| !before.iter().any(|b| b.name == m.name)).collect()
 }
 
 /// Waits until the rotation recorded on the StorageState is Done with the write key `key`.
@@ -381,25 +304,6 @@ fn scrapes_in(audit_log: &Path) -> usize {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["requestURI"] == "/metrics" && e["user"]["username"] == SERVER_USER)
         .count()
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Polls `f` every half second until it returns Some or `timeout` passes (then None).
-fn poll_or<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 /// This server's scrapes of `/metrics` so far, per kube-apiserver (from their audit logs).
@@ -478,7 +382,7 @@ fn a_lagging_kube_apiserver_holds_the_rotation_back_until_it_reads_the_new_key()
         h
     };
     let h1 = on_both(&aesgcm_config(&[("key1", KEY1)]));
-    create_secrets(&c);
+    create_secrets(&c, SECRETS);
     rotation_done(&c, "aesgcm:v1:key1");
     wait_all_under(&c, UNDER_KEY1);
     observed(&c, &format!("all 2 live kube-apiservers report {h1}, the mounted copy's hash"));
@@ -544,7 +448,7 @@ fn a_lagging_kube_apiserver_holds_the_rotation_back_until_it_reads_the_new_key()
     assert_eq!(migrated.len(), 1, "{migrated:?}");
     assert_eq!(migrated[0].reason, "encryption key rotation: write key changed from aesgcm:v1:key1 to aesgcm:v1:key2");
     assert!(migrated[0].created >= caught_up, "{migrated:?} created before {caught_up}");
-    assert_secrets_intact(&c);
+    assert_secrets_intact(&c, SECRETS);
     eprintln!("key2 everywhere after {:?}", started.elapsed());
 
     // key1 removed on the first one only: the trigger waits for the second one, until it is shut down. Its Lease
@@ -559,7 +463,7 @@ fn a_lagging_kube_apiserver_holds_the_rotation_back_until_it_reads_the_new_key()
     let s = observed(&c, &format!("all 1 live kube-apiservers report {h4}, the mounted copy's hash"));
     assert_eq!(annotation(&s, "migration.k8s.io/encryption-config-hash"), h4, "{s}");
     assert_eq!(new_migrations(&before, migrations(&c)), migrated, "removing a read key migrates nothing");
-    assert_secrets_intact(&c);
+    assert_secrets_intact(&c, SECRETS);
     let connections: Vec<usize> = proxy.connections.iter().map(|n| n.load(Ordering::Relaxed)).collect();
     eprintln!("done after {:?}; proxy connections per kube-apiserver: {connections:?}", started.elapsed());
 }

@@ -12,15 +12,15 @@
 
 mod common;
 use base64::Engine;
+use common::apiservers::sha256_label;
 use common::cluster::{Cluster, Options};
+use common::secrets::*;
 use k8s_openapi::jiff::Timestamp;
 use migration_apiserver::kms_test_plugin::TestKmsPlugin;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const NAMESPACE: &str = "rotation";
 const SECRETS: usize = 300;
 const SECRETS_PREFIX: &str = "/registry/secrets/";
 const LAST_CONFIG_INFO: &str = "apiserver_encryption_config_controller_last_config_info";
@@ -29,22 +29,6 @@ const KEY_ID_STATUS: &str = "apiserver_envelope_encryption_key_id_hash_status_la
 const WAIT: Duration = Duration::from_secs(60);
 /// A rewrite of every Secret, from kube-apiserver reporting the new key on.
 const MIGRATION_WAIT: Duration = Duration::from_secs(120);
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// `sha256:<hex>`: how kube-apiserver labels a config file's hash and a key_id's hash.
-fn sha256_label(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(bytes))
-}
-
-/// Writes `content` to `path` whole: a temporary file in the same directory, renamed over it.
-fn write_atomically(path: &Path, content: &str) {
-    let tmp = path.with_extension("yaml.tmp");
-    std::fs::write(&tmp, content).expect("write the temporary config");
-    std::fs::rename(&tmp, path).expect("rename the config into place");
-}
 
 /// kube-apiserver's EncryptionConfiguration file.
 fn apiserver_config(c: &Cluster) -> PathBuf {
@@ -88,50 +72,6 @@ fn loaded_config_hashes(text: &str) -> Vec<String> {
             labels.split(',').find_map(|l| l.strip_prefix("hash=\"")).map(|h| h.trim_end_matches('"').to_string())
         })
         .collect()
-}
-
-/// Adds the rule the guide's step 1 tells users to add to the ClusterRole for Secrets, as it words it:
-/// `{apiGroups: [""], resources: ["secrets"], verbs: ["list", "patch"]}`.
-fn grant_secrets(c: &Cluster) {
-    let rule = json!([{"op": "add", "path": "/rules/-",
-        "value": {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "patch"]}}]);
-    c.kubectl_ok(&["patch", "clusterrole", "migration-apiserver", "--type=json", "-p", &rule.to_string()]);
-}
-
-/// The value of Secret `i`.
-fn secret_value(i: usize) -> String {
-    format!("the value of secret {i:03}, which must survive every rewrite")
-}
-
-/// Creates the Secrets `s-000`... in the namespace, in one kubectl call.
-fn create_secrets(c: &Cluster) {
-    let out = c.kubectl(&["create", "namespace", NAMESPACE]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // A stream of documents rather than a `List`: kubectl validates a List against kube-apiserver's /openapi/v2 as
-    // protobuf, which answers 503 once this server's v2 document is aggregated (its path-level parameters keep the
-    // OpenAPI v3 form, `schema: {type: string}`, which gnostic refuses: "contains an invalid ParametersItem").
-    let stream: String = (0..SECRETS)
-        .map(|i| {
-            let s = json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("s-{i:03}"), "namespace": NAMESPACE},
-                "data": {"value": b64(secret_value(i).as_bytes())}});
-            format!("{s}\n")
-        })
-        .collect();
-    let out = c.kubectl_ok_stdin(&["create", "-f", "-"], &stream);
-    assert_eq!(out.lines().filter(|l| l.ends_with(" created")).count(), SECRETS, "{out}");
-}
-
-/// Every Secret of the namespace still reads as it was written.
-fn assert_secrets_intact(c: &Cluster) {
-    let list = c.kubectl_json(&["get", "secrets", "-n", NAMESPACE, "-o", "json"]);
-    let items = list["items"].as_array().expect("items");
-    assert_eq!(items.len(), SECRETS);
-    for s in items {
-        let name = s["metadata"]["name"].as_str().expect("name");
-        let i: usize = name.trim_start_matches("s-").parse().expect("index");
-        assert_eq!(s["data"]["value"].as_str(), Some(b64(secret_value(i).as_bytes()).as_str()), "{name}");
-    }
 }
 
 /// Every Secret in etcd: (key, raw value).
@@ -238,24 +178,6 @@ fn wait_all_under(c: &Cluster, want: &str) {
     }
 }
 
-/// The StorageState `secrets` of this server.
-fn storage_state(c: &Cluster) -> Option<Value> {
-    let out = c.kubectl(&["get", "storagestates.migration.k8s.io", "secrets", "-o", "json"]);
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-fn annotation(state: &Value, key: &str) -> String {
-    state["metadata"]["annotations"][key].as_str().unwrap_or_default().to_string()
-}
-
-/// One of this server's migrations of Secrets.
-#[derive(Clone, Debug, PartialEq)]
-struct Migration {
-    name: String,
-    reason: String,
-    created: Timestamp,
-}
-
 /// This server's migrations of Secrets.
 fn migrations(c: &Cluster) -> Vec<Migration> {
     let list = c.kubectl_json(&[
@@ -276,11 +198,6 @@ fn migrations(c: &Cluster) -> Vec<Migration> {
             created: m["metadata"]["creationTimestamp"].as_str().and_then(|t| t.parse().ok()).expect("created"),
         })
         .collect()
-}
-
-/// The migrations in `after` that were not in `before` (older ones may have been pruned: --migration-history).
-fn new_migrations(before: &[Migration], after: Vec<Migration>) -> Vec<Migration> {
-    after.into_iter().filter(|m| !before.iter().any(|b| b.name == m.name)).collect()
 }
 
 /// The Events this server recorded on the cluster about the StorageState `secrets` with `reason`: (note, series
@@ -312,25 +229,6 @@ fn rotation_done(c: &Cluster, key: &str) -> Value {
     })
 }
 
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Polls `f` every half second until it returns Some or `timeout` passes (then None).
-fn poll_or<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 /// [`poll_or`], failing with the StorageState and the end of this server's log on time-out.
 fn poll<T>(c: &Cluster, what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
     poll_or(timeout, f).unwrap_or_else(|| {
@@ -358,15 +256,6 @@ fn cluster(copy: &Path, extra: &[&str]) -> Cluster {
 const KEY1: &[u8; 32] = b"key one of the aesgcm rotation!!";
 const KEY2: &[u8; 32] = b"key two of the aesgcm rotation!!";
 
-/// An EncryptionConfiguration of Secrets: aesgcm with `keys` in this order, then identity.
-fn aesgcm_config(keys: &[(&str, &[u8; 32])]) -> String {
-    let keys: String =
-        keys.iter().map(|(n, k)| format!("            - name: {n}\n              secret: {}\n", b64(*k))).collect();
-    format!(
-        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - aesgcm:\n          keys:\n{keys}      - identity: {{}}\n"
-    )
-}
-
 /// Waits until the trigger recorded the config hash `hash` on the StorageState; returns the StorageState.
 fn recorded_hash(c: &Cluster, hash: &str) -> Value {
     poll(c, &format!("the trigger to record the config hash {hash}"), WAIT, || {
@@ -385,7 +274,7 @@ fn an_aesgcm_key_rotation_rewrites_every_secret_under_the_new_key() {
 
     // Encryption turned on with key1; the Secrets are written under it.
     let h1 = roll_out(&c, &copy, &aesgcm_config(&[("key1", KEY1)]));
-    create_secrets(&c);
+    create_secrets(&c, SECRETS);
     let (wrong, n) = not_under(&c, "k8s:enc:aesgcm:v1:key1:", true);
     assert!(n == SECRETS && wrong.is_empty(), "{n} stored, not under key1: {wrong:?}");
     // The trigger's first sight of the write key rewrites every Secret once with it.
@@ -427,7 +316,7 @@ fn an_aesgcm_key_rotation_rewrites_every_secret_under_the_new_key() {
     let s = recorded_hash(&c, &h4);
     assert_eq!(annotation(&s, "migration.k8s.io/encryption-write-key"), "aesgcm:v1:key2", "{s}");
     assert_eq!(new_migrations(&before, migrations(&c)), rotated, "removing a read key migrates nothing");
-    assert_secrets_intact(&c);
+    assert_secrets_intact(&c, SECRETS);
     eprintln!("done after {:?}", started.elapsed());
 }
 
@@ -479,7 +368,7 @@ fn a_kms_v2_key_id_rotation_rewrites_every_secret_under_the_new_key_id() {
     eprintln!("cluster up in {:?}", started.elapsed());
 
     roll_out(&c, &copy, &kms_config(&plugin.endpoint));
-    create_secrets(&c);
+    create_secrets(&c, SECRETS);
     let (wrong, n) = not_under(&c, "k8s:enc:kms:v2:p1: key_id=kek-a", true);
     assert!(n == SECRETS && wrong.is_empty(), "{n} stored, not under kek-a: {wrong:?}");
     let (a, b) = (sha256_label(b"kek-a"), sha256_label(b"kek-b"));
@@ -536,6 +425,6 @@ fn a_kms_v2_key_id_rotation_rewrites_every_secret_under_the_new_key_id() {
     assert!(noted.len() == 1 && noted[0].0.starts_with(&note), "{noted:?}");
     let margin_end = since.checked_add(MARGIN).expect("time");
     assert!(rotated[0].created >= margin_end, "{rotated:?} created before {margin_end}");
-    assert_secrets_intact(&c);
+    assert_secrets_intact(&c, SECRETS);
     eprintln!("done after {:?}", started.elapsed());
 }

@@ -13,6 +13,7 @@ pub mod objects;
 pub mod oracle;
 pub mod proxy;
 pub mod requests;
+pub mod secrets;
 pub mod shootstates;
 pub mod status;
 
