@@ -278,31 +278,10 @@ impl Cluster {
         lines
     }
 
-    /// `make deploy DRY_RUN=1` against this cluster as its administrator (scripts/deploy.sh, with fresh
-    /// certificates): the objects it would apply, and what it said on stderr.
+    /// `make deploy DRY_RUN=1` against this cluster as its administrator, with its kubectl: the objects it would
+    /// apply, and what it said on stderr.
     pub fn render(&self, form: &str) -> (Vec<Value>, String) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let certs = dir.path().join("certs");
-        let out = Command::new(BIN).args(["certs", "--cert-dir"]).arg(&certs).output().expect("certs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let path = format!("{}:{}", kube_bin_dir().display(), std::env::var("PATH").unwrap_or_default());
-        let out = Command::new("bash")
-            .arg(repo().join("scripts/deploy.sh"))
-            .env("CERT_DIR", &certs)
-            .env("DRY_RUN", "1")
-            .env("KUBECONFIG", self.admin())
-            .env("PATH", path)
-            .env("MIGRATION_APISERVER", BIN)
-            .env("FORM", form)
-            .env_remove("IN_TREE_GROUPS")
-            .env_remove("OFFLINE")
-            .output()
-            .expect("deploy.sh");
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "deploy.sh: {stderr}");
-        let stdout = String::from_utf8(out.stdout).expect("utf8");
-        let docs = stdout.split("\n---\n").map(|d| serde_yaml_ng::from_str::<Value>(d).expect("YAML")).collect();
-        (docs, stderr)
+        super::deploy_kit::render(&self.admin(), Some(&kube_bin_dir()), form)
     }
 
     /// A `kube` client as the administrator, through kube-apiserver.

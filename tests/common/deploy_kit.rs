@@ -7,6 +7,7 @@
 use super::proxy::Proxy;
 use super::{repo, Server, BIN};
 use serde_json::{json, Value};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
@@ -136,26 +137,7 @@ impl Cluster {
 
     /// `DRY_RUN=1 FORM=<form> scripts/deploy.sh` against the cluster: the objects it would apply, and its stderr.
     pub fn render(&self, form: &str) -> (Vec<Value>, String) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let certs = dir.path().join("certs");
-        let out = Command::new(BIN).args(["certs", "--cert-dir"]).arg(&certs).output().expect("certs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let out = Command::new("bash")
-            .arg(repo().join("scripts/deploy.sh"))
-            .env("CERT_DIR", &certs)
-            .env("DRY_RUN", "1")
-            .env("KUBECONFIG", self.proxy.kubeconfig())
-            .env("MIGRATION_APISERVER", BIN)
-            .env("FORM", form)
-            .env_remove("IN_TREE_GROUPS")
-            .env_remove("OFFLINE")
-            .output()
-            .expect("deploy.sh");
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "deploy.sh: {stderr}");
-        let stdout = String::from_utf8(out.stdout).expect("utf8");
-        let docs = stdout.split("\n---\n").map(|d| serde_yaml_ng::from_str::<Value>(d).expect("YAML")).collect();
-        (docs, stderr)
+        render(&self.proxy.kubeconfig(), None, form)
     }
 
     /// The APIServices the aggregated form would apply, and the deploy kit's stderr.
@@ -225,4 +207,32 @@ pub fn metric_lines(s: &Server, family: &str) -> Vec<String> {
         .collect();
     lines.sort();
     lines
+}
+
+/// `DRY_RUN=1 FORM=<form> scripts/deploy.sh` against the cluster of `kubeconfig`, with fresh certificates and, when
+/// given, `kubectl_dir` first on the PATH (the real cluster's kubectl): the objects it would apply, and its stderr.
+pub fn render(kubeconfig: &Path, kubectl_dir: Option<&Path>, form: &str) -> (Vec<Value>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    let out = Command::new(BIN).args(["certs", "--cert-dir"]).arg(&certs).output().expect("certs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut deploy = Command::new("bash");
+    deploy
+        .arg(repo().join("scripts/deploy.sh"))
+        .env("CERT_DIR", &certs)
+        .env("DRY_RUN", "1")
+        .env("KUBECONFIG", kubeconfig)
+        .env("MIGRATION_APISERVER", BIN)
+        .env("FORM", form)
+        .env_remove("IN_TREE_GROUPS")
+        .env_remove("OFFLINE");
+    if let Some(kubectl_dir) = kubectl_dir {
+        deploy.env("PATH", format!("{}:{}", kubectl_dir.display(), std::env::var("PATH").unwrap_or_default()));
+    }
+    let out = deploy.output().expect("deploy.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "deploy.sh: {stderr}");
+    let stdout = String::from_utf8(out.stdout).expect("utf8");
+    let docs = stdout.split("\n---\n").map(|d| serde_yaml_ng::from_str::<Value>(d).expect("YAML")).collect();
+    (docs, stderr)
 }
