@@ -48,5 +48,6 @@ fi
 if ! fresh etcd etcd etcdctl; then
   build etcd "-s -w" etcd etcdctl
 fi
+# Whole, not through `head`: under pipefail, etcd writing to a closed pipe would fail the build (SIGPIPE, 141).
 "$KUBE_BIN_DIR/kube-apiserver" --version
-"$KUBE_BIN_DIR/etcd" --version | head -1
+"$KUBE_BIN_DIR/etcd" --version
