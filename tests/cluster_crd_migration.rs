@@ -9,10 +9,9 @@
 //! restarts kube-apiserver, which the first one's requests would not survive.
 
 mod common;
-use base64::Engine;
 use common::cluster::{Cluster, Options};
-use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use common::crs::Cr;
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -21,8 +20,6 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const GROUP: &str = "stable.example.com";
-/// The kit's ServiceAccount, as which the server reaches kube-apiserver.
-const SERVER_USER: &str = "system:serviceaccount:migration-apiserver:migration-apiserver";
 
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
@@ -37,175 +34,19 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     LOCK.lock().await
 }
 
-/// A custom resource of the test group, served in v1 and v2 (the same schema), stored in v1 at first.
-struct Cr {
-    plural: &'static str,
-    kind: &'static str,
-    /// None: cluster-scoped.
-    namespace: Option<&'static str>,
+/// The test group's custom resource `plural` of `kind`.
+fn cr(plural: &'static str, kind: &'static str, namespace: Option<&'static str>) -> Cr {
+    Cr { group: GROUP, plural, kind, namespace }
 }
 
-impl Cr {
-    /// `<plural>.<group>`: the CRD's name, the StorageState's, and the migrations' label.
-    fn name(&self) -> String {
-        format!("{}.{GROUP}", self.plural)
-    }
+/// What the trigger records about a custom resource, read through kube-apiserver's aggregator.
+trait Recorded {
+    fn storage_state(&self, c: &Cluster) -> Option<Value>;
+    async fn migrations(&self, client: &kube::Client) -> Option<Vec<Value>>;
+    async fn migrations_to(&self, client: &kube::Client, hash: &str) -> Option<Vec<Value>>;
+}
 
-    fn crd(&self) -> Value {
-        let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}}}}});
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": self.name()},
-            "spec": {
-                "group": GROUP,
-                "scope": if self.namespace.is_some() { "Namespaced" } else { "Cluster" },
-                "names": {"plural": self.plural, "singular": self.kind.to_lowercase(), "kind": self.kind,
-                    "listKind": format!("{}List", self.kind)},
-                "conversion": {"strategy": "None"},
-                "versions": [
-                    {"name": "v1", "served": true, "storage": true, "schema": schema},
-                    {"name": "v2", "served": true, "storage": false, "schema": schema},
-                ],
-            },
-        })
-    }
-
-    fn resource(&self, version: &str) -> ApiResource {
-        ApiResource {
-            group: GROUP.into(),
-            version: version.into(),
-            api_version: format!("{GROUP}/{version}"),
-            kind: self.kind.into(),
-            plural: self.plural.into(),
-        }
-    }
-
-    /// Creates the namespace (if any) and the CRD, and waits until it is Established.
-    fn install(&self, c: &Cluster) {
-        if let Some(ns) = self.namespace {
-            c.kubectl_ok(&["create", "namespace", ns]);
-        }
-        c.kubectl_ok_stdin(&["create", "-f", "-"], &self.crd().to_string());
-        c.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{}", self.name())]);
-    }
-
-    /// What docs/install/before-you-install.md and docs/operations/troubleshooting.md say to do for a resource
-    /// outside the shipped ClusterRole: grant the server's ServiceAccount `list` and `patch` on it (here a
-    /// ClusterRole and ClusterRoleBinding of its own beside the kit's). Waits until kube-apiserver's authorizer
-    /// answers yes to both.
-    fn grant(&self, c: &Cluster) {
-        let role = format!("migrate-{}", self.name());
-        let role_object = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": [{"apiGroups": [GROUP], "resources": [self.plural], "verbs": ["list", "patch"]}]});
-        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "migration-apiserver", "namespace": "migration-apiserver"}]});
-        // Two objects in a stream, not a `kind: List`: kubectl validates a List with /openapi/v2, which
-        // kube-apiserver answers with 503 as protobuf while this server's APIServices are registered (the path-level
-        // parameters of this server's /openapi/v2 keep OpenAPI v3's `schema` form, which kube-apiserver's
-        // aggregated spec then fails to convert: "contains an invalid ParametersItem" in its log).
-        c.kubectl_ok_stdin(&["apply", "-f", "-"], &format!("{role_object}\n{binding}\n"));
-        // A SubjectAccessReview rather than `kubectl auth can-i`, which needs the resource in discovery; with
-        // --validate=false, since kubectl looks for a SubjectAccessReview's fieldValidation support in /openapi/v2
-        // too (its v3 spec does not show it), which fails as above.
-        for verb in ["list", "patch"] {
-            let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                "spec": {"user": SERVER_USER, "groups": ["system:serviceaccounts", "system:authenticated"],
-                    "resourceAttributes": {"group": GROUP, "resource": self.plural, "verb": verb,
-                        "namespace": if verb == "patch" { self.namespace.unwrap_or_default() } else { "" }}}});
-            common::eventually(&format!("{SERVER_USER} may {verb} {}", self.name()), Duration::from_secs(30), || {
-                let args = ["create", "--validate=false", "-f", "-", "-o", "json"];
-                let out = c.kubectl_ok_stdin(&args, &review.to_string());
-                let answer: Value = serde_json::from_str(&out).expect("a SubjectAccessReview");
-                (answer["status"]["allowed"] == true).then_some(())
-            });
-        }
-    }
-
-    /// Creates `n` objects `<kind>-<i>` in v1, 32 requests at a time.
-    async fn create(&self, client: &kube::Client, n: usize) {
-        let ar = self.resource("v1");
-        let api: Api<DynamicObject> = match self.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-            None => Api::all_with(client.clone(), &ar),
-        };
-        let prefix = self.kind.to_lowercase();
-        futures::stream::iter(0..n)
-            .map(|i| {
-                let (api, ar, prefix) = (api.clone(), ar.clone(), prefix.clone());
-                async move {
-                    let obj = DynamicObject::new(&format!("{prefix}-{i:05}"), &ar)
-                        .data(json!({"spec": {"size": i, "color": "blue"}}));
-                    api.create(&PostParams::default(), &obj).await
-                }
-            })
-            .buffer_unordered(32)
-            .try_for_each(|_| async { Ok(()) })
-            .await
-            .unwrap_or_else(|e| panic!("creating {}: {e}", self.name()));
-    }
-
-    /// Every object of the resource as kube-apiserver stored it in etcd (JSON, for custom resources): key ->
-    /// apiVersion.
-    fn stored(&self, c: &Cluster) -> BTreeMap<String, String> {
-        let prefix = format!("/registry/{GROUP}/{}/", self.plural);
-        let out = c.etcdctl(&["get", "--prefix", &prefix, "-w", "json"]);
-        let answer: Value = serde_json::from_slice(&out).expect("etcdctl -w json");
-        let b64 =
-            |v: &Value| base64::engine::general_purpose::STANDARD.decode(v.as_str().expect("base64")).expect("base64");
-        let kvs = answer["kvs"].as_array().cloned().unwrap_or_default();
-        kvs.iter()
-            .map(|kv| {
-                let key = String::from_utf8(b64(&kv["key"])).expect("key");
-                let value = b64(&kv["value"]);
-                let obj: Value = serde_json::from_slice(&value).unwrap_or_else(|e| {
-                    panic!("{key} is not stored as JSON ({e}): {}", String::from_utf8_lossy(&value))
-                });
-                let api_version = obj["apiVersion"].as_str().unwrap_or_else(|| panic!("{key}: {obj}")).to_string();
-                (key, api_version)
-            })
-            .collect()
-    }
-
-    /// How many stored objects are in each apiVersion.
-    fn stored_counts(&self, c: &Cluster) -> BTreeMap<String, usize> {
-        let mut counts = BTreeMap::new();
-        for v in self.stored(c).into_values() {
-            *counts.entry(v).or_default() += 1;
-        }
-        counts
-    }
-
-    /// The storageVersionHash kube-apiserver's discovery publishes for the resource.
-    fn discovery_hash(&self, c: &Cluster) -> Option<String> {
-        let out = c.kubectl(&["get", "--raw", &format!("/apis/{GROUP}/v2")]);
-        let list: Value = serde_json::from_slice(&out.stdout).ok()?;
-        let r = list["resources"].as_array()?.iter().find(|r| r["name"] == self.plural)?;
-        r["storageVersionHash"].as_str().map(str::to_string)
-    }
-
-    /// Makes v2 the storage version (v1 stays served), as a user edits the CRD; returns the new storageVersionHash
-    /// once discovery publishes it.
-    fn store_in_v2(&self, c: &Cluster, before: &str) -> String {
-        let patch = json!([
-            {"op": "test", "path": "/spec/versions/0/name", "value": "v1"},
-            {"op": "replace", "path": "/spec/versions/0/storage", "value": false},
-            {"op": "replace", "path": "/spec/versions/1/storage", "value": true},
-        ]);
-        c.kubectl_ok(&["patch", "crd", &self.name(), "--type=json", "-p", &patch.to_string()]);
-        common::eventually("discovery to publish the new storage version hash", Duration::from_secs(30), || {
-            self.discovery_hash(c).filter(|h| h != before)
-        })
-    }
-
-    fn crd_json(&self, c: &Cluster) -> Value {
-        c.kubectl_json(&["get", "crd", &self.name(), "-o", "json"])
-    }
-
+impl Recorded for Cr {
     /// The resource's StorageState (`kubectl get storagestate <name> -o json`), once the trigger made it.
     fn storage_state(&self, c: &Cluster) -> Option<Value> {
         let out = c.kubectl(&["get", "storagestate", &self.name(), "-o", "json"]);
@@ -313,7 +154,7 @@ async fn a_crd_storage_version_change_migrates_every_object_and_trims_stored_ver
     let _serial = serial().await;
     let c = cluster();
     let client = c.client().await;
-    let cr = Cr { plural: "widgets", kind: "Widget", namespace: Some("widgets") };
+    let cr = cr("widgets", "Widget", Some("widgets"));
     cr.install(c);
     const N: usize = 300;
     cr.create(&client, N).await;
@@ -369,7 +210,7 @@ async fn ten_thousand_objects_migrate_across_a_kube_apiserver_restart() {
     let _serial = serial().await;
     let c = cluster();
     let client = c.client().await;
-    let cr = Cr { plural: "gadgets", kind: "Gadget", namespace: None };
+    let cr = cr("gadgets", "Gadget", None);
     // Granted before the CRD exists: the trigger's first migration (persisted ["Unknown"]) succeeds, and the
     // storage version change below is a changed hash.
     cr.grant(c);

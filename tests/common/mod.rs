@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod apiservers;
 pub mod cluster;
+pub mod crs;
 pub mod deploy_kit;
 pub mod etcd;
 pub mod kms;
@@ -347,6 +348,28 @@ pub fn migrating_server(kubeconfig: &Path, extra: &[&str]) -> Server {
     let mut args = vec!["--kubeconfig", kc, "--disable-trigger"];
     args.extend_from_slice(extra);
     Server::start(&args)
+}
+
+/// A migrating server beside a real cluster: standalone (it keeps its migrations in its own store), migrating the
+/// cluster's resources through `kubeconfig` (a fault proxy's in front of kube-apiserver), without its trigger and
+/// without a leader election, so that several run beside each other on one cluster.
+pub fn cluster_migrator(kubeconfig: &Path, extra: &[&str]) -> Server {
+    let mut args = vec!["--leader-elect=false"];
+    args.extend_from_slice(extra);
+    migrating_server(kubeconfig, &args)
+}
+
+/// Requests a migration of the custom resource `cr`'s objects (as v2, its storage version) with kubectl, as an
+/// administrator would; returns its name.
+pub fn request_cr_migration(m: &Server, cr: &crs::Cr) -> String {
+    let resource = cr.name();
+    let manifest = format!(
+        "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageVersionMigration\nmetadata:\n  generateName: {resource}-\n  labels:\n    migration.k8s.io/resource: {resource}\nspec:\n  resource:\n    group: {}\n    version: v2\n    resource: {}\n",
+        cr.group, cr.plural
+    );
+    let out = m.kubectl_stdin(&["create", "-f", "-", "-o", "jsonpath={.metadata.name}"], &manifest);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Requests a migration of the ShootStates (core.gardener.cloud/v1beta1) with kubectl, as an administrator would;

@@ -1,10 +1,11 @@
-//! A fault-injecting HTTPS proxy of our own between a migrating server and its target: it forwards every request to
-//! the target over TLS with the target's admin client certificate, records each request with its arrival time, and
-//! answers some of them itself by rule (dropped connections, 429 with Retry-After, 5xx, 410 Expired on a LIST, a
-//! given code for one object's writes).
+//! A fault-injecting HTTPS proxy of our own between a migrating server and its target, a real kube-apiserver (or, for
+//! what only this server serves, a server of ours): it forwards every request to the target over TLS with the
+//! target's admin client certificate, records each request with its arrival time, and answers some of them itself by
+//! rule (dropped connections, 429 with Retry-After, 5xx, 410 Expired on a LIST, a given code for one object's writes).
 //!
 //! It runs on its own thread and runtime, so blocking test code (kubectl, `Server::start`) never stalls it.
 
+use super::cluster::Cluster;
 use super::Server;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -16,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use migration_apiserver::auth::certs::{issue_serving_cert, write_kubeconfig, CertAuthority};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -134,18 +135,29 @@ pub struct Proxy {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-fn read(path: PathBuf) -> String {
+fn read(path: &Path) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 impl Proxy {
     /// Starts a proxy in front of `target` (which must be running: its certificates are read now).
     pub fn start(target: &Server) -> Proxy {
+        let certs = target.cert_dir();
+        Proxy::in_front_of(target.port, &certs.join("ca.crt"), &certs.join("admin.crt"), &certs.join("admin.key"))
+    }
+
+    /// Starts a proxy in front of a real cluster's kube-apiserver, as its administrator (system:masters).
+    pub fn in_front_of_cluster(cluster: &Cluster) -> Proxy {
+        let port = cluster.url().rsplit(':').next().and_then(|p| p.parse().ok()).expect("kube-apiserver's port");
+        Proxy::in_front_of(port, &cluster.pki("ca.crt"), &cluster.pki("admin.crt"), &cluster.pki("admin.key"))
+    }
+
+    /// Starts a proxy in front of the HTTPS server on 127.0.0.1:`target_port` whose serving certificate `ca` signed,
+    /// presenting the client certificate `cert` with `key`.
+    fn in_front_of(target_port: u16, ca: &Path, cert: &Path, key: &Path) -> Proxy {
         migration_apiserver::auth::tls::install_default_crypto_provider();
         let provider = migration_apiserver::auth::tls::crypto_provider();
-        let certs = target.cert_dir();
-        let (ca, admin_cert, admin_key) =
-            (read(certs.join("ca.crt")), read(certs.join("admin.crt")), read(certs.join("admin.key")));
+        let (ca, admin_cert, admin_key) = (read(ca), read(cert), read(key));
 
         // Towards the target: its CA, its admin client certificate.
         let mut roots = rustls::RootCertStore::empty();
@@ -198,7 +210,7 @@ impl Proxy {
             watch_local: Mutex::new(None),
             records: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
-            upstream: Upstream { tls: tokio_rustls::TlsConnector::from(Arc::new(client)), port: target.port },
+            upstream: Upstream { tls: tokio_rustls::TlsConnector::from(Arc::new(client)), port: target_port },
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
