@@ -136,7 +136,7 @@ pub struct Proxy {
 }
 
 fn read(path: &Path) -> String {
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 impl Proxy {
