@@ -12,7 +12,7 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   command -v python3 >/dev/null 2>&1 || need+=(python3)
-  # docs/install/handover.md's carry-over from kube-storage-version-migrator, run as written by tests/install_guard.rs.
+  # docs/install/handover.md's carry-over from kube-storage-version-migrator, run as written by tests/cluster_install_guard.rs.
   command -v jq >/dev/null 2>&1 || need+=(jq)
   # The real cluster (scripts/cluster.sh): its certificates, and the health checks of its processes.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)

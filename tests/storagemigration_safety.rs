@@ -4,8 +4,10 @@
 //! upgraded under it) warns, naming the APIService to delete, and exports
 //! `migration_apiserver_apiservice_hiding_builtin_group`.
 //!
-//! kube-apiserver cannot run here: the cluster is the stand-in of tests/common/deploy_kit.rs. The other groups
-//! (gardener-apiserver's, kube-storage-version-migrator's) are tests/install_guard.rs's.
+//! The clusters here are the stand-in of tests/common/deploy_kit.rs, since they claim releases (1.34, 1.35) other
+//! than the one `make kube` builds; on 1.37 with and without the in-tree API, tests/cluster_intree.rs runs the same
+//! decisions against a real kube-apiserver. The other groups (gardener-apiserver's, kube-storage-version-migrator's)
+//! are tests/cluster_install_guard.rs's.
 
 mod common;
 use common::deploy_kit::{self, metric_lines, Cluster};

@@ -284,6 +284,31 @@ impl Cluster {
         super::deploy_kit::render(&self.admin(), Some(&kube_bin_dir()), form)
     }
 
+    /// `make deploy` again, as `make cluster` ran it for this cluster's server (its certificates, its local port):
+    /// the deploy kit reads the cluster and applies what it decides. Returns the kit's stderr.
+    pub fn deploy(&self) -> String {
+        let mut path = std::ffi::OsString::from(kube_bin_dir());
+        path.push(":");
+        path.push(std::env::var_os("PATH").unwrap_or_default());
+        let out = Command::new("bash")
+            .arg(repo().join("scripts/deploy.sh"))
+            .env("KUBECONFIG", self.admin())
+            .env("CERT_DIR", self.server_certs())
+            .env("FORM", if self.options.crds { "crds" } else { "aggregated" })
+            .env("LOCAL_PORT", self.port("SERVER_PORT").to_string())
+            .env("MIGRATION_APISERVER", BIN)
+            .env("PATH", path)
+            .env_remove("IN_TREE_GROUPS")
+            .env_remove("OFFLINE")
+            .env_remove("DRY_RUN")
+            .stdin(Stdio::null())
+            .output()
+            .expect("deploy.sh");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "deploy.sh: {stderr}{}", String::from_utf8_lossy(&out.stdout));
+        stderr
+    }
+
     /// A `kube` client as the administrator, through kube-apiserver.
     pub async fn client(&self) -> kube::Client {
         client_of(&self.admin()).await
