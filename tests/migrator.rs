@@ -1,20 +1,76 @@
-//! The migrator end to end, no mocks: a TARGET migration-apiserver holds ShootStates stored as v1alpha1 and is
-//! restarted with storage version v1beta1, so every stored object is stale; a MIGRATOR migration-apiserver
-//! (`--kubeconfig` at the target, through a fault-injecting proxy of our own, `--disable-trigger`) is asked with
-//! kubectl to migrate `shootstates.core.gardener.cloud`. Afterwards every object must have been rewritten (new
-//! resourceVersion; `storage inspect` shows v1beta1) or have been deleted meanwhile.
+//! The migrator end to end against a real kube-apiserver (v1.37.2, with its etcd and kube-controller-manager, no
+//! migration-apiserver in the cluster; one cluster shared by this file's tests). Each test installs a custom resource
+//! of its own (`common::crs`: served in v1 and v2, stored in v1), creates objects and switches the storage version to
+//! v2, so that every stored object is stale; a standalone MIGRATOR migration-apiserver (`--kubeconfig` at
+//! kube-apiserver through a fault-injecting proxy of our own, `--disable-trigger`, its migrations in its own store) is
+//! asked with kubectl to migrate the resource to v2. Afterwards every object must have been rewritten (a new
+//! resourceVersion; etcd holds it as `<group>/v2`) or have been deleted meanwhile. The proxy adds what kube-apiserver
+//! does not do on demand (dropped connections, 429 with Retry-After, 5xx, 410 Expired on a continue token, writes
+//! racing the migrator's) and records every request the migrator sends, with its arrival time.
 
 mod common;
-use common::proxy::{Fault, Proxy, RequestInfo};
-use common::shootstates::stale_shootstates_in;
+use common::cluster::{Cluster, Options};
+use common::crs::Cr;
+use common::proxy::{Fault, Proxy};
 use common::status::{condition, is_true};
 use common::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-const ALL: &str = "/apis/core.gardener.cloud/v1beta1/shootstates";
+const GROUP: &str = "migrator.example.com";
 const SVMS: &str = "/apis/migration.k8s.io/v1alpha1/storageversionmigrations";
+/// Where a migration records how many objects it had handled when it saved its continue token.
+const MIGRATED_AT_TOKEN: &str = "migration.k8s.io/migrated-objects-at-continue-token";
+
+/// The bare cluster shared by this file's tests; each test starts its own migrator beside it.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| Cluster::up(Options { server: false, ..Default::default() }))
+}
+
+/// A test's own custom resource, in a namespace named after it, so that the tests can run side by side.
+fn cr(plural: &'static str, kind: &'static str) -> Cr {
+    Cr { group: GROUP, plural, kind, namespace: Some(plural) }
+}
+
+/// The cluster, an admin client of kube-apiserver, and `n` stale objects of `cr` (stored in v1, storage version v2).
+async fn stale(cr: &Cr, n: usize) -> (&'static Cluster, kube::Client) {
+    let c = cluster();
+    let client = c.client().await;
+    cr.install_stale(c, &client, n).await;
+    (c, client)
+}
+
+/// `namespace/name` of the `i`-th object (named as `Cr::create` names it).
+fn object_key(cr: &Cr, i: usize) -> String {
+    format!("{}/{}-{i:05}", cr.namespace.expect("namespaced"), cr.kind.to_lowercase())
+}
+
+/// The `i`-th object's path in v2.
+fn object_path(cr: &Cr, i: usize) -> String {
+    let key = object_key(cr, i);
+    let (ns, name) = key.split_once('/').expect("namespace/name");
+    format!("/apis/{}/v2/namespaces/{ns}/{}/{name}", cr.group, cr.plural)
+}
+
+/// The index in an object path's name (`.../flake-00042` -> 42); None for a collection.
+fn index_in(path: &str) -> Option<usize> {
+    path.rsplit('/').next()?.rsplit('-').next()?.parse().ok()
+}
+
+/// A request for the objects of the test's group (its LISTs and writes), not for the CRD or anything else.
+fn is_object_request(cr: &Cr, path: &str) -> bool {
+    path.starts_with(&format!("/apis/{}/", cr.group))
+}
+
+/// The `resource` label of the migrator's metrics for migrations of `cr` to v2 (a GroupVersionResource as Go prints
+/// it).
+fn label(cr: &Cr) -> String {
+    format!("resource=\"{}/v2, Resource={}\"", cr.group, cr.plural)
+}
 
 async fn send(client: &kube::Client, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let ct = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
@@ -26,30 +82,14 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Option<Valu
     (code, serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into())))
 }
 
-/// `ns-<i % namespaces>/s-<i:05>`.
-fn object(i: usize, namespaces: usize) -> (String, String) {
-    (format!("ns-{}", i % namespaces), format!("s-{i:05}"))
-}
-
-/// The index in an object's name (`s-00042` -> 42).
-fn index_of(r: &RequestInfo) -> Option<usize> {
-    r.object()?.rsplit("/s-").next()?.parse().ok()
-}
-
-/// `namespace/name` -> resourceVersion of every ShootState.
-async fn resource_versions(c: &kube::Client) -> BTreeMap<String, String> {
-    let (code, list) = send(c, "GET", ALL, None).await;
-    assert_eq!(code, 200, "{list}");
-    list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
+/// `namespace/name` -> resourceVersion of every object of `cr`, as kube-apiserver lists them.
+async fn resource_versions(client: &kube::Client, cr: &Cr) -> BTreeMap<String, String> {
+    let list = cr.api(client, "v2").list(&Default::default()).await.expect("list");
+    list.items
+        .into_iter()
         .map(|o| {
-            let m = &o["metadata"];
-            (
-                format!("{}/{}", m["namespace"].as_str().unwrap_or(""), m["name"].as_str().unwrap_or("")),
-                m["resourceVersion"].as_str().unwrap_or("").to_string(),
-            )
+            let key = format!("{}/{}", o.metadata.namespace.unwrap_or_default(), o.metadata.name.unwrap_or_default());
+            (key, o.metadata.resource_version.unwrap_or_default())
         })
         .collect()
 }
@@ -99,9 +139,12 @@ fn assert_all_rewritten(
     }
 }
 
-fn assert_all_v1beta1(stored: &BTreeMap<String, String>, expected: usize) {
-    assert_eq!(stored.len(), expected, "stored objects");
-    let stale: Vec<_> = stored.iter().filter(|(_, v)| *v != "core.gardener.cloud/v1beta1").collect();
+/// etcd holds `expected` objects of `cr`, each one as v2.
+fn assert_all_stored_in_v2(c: &Cluster, cr: &Cr, expected: usize) {
+    let stored = cr.stored(c);
+    assert_eq!(stored.len(), expected, "objects in etcd");
+    let v2 = format!("{}/v2", cr.group);
+    let stale: Vec<_> = stored.iter().filter(|(_, v)| **v != v2).collect();
     assert!(stale.is_empty(), "{} objects still stored in an old version: {stale:?}", stale.len());
 }
 
@@ -118,7 +161,7 @@ fn sample(metrics: &str, prefix: &str) -> Option<f64> {
 
 /// Waits until the sample `prefix` has `value` (the migrator updates its metrics right after its own writes).
 async fn wait_metric(m: &Server, prefix: &str, value: f64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = metrics(m).await;
         if sample(&text, prefix) == Some(value) {
@@ -129,21 +172,22 @@ async fn wait_metric(m: &Server, prefix: &str, value: f64) -> String {
     }
 }
 
-const LABEL: &str = "resource=\"core.gardener.cloud/v1beta1, Resource=shootstates\"";
-
-/// (b) A flaky target: dropped connections (before and after the write reached the target), 429 with Retry-After,
-/// 500 and 503, 410 on LISTs (injected by the proxy, and real ones: the target keeps little history and no list
-/// snapshots, so the migration's own writes expire its continue tokens), plus concurrent deletes and writes. The migration succeeds;
-/// every object is rewritten, or was deleted meanwhile.
+/// (b) A flaky target: dropped connections (before and after the write reached kube-apiserver), 429 with
+/// Retry-After, 500, 503 and 504, 410 Expired on LISTs, plus concurrent deletes and writes. The migration succeeds;
+/// every object is rewritten, or was deleted meanwhile, and etcd holds every one as v2.
+///
+/// The 410s are the proxy's: kube-apiserver's continue tokens expire only when etcd is compacted (every 5 minutes,
+/// to the revision of 5 minutes before), which would not happen within a test. The stand-in target this test used to
+/// have expired them on its own (a short watch history, no list snapshots); compacting the shared etcd on demand
+/// would expire the other tests' tokens too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flaky_target_migration_succeeds_and_rewrites_everything() {
     const N: usize = 300;
-    let mut target =
-        stale_shootstates_in(N, |i| object(i, 3).0, &["--watch-history", "100", "--list-snapshot-timeout", "0"]).await;
-    let tc = target.client().await;
-    let before = resource_versions(&tc).await;
+    let cr = cr("flakes", "Flake");
+    let (c, client) = stale(&cr, N).await;
+    let before = resource_versions(&client, &cr).await;
     assert_eq!(before.len(), N);
-    let proxy = Proxy::start(&target);
+    let proxy = Proxy::in_front_of_cluster(c);
 
     // Per object, a fault on its first write attempt(s) only, so that every object succeeds within the attempts.
     let mut attempts: HashMap<usize, u32> = HashMap::new();
@@ -151,7 +195,7 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
         if !r.is_patch() {
             return None;
         }
-        let i = index_of(r)?;
+        let i = index_in(&r.path)?;
         let n = attempts.entry(i).or_default();
         *n += 1;
         match (i % 20, *n) {
@@ -184,13 +228,14 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
         expired.insert(token).then_some(Fault::Expired)
     });
 
-    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "40"]);
+    let m = cluster_migrator(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "40"]);
     let started = Instant::now();
-    let name = request_shootstate_migration(&m);
+    let name = request_cr_migration(&m, &cr);
 
-    // Meanwhile, a user rewrites and deletes objects directly on the target.
+    // Meanwhile, a user rewrites and deletes objects directly on kube-apiserver (paced, to spread them over the
+    // migration; the assertions hold wherever they land).
     let writer = {
-        let tc = tc.clone();
+        let (client, cr) = (client.clone(), cr.clone());
         tokio::spawn(async move {
             let mut deleted = HashSet::new();
             for round in 0..40 {
@@ -198,16 +243,14 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
                 if i % 20 == 7 {
                     continue; // the proxy deletes those
                 }
-                let (ns, name) = object(i, 3);
-                let path = format!("/apis/core.gardener.cloud/v1beta1/namespaces/{ns}/shootstates/{name}");
+                let path = object_path(&cr, i);
                 if round % 4 == 0 {
-                    let (code, _) = send(&tc, "DELETE", &path, None).await;
+                    let (code, _) = send(&client, "DELETE", &path, None).await;
                     assert!(code == 200 || code == 404, "delete: {code}");
-                    deleted.insert(format!("{ns}/{name}"));
+                    deleted.insert(object_key(&cr, i));
                 } else {
-                    let (code, _) =
-                        send(&tc, "PATCH", &path, Some(json!({"metadata": {"labels": {"user": round.to_string()}}})))
-                            .await;
+                    let labels = json!({"metadata": {"labels": {"user": round.to_string()}}});
+                    let (code, _) = send(&client, "PATCH", &path, Some(labels)).await;
                     assert!(code == 200 || code == 404, "patch: {code}");
                 }
                 tokio::time::sleep(Duration::from_millis(15)).await;
@@ -215,20 +258,17 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
             deleted
         })
     };
-    let svm = wait_finished(&m, &name, Duration::from_secs(40)).await;
+    let svm = wait_finished(&m, &name, Duration::from_secs(120)).await;
     let elapsed = started.elapsed();
     assert_succeeded(&svm, &m);
     let mut deleted = writer.await.expect("writer");
-    deleted.extend((0..N).filter(|i| i % 20 == 7).map(|i| {
-        let (ns, name) = object(i, 3);
-        format!("{ns}/{name}")
-    }));
+    deleted.extend((0..N).filter(|i| i % 20 == 7).map(|i| object_key(&cr, i)));
 
     let records = proxy.records();
     let patches: Vec<_> = records.iter().filter(|r| r.method == "PATCH").collect();
     let count = |code: u16| patches.iter().filter(|r| r.code == code && !r.fault).count();
-    assert!(count(409) >= N / 20, "409s from the target: {}", count(409));
-    assert!(count(404) >= N / 20, "404s from the target: {}", count(404));
+    assert!(count(409) >= N / 20, "409s from kube-apiserver: {}", count(409));
+    assert!(count(404) >= N / 20, "404s from kube-apiserver: {}", count(404));
     assert!(records.iter().any(|r| r.code == 410 && r.fault), "injected 410");
     eprintln!(
         "flaky migration: {N} objects in {elapsed:?}, {} requests ({} faults injected), {} x 409, {} x 404, {} LISTs \
@@ -237,82 +277,105 @@ async fn flaky_target_migration_succeeds_and_rewrites_everything() {
         records.iter().filter(|r| r.fault).count(),
         count(409),
         count(404),
-        records.iter().filter(|r| r.method == "GET").count(),
+        records.iter().filter(|r| r.method == "GET" && is_object_request(&cr, &r.path)).count(),
         records.iter().filter(|r| r.code == 410 && !r.fault).count(),
     );
     assert!(svm["status"]["migratedObjects"].as_i64().unwrap_or(0) >= (N - deleted.len()) as i64, "{svm:#}");
-    let succeeded = format!("storage_migrator_core_migrator_migrations{{{LABEL},status=\"Succeeded\"}}");
+    let label = label(&cr);
+    let succeeded = format!("storage_migrator_core_migrator_migrations{{{label},status=\"Succeeded\"}}");
     let text = wait_metric(&m, &succeeded, 1.0).await;
-    let migrated = sample(&text, &format!("storage_migrator_core_migrator_migrated_objects{{{LABEL}}}"));
+    let migrated = sample(&text, &format!("storage_migrator_core_migrator_migrated_objects{{{label}}}"));
     assert!(migrated >= Some((N - deleted.len()) as f64), "{text}");
-    assert_eq!(sample(&text, &format!("storage_migrator_core_migrator_remaining_objects{{{LABEL}}}")), Some(0.0));
+    assert_eq!(sample(&text, &format!("storage_migrator_core_migrator_remaining_objects{{{label}}}")), Some(0.0));
 
-    let after = resource_versions(&tc).await;
+    let after = resource_versions(&client, &cr).await;
     assert_all_rewritten(&before, &after, &deleted);
-    let stored = target.stored_shootstate_versions();
-    assert_all_v1beta1(&stored, N - deleted.len());
+    assert_all_stored_in_v2(c, &cr, N - deleted.len());
+    // Every object in v2, through all those faults: the migrator trimmed the CRD's storedVersions.
+    assert_eq!(cr.crd_json(c)["status"]["storedVersions"], json!(["v2"]));
 }
 
 /// (c) kill -9 of the migrating server mid-migration: after the restart it resumes from spec.continueToken (its
-/// first LIST carries the saved token) and succeeds; no object is skipped and at most a chunk is redone.
+/// first LIST carries the saved token) and succeeds; no object is skipped, and only the objects written past the
+/// saved token are written again (409: skipped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumes_from_the_saved_token_after_kill_9() {
     const N: usize = 200;
     const CHUNK: usize = 10;
-    let mut target = stale_shootstates_in(N, |i| object(i, 2).0, &[]).await;
-    let tc = target.client().await;
-    let before = resource_versions(&tc).await;
-    let proxy = Proxy::start(&target);
-    let flags = ["--migration-qps", "50", "--migration-burst", "5", "--migration-chunk-size", "10"];
-    let mut m = migrating_server(&proxy.kubeconfig(), &flags);
-    let name = request_shootstate_migration(&m);
-    let mc = m.client().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let at_kill = loop {
-        let svm = get_svm(&mc, &name).await;
-        assert!(!is_true(&svm, "Succeeded"), "finished before the kill; slow it down");
-        if svm["status"]["migratedObjects"].as_i64().unwrap_or(0) >= 40 {
-            break svm;
+    /// Writes that reach kube-apiserver before the kill: four and a half chunks' worth.
+    const LET_THROUGH: usize = 45;
+    let cr = cr("survivors", "Survivor");
+    let (c, client) = stale(&cr, N).await;
+    let before = resource_versions(&client, &cr).await;
+    let proxy = Proxy::in_front_of_cluster(c);
+    // Until the kill the proxy lets LET_THROUGH writes through and drops every later one (the migrator retries
+    // them, in vain), so that the kill lands in the middle of a chunk with a token saved, whatever the pace.
+    let holding = Arc::new(AtomicBool::new(true));
+    let mut writes = 0;
+    let hold = holding.clone();
+    proxy.add_rule(move |r| {
+        if !r.is_patch() || !hold.load(Ordering::SeqCst) {
+            return None;
         }
-        assert!(Instant::now() < deadline, "no progress: {svm:#}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    // Into the next chunk: some of its objects are rewritten, its token is not saved yet.
-    tokio::time::sleep(Duration::from_millis(110)).await;
+        writes += 1;
+        (writes > LET_THROUGH).then_some(Fault::Drop)
+    });
+    let mut m = cluster_migrator(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "10"]);
+    let name = request_cr_migration(&m, &cr);
+    let written: HashSet<usize> = eventually_async("writes held at the proxy", Duration::from_secs(60), || async {
+        let records = proxy.records();
+        let patches = records.iter().filter(|r| r.method == "PATCH");
+        let forwarded: Vec<_> = patches.clone().filter(|r| !r.fault).collect();
+        let held = patches.clone().any(|r| r.fault);
+        (forwarded.len() == LET_THROUGH && held).then(|| {
+            assert!(forwarded.iter().all(|r| r.code == 200), "{forwarded:?}");
+            forwarded.iter().filter_map(|r| index_in(&r.path)).collect()
+        })
+    })
+    .await;
+    // Writes run in parallel: the token saved is the one after the chunks written whole.
+    let at_token = (0..N).take_while(|i| written.contains(i)).count() / CHUNK * CHUNK;
+    let mc = m.client().await;
+    let at_kill = eventually_async("the token after the chunks written whole", Duration::from_secs(30), || async {
+        let svm = get_svm(&mc, &name).await;
+        let saved = svm["metadata"]["annotations"][MIGRATED_AT_TOKEN].as_str()?.parse::<usize>().ok()?;
+        (saved == at_token && svm["spec"]["continueToken"].is_string()).then_some(svm)
+    })
+    .await;
+    assert!(is_true(&at_kill, "Running"), "{at_kill:#}");
+    let token = at_kill["spec"]["continueToken"].as_str().expect("a saved token").to_string();
     m.kill9();
     let killed_at = Instant::now();
-    let token = at_kill["spec"]["continueToken"].as_str().expect("a saved token").to_string();
-    assert!(is_true(&at_kill, "Running"), "{at_kill:#}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    holding.store(false, Ordering::SeqCst);
 
     m.restart();
-    let svm = wait_finished(&m, &name, Duration::from_secs(30)).await;
+    let svm = wait_finished(&m, &name, Duration::from_secs(60)).await;
     assert_succeeded(&svm, &m);
     // The count resumed from the one saved with the token: every object counted once.
     assert_eq!(svm["status"]["migratedObjects"], N as i64, "{svm:#}");
     let records = proxy.records();
-    // LISTs only: at start the server also reads /apis/coordination.k8s.io/v1 (is there a Lease to elect with?).
-    let resumed: Vec<_> =
-        records.iter().filter(|r| r.at > killed_at && r.method == "GET" && r.path.ends_with("/shootstates")).collect();
-    let first = resumed.first().expect("a LIST after the restart");
+    let first = records
+        .iter()
+        .find(|r| r.at > killed_at && r.method == "GET" && r.path == cr.path("v2"))
+        .expect("a LIST after the restart");
     let sent =
         form_urlencoded::parse(first.query.as_bytes()).find(|(k, _)| k == "continue").map(|(_, v)| v.into_owned());
-    // The token at the kill, or a later one saved between our read and the kill.
-    let saved_later = sent.as_deref() != Some(token.as_str());
-    assert!(sent.is_some(), "the first LIST after the restart starts over: {}", first.query);
-    assert!(m.log().contains("migration resumed"), "{}", m.log());
-    let patches = records.iter().filter(|r| r.method == "PATCH").count();
-    assert!(patches >= N, "{patches} writes for {N} objects");
-    assert!(patches <= N + 3 * CHUNK, "{patches} writes for {N} objects: more than the interrupted chunk was redone");
-    let redone = records.iter().filter(|r| r.at > killed_at && r.method == "PATCH" && r.code == 409).count();
-    eprintln!(
-        "kill -9 at {} migrated; resumed with {} token; {patches} writes for {N} objects ({redone} redone: 409)",
-        at_kill["status"]["migratedObjects"],
-        if saved_later { "a later" } else { "the same" }
-    );
-    let after = resource_versions(&tc).await;
+    assert_eq!(sent.as_deref(), Some(token.as_str()), "the first LIST after the restart: {}", first.query);
+    assert!(m.log().contains("resumed_from_token=true"), "{}", m.log());
+    // Each object was written once; after the restart exactly those written past the token before the kill came
+    // again, listed at the token's snapshot with their old resourceVersions: 409, skipped.
+    let patches: Vec<_> = records.iter().filter(|r| r.method == "PATCH" && !r.fault).collect();
+    let rewritten: Vec<_> = patches.iter().filter(|r| r.code == 200).filter_map(|r| index_in(&r.path)).collect();
+    assert_eq!(rewritten.len(), N, "writes that rewrote an object");
+    assert_eq!(rewritten.iter().collect::<HashSet<_>>().len(), N, "objects rewritten");
+    let redone: HashSet<usize> =
+        patches.iter().filter(|r| r.at > killed_at && r.code == 409).filter_map(|r| index_in(&r.path)).collect();
+    let past_token: HashSet<usize> = written.iter().copied().filter(|i| *i >= at_token).collect();
+    assert_eq!(redone, past_token, "written again after the restart");
+    eprintln!("kill -9 with {at_token} objects at the saved token; {} written again (409)", redone.len());
+    let after = resource_versions(&client, &cr).await;
     assert_all_rewritten(&before, &after, &HashSet::new());
-    assert_all_v1beta1(&target.stored_shootstate_versions(), N);
+    assert_all_stored_in_v2(c, &cr, N);
 }
 
 /// (d) A permanent error for one object's write (403, then 422 in a second migration) fails the migration quickly,
@@ -321,56 +384,57 @@ async fn resumes_from_the_saved_token_after_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permanent_errors_fail_the_migration_quickly_with_a_clear_message() {
     const N: usize = 60;
-    let target = stale_shootstates_in(N, |i| object(i, 2).0, &[]).await;
-    let proxy = Proxy::start(&target);
-    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "20"]);
+    let cr = cr("refusals", "Refusal");
+    let (c, _) = stale(&cr, N).await;
+    let proxy = Proxy::in_front_of_cluster(c);
+    let m = cluster_migrator(&proxy.kubeconfig(), &["--migration-qps", "0", "--migration-chunk-size", "20"]);
 
     for (code, victim) in [(403u16, 31usize), (422, 44)] {
         proxy.clear_rules();
         proxy.add_rule(move |r| {
-            (r.is_patch() && index_of(r) == Some(victim)).then_some(Fault::Status { code, retry_after: None })
+            (r.is_patch() && index_in(&r.path) == Some(victim)).then_some(Fault::Status { code, retry_after: None })
         });
         let started = Instant::now();
-        let name = request_shootstate_migration(&m);
-        let svm = wait_finished(&m, &name, Duration::from_secs(15)).await;
+        let name = request_cr_migration(&m, &cr);
+        let svm = wait_finished(&m, &name, Duration::from_secs(30)).await;
         let took = started.elapsed();
         assert!(is_true(&svm, "Failed"), "{svm:#}");
+        // Retrying would take 12.7 s before the migration even stepped back (8 attempts from 100 ms, doubling).
         assert!(took < Duration::from_secs(10), "failing took {took:?}");
         let failed = condition(&svm, "Failed");
         assert_eq!(failed["reason"], "MigrationFailed");
         assert_eq!(condition(&svm, "Running")["status"], "False");
         let message = failed["message"].as_str().unwrap_or_default();
-        let (ns, obj) = object(victim, 2);
-        assert!(message.contains(&format!("{ns}/{obj}")), "{message}");
+        assert!(message.contains(&object_key(&cr, victim)), "{message}");
         assert!(message.contains(&code.to_string()), "{message}");
         assert!(message.contains("injected by the fault proxy"), "the target's message is quoted: {message}");
         // Failed at once: exactly one write for the victim.
-        let victim_writes = proxy
-            .records()
-            .iter()
-            .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/{ns}/shootstates/{obj}")))
-            .count();
+        let victim_path = object_path(&cr, victim);
+        let victim_writes = proxy.records().iter().filter(|r| r.method == "PATCH" && r.path == victim_path).count();
         assert_eq!(victim_writes, 1, "{code} is not retried");
         eprintln!("{code}: failed in {took:?}: {message}");
         proxy.clear_records();
     }
     proxy.clear_rules();
-    let name = request_shootstate_migration(&m);
-    assert_succeeded(&wait_finished(&m, &name, Duration::from_secs(15)).await, &m);
+    let name = request_cr_migration(&m, &cr);
+    assert_succeeded(&wait_finished(&m, &name, Duration::from_secs(30)).await, &m);
+    assert_all_stored_in_v2(c, &cr, N);
 
+    let label = label(&cr);
     for (status, n) in [("Failed", 2.0), ("Succeeded", 1.0)] {
-        let line = format!("storage_migrator_core_migrator_migrations{{{LABEL},status=\"{status}\"}}");
+        let line = format!("storage_migrator_core_migrator_migrations{{{label},status=\"{status}\"}}");
         wait_metric(&m, &line, n).await;
     }
     for gauge in ["pending_migrations", "running_migrations"] {
-        wait_metric(&m, &format!("migration_apiserver_{gauge}{{{LABEL}}}"), 0.0).await;
+        wait_metric(&m, &format!("migration_apiserver_{gauge}{{{label}}}"), 0.0).await;
     }
-    // A resource the target does not serve fails with a clear message too.
+    // A resource kube-apiserver does not serve fails with a clear message too.
     let manifest = "apiVersion: migration.k8s.io/v1alpha1\nkind: StorageVersionMigration\nmetadata:\n  name: nothing-here\nspec:\n  resource:\n    group: example.com\n    version: v1\n    resource: widgets\n";
     assert!(m.kubectl_stdin(&["create", "-f", "-"], manifest).status.success());
-    let svm = wait_finished(&m, "nothing-here", Duration::from_secs(10)).await;
+    let svm = wait_finished(&m, "nothing-here", Duration::from_secs(30)).await;
     let message = condition(&svm, "Failed")["message"].as_str().unwrap_or_default().to_string();
     assert!(message.contains("404") && message.contains("widgets"), "{message}");
+    eprintln!("unserved: {message}");
 }
 
 /// (e) `--migration-qps 20 --migration-burst 5`: counted at the proxy, no window of the run holds more than
@@ -380,18 +444,19 @@ async fn the_qps_limit_holds_at_the_target() {
     const N: usize = 150;
     const QPS: f64 = 20.0;
     const BURST: f64 = 5.0;
-    let target = stale_shootstates_in(N, |i| object(i, 3).0, &[]).await;
-    let proxy = Proxy::start(&target);
-    let m = migrating_server(
+    let cr = cr("throttles", "Throttle");
+    let (c, _) = stale(&cr, N).await;
+    let proxy = Proxy::in_front_of_cluster(c);
+    let m = cluster_migrator(
         &proxy.kubeconfig(),
         &["--migration-qps", "20", "--migration-burst", "5", "--migration-chunk-size", "50"],
     );
-    let name = request_shootstate_migration(&m);
-    let svm = wait_finished(&m, &name, Duration::from_secs(30)).await;
+    let name = request_cr_migration(&m, &cr);
+    let svm = wait_finished(&m, &name, Duration::from_secs(60)).await;
     assert_succeeded(&svm, &m);
-    // The migration's requests (its lists and writes of ShootStates): the rest through the proxy (Events about it,
-    // the triggers' discovery reads, the cluster check) is not the migrator's and not rate limited.
-    let records: Vec<_> = proxy.records().into_iter().filter(|r| r.path.contains("/shootstates")).collect();
+    // The migration's requests (its LISTs and writes of the objects). The rest through the proxy (the CRD's
+    // StorageMigrating condition and storedVersions) is not rate limited.
+    let records: Vec<_> = proxy.records().into_iter().filter(|r| is_object_request(&cr, &r.path)).collect();
     let n = records.len();
     assert!(n > N, "{n} requests");
     let t = |i: usize| records[i].at.duration_since(records[0].at).as_secs_f64();
@@ -416,23 +481,20 @@ async fn the_qps_limit_holds_at_the_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_superseded_migration_is_left_alone() {
     const N: usize = 120;
-    let target = stale_shootstates_in(N, |i| object(i, 2).0, &[]).await;
-    let proxy = Proxy::start(&target);
-    let m = migrating_server(
+    let cr = cr("leftovers", "Leftover");
+    let (c, _) = stale(&cr, N).await;
+    let proxy = Proxy::in_front_of_cluster(c);
+    let m = cluster_migrator(
         &proxy.kubeconfig(),
         &["--migration-qps", "30", "--migration-burst", "1", "--migration-chunk-size", "10"],
     );
-    let name = request_shootstate_migration(&m);
+    let name = request_cr_migration(&m, &cr);
     let mc = m.client().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut svm = loop {
+    let mut svm = eventually_async("the migration's first chunk", Duration::from_secs(30), || async {
         let svm = get_svm(&mc, &name).await;
-        if svm["status"]["migratedObjects"].as_i64().unwrap_or(0) >= 10 {
-            break svm;
-        }
-        assert!(Instant::now() < deadline, "no progress: {svm:#}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        (svm["status"]["migratedObjects"].as_i64().unwrap_or(0) >= 10).then_some(svm)
+    })
+    .await;
     // What the trigger does: Running False, Failed True reason Superseded, via /status (CAS on resourceVersion).
     let now = "2025-01-01T00:00:00Z";
     loop {
@@ -454,16 +516,27 @@ async fn a_superseded_migration_is_left_alone() {
             _ => panic!("{code}: {saved:#}"),
         }
     }
-    let superseded_at = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let records = proxy.records();
-    let late = records.iter().filter(|r| r.at > superseded_at + Duration::from_millis(500)).count();
-    assert_eq!(late, 0, "requests to the target after the migration was superseded");
+    let stopped = format!("migration stopped migration={name} ");
+    eventually("the migrator to stop the migration", Duration::from_secs(30), || {
+        m.log().contains(&stopped).then_some(())
+    });
+    let stopped_at = Instant::now();
+    // Nothing can announce that nothing more comes: watched for 1.5 s, in which the worker at 30 qps would have sent
+    // some 45 requests had it not stopped.
+    while stopped_at.elapsed() < Duration::from_millis(1500) {
+        let late: Vec<_> = proxy.records().into_iter().filter(|r| r.at > stopped_at).collect();
+        assert!(late.is_empty(), "requests to kube-apiserver after the migration stopped: {late:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let svm = get_svm(&mc, &name).await;
     assert!(is_true(&svm, "Failed") && !is_true(&svm, "Succeeded"), "{svm:#}");
     assert_eq!(condition(&svm, "Failed")["reason"], "Superseded");
-    assert!((records.iter().filter(|r| r.method == "PATCH").count()) < N, "it stopped early");
-    assert!(m.log().contains("migration stopped"), "{}", m.log());
+    assert_eq!(condition(&svm, "Failed")["message"], "superseded by a newer migration");
+    let writes = proxy.records().iter().filter(|r| r.method == "PATCH" && is_object_request(&cr, &r.path)).count();
+    assert!(writes < N, "it stopped early: {writes} writes");
+    // Objects were left stale: the migration did not end its work somewhere else.
+    let counts = cr.stored_counts(c);
+    assert!(counts.get(&format!("{GROUP}/v1")).is_some_and(|n| *n > 0), "{counts:?}");
 }
 
 /// Peak RSS (VmHWM, KiB) of the server process running in `dir`.
@@ -481,41 +554,47 @@ fn peak_rss_kib(dir: &std::path::Path) -> Option<u64> {
     None
 }
 
-/// Throughput at unlimited QPS against another migration-apiserver over TLS (no proxy). Not a timed test: run it
-/// with `cargo test --release --test migrator -- --ignored --nocapture throughput` (MIGRATOR_THROUGHPUT_N objects,
+/// Throughput at unlimited QPS against kube-apiserver (no proxy). Not a timed test: run it with
+/// `cargo test --release --test migrator -- --ignored --nocapture throughput` (MIGRATOR_THROUGHPUT_N objects,
 /// default 20,000).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn throughput() {
     let n: usize = std::env::var("MIGRATOR_THROUGHPUT_N").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let cr = cr("bulks", "Bulk");
     let created = Instant::now();
-    let target = stale_shootstates_in(n, |i| object(i, 10).0, &[]).await;
+    let (c, client) = stale(&cr, n).await;
     eprintln!("created {n} objects in {:?}", created.elapsed());
-    let m = migrating_server(&target.kubeconfig(), &["--migration-qps", "0"]);
+    let m = cluster_migrator(&c.admin(), &["--migration-qps", "0"]);
     let rss_idle = peak_rss_kib(&m.dir);
     let started = Instant::now();
-    let name = request_shootstate_migration(&m);
+    let name = request_cr_migration(&m, &cr);
     let svm = wait_finished(&m, &name, Duration::from_secs(600)).await;
     let secs = started.elapsed().as_secs_f64();
     assert_succeeded(&svm, &m);
     assert_eq!(svm["status"]["migratedObjects"], n);
+    assert_all_stored_in_v2(c, &cr, n);
     eprintln!(
         "migrated {n} objects in {secs:.2}s: {:.0} objects/s; migrator peak RSS {:?} KiB (idle {:?} KiB)",
         n as f64 / secs,
         peak_rss_kib(&m.dir),
         rss_idle
     );
-    // Where the time went on the target: its own request latency metrics.
-    let text = metrics(&target).await;
+    // Where the time went in kube-apiserver: its own request latency metrics.
+    let (code, text) = send(&client, "GET", "/metrics", None).await;
+    assert_eq!(code, 200);
+    let text = text.as_str().unwrap_or_default();
     for verb in ["LIST", "PATCH"] {
         let total = |what: &str| -> f64 {
             text.lines()
                 .filter(|l| l.starts_with(&format!("apiserver_request_duration_seconds_{what}{{")))
-                .filter(|l| l.contains(&format!("verb=\"{verb}\"")) && l.contains("resource=\"shootstates\""))
+                .filter(|l| {
+                    l.contains(&format!("verb=\"{verb}\"")) && l.contains(&format!("resource=\"{}\"", cr.plural))
+                })
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum()
         };
         let (sum, count) = (total("sum"), total("count"));
-        eprintln!("target {verb}: {count} requests, mean {:.1} ms", 1000.0 * sum / count.max(1.0));
+        eprintln!("kube-apiserver {verb}: {count} requests, mean {:.1} ms", 1000.0 * sum / count.max(1.0));
     }
 }
