@@ -361,8 +361,8 @@ async fn a_conflict_on_the_crd_rereads_and_still_ends_right() {
     let before = stale_crd(&client, &cr).await;
     let g = generation(&before);
 
-    // Another writer changes the CRD (its labels, through /status: kube-apiserver keeps metadata changes there)
-    // just before the migrator's 2nd and 3rd status writes: the first ending write and its first retry meet 409.
+    // Another writer changes the CRD (its labels) just before the migrator's 2nd and 3rd status writes: the first
+    // ending write and its first retry meet 409.
     let proxy = Proxy::in_front_of_cluster(c);
     let status_path = format!("{CRDS}/{}/status", cr.name());
     let touched = Arc::new(Mutex::new(Vec::new()));

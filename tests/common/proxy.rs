@@ -70,7 +70,7 @@ pub enum Fault {
     /// A concurrent writer: the proxy first deletes the object on the target, then forwards (the client gets 404).
     DeleteFirst,
     /// A concurrent writer: the proxy first changes the object's labels on the target (new resourceVersion), then
-    /// forwards (a write with the old resourceVersion gets 409).
+    /// forwards (a write with the old resourceVersion gets 409). On a `/status` path it changes the object.
     TouchFirst,
 }
 
@@ -440,9 +440,11 @@ async fn handle(
         _ => None,
     };
     if let Some((method, body, ct)) = concurrent {
+        // The other writer changes the object itself, also when the request is on its status.
+        let object = info.path.strip_suffix("/status").unwrap_or(&info.path);
         let req = Request::builder()
             .method(method)
-            .uri(&info.path)
+            .uri(object)
             .header("content-type", ct)
             .body(Full::new(body))
             .expect("request");
