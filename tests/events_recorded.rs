@@ -1,12 +1,17 @@
 //! The Events the scheduler records, read where operators look: `kubectl describe`, `kubectl get events`, core/v1
-//! and events.k8s.io/v1. Standalone, this server keeps its own events; in cluster mode (`--kubeconfig`) they go to
-//! the target, whose kube-apiserver serves them, and none to the migrating server.
+//! and events.k8s.io/v1. Standalone, this server keeps its own events (one server, its own ShootStates). In cluster
+//! mode (`--kubeconfig`) they go to the target, and none to the migrating server: here a real kube-apiserver
+//! (v1.37.2, a cluster without this server) serves them, its custom resources migrated by a standalone
+//! migration-apiserver through our fault proxy (tests/common/proxy.rs), which injects the retried 503s.
 
 mod common;
+use common::cluster::{Cluster, Options};
+use common::crs::Cr;
 use common::proxy::{Fault, Proxy};
-use common::shootstates::*;
 use common::*;
+use kube::api::{Patch, PatchParams};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -15,7 +20,11 @@ const SS: &str = "shootstates.core.gardener.cloud";
 /// Every Event of `s` in `resource` (`events` for core/v1, `events.v1.events.k8s.io`) with this reason, regarding
 /// the object `name`.
 fn events_of(s: &Server, resource: &str, reason: &str, name: &str) -> Vec<Value> {
-    let list = s.kubectl_json(&["get", resource, "-A", "-o", "json"]);
+    matching(&s.kubectl_json(&["get", resource, "-A", "-o", "json"]), resource, reason, name)
+}
+
+/// The Events of a `list` of `resource` with this reason, regarding the object `name`.
+fn matching(list: &Value, resource: &str, reason: &str, name: &str) -> Vec<Value> {
     let regarding = |e: &Value| if resource == "events" { e["involvedObject"].clone() } else { e["regarding"].clone() };
     let items = list["items"].as_array().cloned().unwrap_or_default();
     items.into_iter().filter(|e| e["reason"] == reason && regarding(e)["name"] == name).collect()
@@ -111,28 +120,35 @@ fn standalone_trigger_and_migration_events() {
 
 /// Cluster mode: a migration whose writes are retried records a Warning with the error, and the repetition of
 /// the same retry becomes that Event's series; a migration refused by the target records its failure. The
-/// Events are on the target (where kube-apiserver would keep them), none on the migrating server.
+/// Events are on the target, a real kube-apiserver (core/v1 and events.k8s.io/v1 there), none on the migrating
+/// server. The 503s of the retries are the fault proxy's; the refusal (403) is kube-apiserver's own, a
+/// ValidatingAdmissionPolicy denying the writes of one object.
 #[test]
 fn cluster_mode_retry_series_and_failure_go_to_the_target() {
-    let t = Server::start(&["--disable-scheduler"]);
-    kubectl_create(&t, &numbered_shootstates("garden", 3, |i| format!("s-{i}")));
-    let proxy = Proxy::start(&t);
-    // The no-op write of s-1 gets 503 twice, then passes.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let c = Cluster::up(Options { server: false, ..Default::default() });
+    let cr = Cr { group: "events.example.com", plural: "bells", kind: "Bell", namespace: Some("events-recorded") };
+    rt.block_on(async { cr.install_stale(&c, &c.client().await, 3).await });
+    let (retried_object, refused_object) = (object(&cr, 1), object(&cr, 2));
+    let proxy = Proxy::in_front_of_cluster(&c);
+    // The no-op write of the second object gets 503 twice, then passes.
     let mut refused = 0;
+    let write_of = |name: &str| format!("/{}/{name}", cr.plural);
+    let retried_path = write_of(&retried_object);
     proxy.add_rule(move |r| {
-        if !(r.is_patch() && r.path.ends_with("/shootstates/s-1")) || refused == 2 {
+        if !(r.is_patch() && r.path.ends_with(&retried_path)) || refused == 2 {
             return None;
         }
         refused += 1;
         Some(Fault::Status { code: 503, retry_after: None })
     });
-    let m = migrating_server(&proxy.kubeconfig(), &["--migration-qps", "0"]);
+    let m = cluster_migrator(&proxy.kubeconfig(), &["--migration-qps", "0"]);
 
-    let retried = request_shootstate_migration(&m);
+    let retried = request_cr_migration(&m, &cr);
     wait_condition(&m, &retried, "Succeeded");
     let (core, series) = eventually("the retry Warning with a series of 2 on the target", TIMEOUT, || {
-        let core = events_of(&t, "events", "MigrationRetrying", &retried).pop()?;
-        let series = events_of(&t, "events.v1.events.k8s.io", "MigrationRetrying", &retried).pop()?;
+        let core = cluster_events(&c, "events", "MigrationRetrying", &retried).pop()?;
+        let series = cluster_events(&c, "events.v1.events.k8s.io", "MigrationRetrying", &retried).pop()?;
         // Both reads after the series patch: the core/v1 read may come before it lands and the other after.
         let both = series["series"]["count"].as_i64() >= Some(2) && core["series"]["count"].as_i64() >= Some(2);
         both.then_some((core, series))
@@ -140,35 +156,87 @@ fn cluster_mode_retry_series_and_failure_go_to_the_target() {
     assert_eq!(series["type"], "Warning");
     let note = series["note"].as_str().unwrap_or_default();
     assert!(note.contains("503 Service Unavailable") && note.contains("injected by the fault proxy"), "{series}");
+    assert_eq!(series["reportingController"], "migration-apiserver");
+    assert_eq!(series["regarding"]["kind"], "StorageVersionMigration");
+    assert_eq!(series["metadata"]["namespace"], "default", "a cluster-scoped object's events live in default");
     // The same Event read through core/v1: what kubectl describe shows, with its series.
     assert_eq!(core["type"], "Warning");
     assert_eq!(core["message"], series["note"]);
     assert!(core["series"]["count"].as_i64() >= Some(2), "{core}");
     assert_eq!(core["metadata"]["name"], series["metadata"]["name"], "one Event, not one per retry");
+    let retries = cluster_events(&c, "events", "MigrationRetrying", &retried);
+    assert_eq!(retries.len(), 1, "one Event, not one per retry: {retries:#?}");
     eventually("start and success on the target", TIMEOUT, || {
-        let started = events_of(&t, "events", "MigrationStarted", &retried);
-        let succeeded = events_of(&t, "events", "MigrationSucceeded", &retried);
+        let started = cluster_events(&c, "events", "MigrationStarted", &retried);
+        let succeeded = cluster_events(&c, "events", "MigrationSucceeded", &retried);
         (started.len() == 1 && succeeded.len() == 1).then_some(())
     });
-    let listed = t.kubectl_ok(&["get", "events", "-A"]);
+    let listed = c.kubectl_ok(&["get", "events", "-A"]);
     assert!(listed.contains("MigrationRetrying") && listed.contains(&retried), "{listed}");
     eprintln!("the target's kubectl get events -A:\n{listed}");
+    let in_v2 = BTreeMap::from([(format!("{}/v2", cr.group), 3)]);
+    assert_eq!(cr.stored_counts(&c), in_v2, "the retried migration rewrote every object");
 
     // A write the target refuses (403) fails the migration: a Warning with the error.
     proxy.clear_rules();
-    proxy.add_rule(|r| {
-        (r.is_patch() && r.path.ends_with("/shootstates/s-2")).then_some(Fault::Status { code: 403, retry_after: None })
-    });
-    let failed = request_shootstate_migration(&m);
+    rt.block_on(refuse_writes_of(&c, &cr, &refused_object));
+    proxy.clear_records();
+    let failed = request_cr_migration(&m, &cr);
     wait_condition(&m, &failed, "Failed");
     let e = eventually("the failure Warning on the target", TIMEOUT, || {
-        events_of(&t, "events", "MigrationFailed", &failed).pop()
+        cluster_events(&c, "events", "MigrationFailed", &failed).pop()
     });
     assert_eq!(e["type"], "Warning");
     let message = e["message"].as_str().unwrap_or_default();
-    assert!(message.contains("403 Forbidden") && message.contains("garden/s-2"), "{e}");
+    let object = format!("{}/{refused_object}", cr.namespace.unwrap_or_default());
+    assert!(message.contains("403 Forbidden") && message.contains(&object), "{e}");
+    assert!(message.contains("refused by the test's policy"), "kube-apiserver's own message: {e}");
+    eprintln!("the failure Event's message: {message}");
+    let refusals: Vec<(u16, bool)> = proxy
+        .records()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&write_of(&refused_object)))
+        .map(|r| (r.code, r.fault))
+        .collect();
+    assert_eq!(refusals, [(403, false)], "kube-apiserver's answers, not the proxy's: (code, injected)");
 
     // Nothing on the migrating server: its events went to the target.
     let own = m.kubectl_json(&["get", "events", "-A", "-o", "json"]);
     assert_eq!(own["items"], json!([]), "{own}");
+}
+
+/// The Events of the cluster in `resource` with this reason regarding `name`, as [`events_of`] reads a server's.
+fn cluster_events(c: &Cluster, resource: &str, reason: &str, name: &str) -> Vec<Value> {
+    matching(&c.kubectl_json(&["get", resource, "-A", "-o", "json"]), resource, reason, name)
+}
+
+/// The name of `cr`'s `i`-th object (as [`Cr::create`] names them).
+fn object(cr: &Cr, i: usize) -> String {
+    format!("{}-{i:05}", cr.kind.to_lowercase())
+}
+
+/// Makes kube-apiserver refuse every write (UPDATE, which a patch is) of `cr`'s object `name` with 403 Forbidden: a
+/// ValidatingAdmissionPolicy and its binding. Returns once a server-side dry run of a write of it is refused so.
+async fn refuse_writes_of(c: &Cluster, cr: &Cr, name: &str) {
+    let policy = format!("refuse-{}-{name}", cr.plural);
+    let vap = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [cr.group], "apiVersions": ["*"],
+                "operations": ["UPDATE"], "resources": [cr.plural]}]},
+            "validations": [{"expression": format!("object.metadata.name != '{name}'"), "reason": "Forbidden",
+                "message": format!("{name} is refused by the test's policy")}]}});
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy}, "spec": {"policyName": policy, "validationActions": ["Deny"]}});
+    c.kubectl_ok_stdin(&["create", "-f", "-"], &format!("{vap}\n{binding}\n"));
+    let api = cr.api(&c.client().await, "v2");
+    let write = Patch::Merge(json!({"metadata": {"annotations": {"probe": "refused?"}}}));
+    let params = PatchParams { dry_run: true, ..Default::default() };
+    eventually_async("kube-apiserver to enforce the policy", TIMEOUT, || async {
+        match api.patch(name, &params, &write).await {
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("refused by the test's policy") => Some(()),
+            _ => None,
+        }
+    })
+    .await;
 }
