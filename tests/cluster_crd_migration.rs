@@ -184,7 +184,7 @@ async fn a_crd_storage_version_change_migrates_every_object_and_trims_stored_ver
 
     // Granted as the docs say, then the storage version changes: the trigger sees the new hash and migrates.
     cr.grant(c);
-    let v2_hash = cr.store_in_v2(c, &v1_hash);
+    let v2_hash = cr.store_in(c, "v2", &v1_hash);
     let migrations = assert_migrated(c, &client, &cr, &v2_hash, N).await;
     assert_eq!(migrations.len(), 1, "{migrations:#?}");
     let reason = &migrations[0]["metadata"]["annotations"]["migration.k8s.io/reason"];
@@ -230,7 +230,7 @@ async fn ten_thousand_objects_migrate_across_a_kube_apiserver_restart() {
     eprintln!("created {N} gadgets in {:.1?}", started.elapsed());
     assert_eq!(cr.stored_counts(c), BTreeMap::from([(format!("{GROUP}/v1"), N)]));
 
-    let v2_hash = cr.store_in_v2(c, &v1_hash);
+    let v2_hash = cr.store_in(c, "v2", &v1_hash);
     let started = Instant::now();
     // Kube-apiserver goes away in the middle: once the migration saved a continue token (a chunk done), before
     // it is done.

@@ -26,7 +26,6 @@ use common::status::is_true;
 use common::*;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, PostParams};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -239,25 +238,8 @@ impl Rig {
     async fn store_in(&self, version: &str) -> BTreeMap<String, String> {
         let (c, cr) = (self.c, &self.cr);
         let before = cr.discovery_hash(c).expect("a storage version hash in discovery");
-        let patch = json!([
-            {"op": "test", "path": "/spec/versions/0/name", "value": "v1"},
-            {"op": "replace", "path": "/spec/versions/0/storage", "value": version == "v1"},
-            {"op": "replace", "path": "/spec/versions/1/storage", "value": version == "v2"},
-        ]);
-        c.kubectl_ok(&["patch", "crd", &cr.name(), "--type=json", "-p", &patch.to_string()]);
-        self.poll("discovery to publish the new storage version hash", || {
-            cr.discovery_hash(c).filter(|h| *h != before)
-        });
-        let api = cr.api(&c.client().await, version);
-        let want = format!("{}/{version}", cr.group);
-        eventually_async(&format!("kube-apiserver to store {} in {version}", cr.name()), WAIT, || async {
-            let probe = DynamicObject::new("locker-probe", &cr.resource(version)).data(json!({"spec": {}}));
-            api.create(&PostParams::default(), &probe).await.expect("create the probe");
-            let stored = cr.stored(c).into_iter().any(|(k, v)| k.ends_with("/locker-probe") && v == want);
-            api.delete("locker-probe", &Default::default()).await.expect("delete the probe");
-            stored.then_some(())
-        })
-        .await;
+        cr.store_in(c, version, &before);
+        cr.written_in(c, &c.client().await, version).await;
         let stale = if version == "v1" { "v2" } else { "v1" };
         assert_eq!(self.stored_counts(), self.all_in(stale));
         self.resource_versions()

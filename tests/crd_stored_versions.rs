@@ -22,7 +22,7 @@ use common::crs::Cr;
 use common::proxy::{Fault, Proxy};
 use common::*;
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use kube::core::ApiResource;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -184,21 +184,6 @@ fn counts(cr: &Cr, v1: usize, v2: usize) -> BTreeMap<String, usize> {
     [(format!("{}/v1", cr.group), v1), (format!("{}/v2", cr.group), v2)].into_iter().filter(|(_, n)| *n > 0).collect()
 }
 
-/// Waits until kube-apiserver stores the resource in `version`: a probe object, deleted again, is stored so.
-async fn written_in(c: &Cluster, client: &kube::Client, cr: &Cr, version: &str) {
-    let api = cr.api(client, version);
-    let probe = format!("{}-probe", cr.kind.to_lowercase());
-    let want = format!("{}/{version}", cr.group);
-    eventually_async(&format!("kube-apiserver to store {} in {version}", cr.name()), DEADLINE, || async {
-        let object = DynamicObject::new(&probe, &cr.resource(version)).data(json!({"spec": {}}));
-        api.create(&PostParams::default(), &object).await.expect("create the probe");
-        let stored = cr.stored(c).into_iter().find(|(k, _)| k.ends_with(&format!("/{probe}"))).map(|(_, v)| v);
-        api.delete(&probe, &Default::default()).await.expect("delete the probe");
-        (stored.as_deref() == Some(want.as_str())).then_some(())
-    })
-    .await
-}
-
 /// Is `r` a write of one of `cr`'s objects?
 fn object_write(cr: &Cr, method: &str, path: &str) -> bool {
     method == "PATCH" && path.starts_with(&format!("/apis/{}/", cr.group)) && path.contains(&format!("/{}/", cr.plural))
@@ -257,7 +242,7 @@ async fn untouched_when_the_storage_version_changed_during_the_migration() {
         {"op": "replace", "path": "/spec/versions/1/storage", "value": false},
     ]);
     c.kubectl_ok(&["patch", "crd", &cr.name(), "--type=json", "-p", &patch.to_string()]);
-    written_in(c, &client, &cr, "v1").await;
+    cr.written_in(c, &client, "v1").await;
     open.store(true, Ordering::SeqCst);
 
     let svm = migration.await.expect("the migration's task");
@@ -281,8 +266,7 @@ async fn untouched_when_the_storage_version_changed_during_the_migration() {
 /// every object but `denied`; waits until kube-apiserver's authorizer answers so.
 fn grant_all_but(c: &Cluster, cr: &Cr, denied: &str) {
     let name = format!("stored-versions-{}", cr.name());
-    let allowed: Vec<String> =
-        (0..N).map(|i| format!("{}-{i:05}", cr.kind.to_lowercase())).filter(|n| n != denied).collect();
+    let allowed: Vec<String> = (0..N).map(|i| cr.object_name(i)).filter(|n| n != denied).collect();
     let (ae, crd) = (["apiextensions.k8s.io"], [cr.name()]);
     let rules = json!([
         {"apiGroups": ae, "resources": ["customresourcedefinitions"], "verbs": ["get"], "resourceNames": crd},

@@ -9,7 +9,6 @@ use common::cluster::{Cluster, Options};
 use common::crs::Cr;
 use common::proxy::{Fault, Proxy};
 use common::*;
-use kube::api::{Patch, PatchParams};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -129,7 +128,7 @@ fn cluster_mode_retry_series_and_failure_go_to_the_target() {
     let c = Cluster::up(Options { server: false, ..Default::default() });
     let cr = Cr { group: "events.example.com", plural: "bells", kind: "Bell", namespace: Some("events-recorded") };
     rt.block_on(async { cr.install_stale(&c, &c.client().await, 3).await });
-    let (retried_object, refused_object) = (object(&cr, 1), object(&cr, 2));
+    let (retried_object, refused_object) = (cr.object_name(1), cr.object_name(2));
     let proxy = Proxy::in_front_of_cluster(&c);
     // The no-op write of the second object gets 503 twice, then passes.
     let mut refused = 0;
@@ -179,7 +178,7 @@ fn cluster_mode_retry_series_and_failure_go_to_the_target() {
 
     // A write the target refuses (403) fails the migration: a Warning with the error.
     proxy.clear_rules();
-    rt.block_on(refuse_writes_of(&c, &cr, &refused_object));
+    rt.block_on(cr.refuse_writes(&c, &refused_object, Some("Forbidden")));
     proxy.clear_records();
     let failed = request_cr_migration(&m, &cr);
     wait_condition(&m, &failed, "Failed");
@@ -208,35 +207,4 @@ fn cluster_mode_retry_series_and_failure_go_to_the_target() {
 /// The Events of the cluster in `resource` with this reason regarding `name`, as [`events_of`] reads a server's.
 fn cluster_events(c: &Cluster, resource: &str, reason: &str, name: &str) -> Vec<Value> {
     matching(&c.kubectl_json(&["get", resource, "-A", "-o", "json"]), resource, reason, name)
-}
-
-/// The name of `cr`'s `i`-th object (as [`Cr::create`] names them).
-fn object(cr: &Cr, i: usize) -> String {
-    format!("{}-{i:05}", cr.kind.to_lowercase())
-}
-
-/// Makes kube-apiserver refuse every write (UPDATE, which a patch is) of `cr`'s object `name` with 403 Forbidden: a
-/// ValidatingAdmissionPolicy and its binding. Returns once a server-side dry run of a write of it is refused so.
-async fn refuse_writes_of(c: &Cluster, cr: &Cr, name: &str) {
-    let policy = format!("refuse-{}-{name}", cr.plural);
-    let vap = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": policy},
-        "spec": {"failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [cr.group], "apiVersions": ["*"],
-                "operations": ["UPDATE"], "resources": [cr.plural]}]},
-            "validations": [{"expression": format!("object.metadata.name != '{name}'"), "reason": "Forbidden",
-                "message": format!("{name} is refused by the test's policy")}]}});
-    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": policy}, "spec": {"policyName": policy, "validationActions": ["Deny"]}});
-    c.kubectl_ok_stdin(&["create", "-f", "-"], &format!("{vap}\n{binding}\n"));
-    let api = cr.api(&c.client().await, "v2");
-    let write = Patch::Merge(json!({"metadata": {"annotations": {"probe": "refused?"}}}));
-    let params = PatchParams { dry_run: true, ..Default::default() };
-    eventually_async("kube-apiserver to enforce the policy", TIMEOUT, || async {
-        match api.patch(name, &params, &write).await {
-            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("refused by the test's policy") => Some(()),
-            _ => None,
-        }
-    })
-    .await;
 }

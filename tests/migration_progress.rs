@@ -12,8 +12,7 @@ use common::crs::Cr;
 use common::proxy::{Fault, Proxy, RequestInfo};
 use common::status::{condition, is_true};
 use common::*;
-use kube::api::{Patch, PatchParams};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -37,11 +36,6 @@ fn stale(rt: &tokio::runtime::Runtime, cr: &Cr, n: usize) -> &'static Cluster {
     let c = cluster();
     rt.block_on(async { cr.install_stale(c, &c.client().await, n).await });
     c
-}
-
-/// The name of `cr`'s `i`-th object (as [`Cr::create`] names them).
-fn object(cr: &Cr, i: usize) -> String {
-    format!("{}-{i:05}", cr.kind.to_lowercase())
 }
 
 /// Whether a request is a write of one of `cr`'s objects (not of its CRD, nor an Event).
@@ -149,32 +143,6 @@ fn a_retrying_migration_shows_the_last_error() {
     assert_all_in_v2(c, &cr, N);
 }
 
-/// Makes kube-apiserver refuse every write (UPDATE, which a patch is) of `cr`'s object `name` with 422 Invalid: a
-/// ValidatingAdmissionPolicy and its binding. Returns once a server-side dry run of a write of it is refused so.
-async fn refuse_writes_of(c: &Cluster, cr: &Cr, name: &str) {
-    let policy = format!("refuse-{}-{name}", cr.plural);
-    let vap = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": policy},
-        "spec": {"failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [cr.group], "apiVersions": ["*"],
-                "operations": ["UPDATE"], "resources": [cr.plural]}]},
-            "validations": [{"expression": format!("object.metadata.name != '{name}'"),
-                "message": format!("{name} is refused by the test's policy")}]}});
-    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": policy}, "spec": {"policyName": policy, "validationActions": ["Deny"]}});
-    c.kubectl_ok_stdin(&["create", "-f", "-"], &format!("{vap}\n{binding}\n"));
-    let api = cr.api(&c.client().await, "v2");
-    let write = Patch::Merge(json!({"metadata": {"annotations": {"probe": "refused?"}}}));
-    let params = PatchParams { dry_run: true, ..Default::default() };
-    eventually_async("kube-apiserver to enforce the policy", Duration::from_secs(60), || async {
-        match api.patch(name, &params, &write).await {
-            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("refused by the test's policy") => Some(()),
-            _ => None,
-        }
-    })
-    .await;
-}
-
 /// `migrate --resource R --wait`, output not a terminal: lines as it goes, exit 0 on Succeeded, non-zero on Failed.
 #[test]
 fn migrate_wait_exit_status_follows_the_outcome() {
@@ -202,8 +170,8 @@ fn migrate_wait_exit_status_follows_the_outcome() {
     assert_all_in_v2(c, &cr, N);
 
     // kube-apiserver refuses the (no-op) write of one object: the next migration fails.
-    let refused = object(&cr, 17);
-    rt.block_on(refuse_writes_of(c, &cr, &refused));
+    let refused = cr.object_name(17);
+    rt.block_on(cr.refuse_writes(c, &refused, None));
     proxy.clear_records();
     let failed = run();
     let (stdout, stderr) = (String::from_utf8_lossy(&failed.stdout), String::from_utf8_lossy(&failed.stderr));

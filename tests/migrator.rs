@@ -46,7 +46,7 @@ async fn stale(cr: &Cr, n: usize) -> (&'static Cluster, kube::Client) {
 
 /// `namespace/name` of the `i`-th object (named as `Cr::create` names it).
 fn object_key(cr: &Cr, i: usize) -> String {
-    format!("{}/{}-{i:05}", cr.namespace.expect("namespaced"), cr.kind.to_lowercase())
+    format!("{}/{}", cr.namespace.expect("namespaced"), cr.object_name(i))
 }
 
 /// The `i`-th object's path in v2.

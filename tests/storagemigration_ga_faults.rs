@@ -96,7 +96,7 @@ async fn not_found_and_conflict_on_a_patch_are_skipped() {
     assert_eq!(codes, expected, "one patch per object, the raced ones answered by kube-apiserver");
     // etcd: the deleted object is gone, every other one is stored in v2, the changed one with the proxy's label.
     let stored = cr.stored(cluster());
-    let key = |i: usize| format!("/registry/{GROUP}/sprockets/ga-sprockets/{}", object_name(&cr, i));
+    let key = |i: usize| format!("/registry/{GROUP}/sprockets/ga-sprockets/{}", cr.object_name(i));
     let want: BTreeMap<String, String> = (0..8).filter(|i| *i != 2).map(|i| (key(i), format!("{GROUP}/v2"))).collect();
     assert_eq!(stored, want);
     let touched = &cr.stored_objects(cluster())[&key(5)];
@@ -137,7 +137,7 @@ fn refuse_updates(cr: &Cr, name: &str, message: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_write_fails_the_migration_with_its_counts() {
     let (cr, t) = stale(cr("cogs", "Cog", "ga-cogs"), 5, &["--migration-chunk-size", "5"]).await;
-    let refused = object_name(&cr, 4);
+    let refused = cr.object_name(4);
     refuse_updates(&cr, &refused, "this cog is frozen");
     create_in_tree(&t.migrating, "cogs-forbidden", GROUP, "cogs");
     let m = wait_ended(&t.migrating, "cogs-forbidden");

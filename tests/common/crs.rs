@@ -5,7 +5,7 @@
 use super::cluster::Cluster;
 use base64::Engine;
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -193,13 +193,13 @@ impl Cr {
         r["storageVersionHash"].as_str().map(str::to_string)
     }
 
-    /// Makes v2 the storage version (v1 stays served), as a user edits the CRD; returns the new storageVersionHash
-    /// once discovery publishes it.
-    pub fn store_in_v2(&self, c: &Cluster, before: &str) -> String {
+    /// Makes `version` (v1 or v2) the storage version (both stay served), as a user edits the CRD; returns the new
+    /// storageVersionHash once discovery publishes it in place of `before`.
+    pub fn store_in(&self, c: &Cluster, version: &str, before: &str) -> String {
         let patch = json!([
             {"op": "test", "path": "/spec/versions/0/name", "value": "v1"},
-            {"op": "replace", "path": "/spec/versions/0/storage", "value": false},
-            {"op": "replace", "path": "/spec/versions/1/storage", "value": true},
+            {"op": "replace", "path": "/spec/versions/0/storage", "value": version == "v1"},
+            {"op": "replace", "path": "/spec/versions/1/storage", "value": version == "v2"},
         ]);
         c.kubectl_ok(&["patch", "crd", &self.name(), "--type=json", "-p", &patch.to_string()]);
         super::eventually("discovery to publish the new storage version hash", Duration::from_secs(30), || {
@@ -207,33 +207,79 @@ impl Cr {
         })
     }
 
-    /// [`Cr::install`], `n` objects created in v1, then [`Cr::store_in_v2`]: every object is stale. Returns once
-    /// kube-apiserver writes the resource in v2 (a probe object, deleted again, is stored so), so that a migration
-    /// started now rewrites every object into v2.
+    /// Waits until kube-apiserver writes the resource in `version`: a probe object, created and deleted again, is
+    /// stored so (discovery may publish a new storage version before every writer uses it).
+    pub async fn written_in(&self, c: &Cluster, client: &kube::Client, version: &str) {
+        let api = self.api(client, version);
+        let probe = format!("{}-probe", self.kind.to_lowercase());
+        let want = format!("{}/{version}", self.group);
+        let what = format!("kube-apiserver to store {} in {version}", self.name());
+        super::eventually_async(&what, Duration::from_secs(60), || async {
+            let object = DynamicObject::new(&probe, &self.resource(version)).data(json!({"spec": {}}));
+            api.create(&PostParams::default(), &object).await.expect("create the probe");
+            let stored = self.stored(c).into_iter().find(|(k, _)| k.ends_with(&format!("/{probe}"))).map(|(_, v)| v);
+            api.delete(&probe, &Default::default()).await.expect("delete the probe");
+            (stored.as_deref() == Some(want.as_str())).then_some(())
+        })
+        .await
+    }
+
+    /// [`Cr::install`], `n` objects created in v1, then v2 made the storage version: every object is stale. Returns
+    /// once kube-apiserver writes the resource in v2, so that a migration started now rewrites every object into v2.
     pub async fn install_stale(&self, c: &Cluster, client: &kube::Client, n: usize) {
         self.install(c);
         self.create(client, n).await;
         let before = super::eventually("the v1 storage version hash in discovery", Duration::from_secs(30), || {
             self.discovery_hash(c)
         });
-        self.store_in_v2(c, &before);
-        let api = self.api(client, "v2");
-        let probe_name = format!("{}-probe", self.kind.to_lowercase());
-        let probe_key = |k: &String| k.ends_with(&format!("/{probe_name}"));
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let probe = DynamicObject::new(&probe_name, &self.resource("v2")).data(json!({"spec": {}}));
-            api.create(&PostParams::default(), &probe).await.expect("create the probe");
-            let in_v2 = self.stored(c).iter().any(|(k, v)| probe_key(k) && *v == format!("{}/v2", self.group));
-            api.delete(&probe_name, &Default::default()).await.expect("delete the probe");
-            if in_v2 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "kube-apiserver still writes {} in v1", self.name());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.store_in(c, "v2", &before);
+        self.written_in(c, client, "v2").await;
         let counts = self.stored_counts(c);
         assert_eq!(counts, BTreeMap::from([(format!("{}/v1", self.group), n)]), "{}", self.name());
+    }
+
+    /// The name of the `i`-th object [`Cr::create`] makes.
+    pub fn object_name(&self, i: usize) -> String {
+        format!("{}-{i:05}", self.kind.to_lowercase())
+    }
+
+    /// Makes kube-apiserver refuse every write (an UPDATE, which a patch is) of the object `name` with a
+    /// ValidatingAdmissionPolicy and its binding: 422 Invalid, or with `reason` (e.g. `Forbidden`) its code.
+    /// Returns once a server-side dry run of a write of it is refused so.
+    pub async fn refuse_writes(&self, c: &Cluster, name: &str, reason: Option<&str>) {
+        let policy = format!("refuse-{}-{name}", self.plural);
+        let mut validation = json!({"expression": format!("object.metadata.name != '{name}'"),
+            "message": format!("{name} is refused by the test's policy")});
+        if let Some(reason) = reason {
+            validation["reason"] = json!(reason);
+        }
+        let vap = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [self.group], "apiVersions": ["*"],
+                    "operations": ["UPDATE"], "resources": [self.plural]}]},
+                "validations": [validation]}});
+        let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy}, "spec": {"policyName": policy, "validationActions": ["Deny"]}});
+        c.kubectl_ok_stdin(&["create", "-f", "-"], &format!("{vap}\n{binding}\n"));
+        let code = match reason {
+            Some("Forbidden") => 403,
+            Some(other) => panic!("no code known for reason {other}"),
+            None => 422,
+        };
+        let api = self.api(&c.client().await, "v2");
+        let write = Patch::Merge(json!({"metadata": {"annotations": {"probe": "refused?"}}}));
+        let params = PatchParams { dry_run: true, ..Default::default() };
+        super::eventually_async("kube-apiserver to enforce the policy", Duration::from_secs(60), || async {
+            match api.patch(name, &params, &write).await {
+                Err(kube::Error::Api(s)) if s.code == code && s.message.contains("refused by the test's policy") => {
+                    Some(())
+                }
+                _ => None,
+            }
+        })
+        .await;
     }
 
     pub fn crd_json(&self, c: &Cluster) -> Value {

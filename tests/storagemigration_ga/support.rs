@@ -143,8 +143,3 @@ pub fn object_index(r: &RequestInfo, cr: &Cr) -> Option<usize> {
     let prefix = format!("{}/{}-", cr.namespace?, cr.kind.to_lowercase());
     r.object()?.strip_prefix(&prefix)?.parse().ok()
 }
-
-/// The name of `cr`'s `i`-th object.
-pub fn object_name(cr: &Cr, i: usize) -> String {
-    format!("{}-{i:05}", cr.kind.to_lowercase())
-}
