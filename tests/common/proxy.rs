@@ -8,6 +8,7 @@
 use super::cluster::Cluster;
 use super::Server;
 use bytes::Bytes;
+use futures::StreamExt as _;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
@@ -448,7 +449,10 @@ async fn handle(
             .header("content-type", ct)
             .body(Full::new(body))
             .expect("request");
-        let ok = forward(state, upstream, req).await.is_ok_and(|(p, _)| p.status.is_success());
+        let ok = match forward(state, upstream, req).await {
+            Ok((p, body)) => p.status.is_success() && body.collect().await.is_ok(),
+            Err(()) => false,
+        };
         assert!(ok, "the proxy's concurrent {method} of {} failed", info.path);
     }
     let mut up = Request::builder().method(parts.method.clone()).uri(path_and_query);
@@ -461,6 +465,23 @@ async fn handle(
         record(0, false);
         return Err(Dropped);
     };
+    // A watch's events are passed on as they come; any other answer is read whole first.
+    let watch = matches!(info.param("watch").as_deref(), Some("true" | "1"));
+    let body = match watch {
+        true => {
+            let frames = http_body_util::BodyStream::new(body)
+                .take_while(|f| std::future::ready(f.is_ok()))
+                .map(|f| Ok::<_, std::convert::Infallible>(f.expect("a frame")));
+            StreamBody::new(frames).boxed_unsync()
+        }
+        false => match body.collect().await {
+            Ok(collected) => Full::new(collected.to_bytes()).boxed_unsync(),
+            Err(_) => {
+                record(0, false);
+                return Err(Dropped);
+            }
+        },
+    };
     if matches!(fault, Some(Fault::DropAfterForward)) {
         record(0, true);
         return Err(Dropped);
@@ -472,16 +493,16 @@ async fn handle(
             out = out.header(k, v);
         }
     }
-    Ok(out.body(Full::new(body).boxed_unsync()).expect("response"))
+    Ok(out.body(body).expect("response"))
 }
 
-/// Sends one request to the target on this connection's upstream connection (opened or reopened as needed) and
-/// reads the whole answer.
+/// Sends one request to the target on this connection's upstream connection (opened or reopened as needed); the
+/// answer's body is the caller's to read.
 async fn forward(
     state: &State,
     upstream: &tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>,
     mut req: Request<Full<Bytes>>,
-) -> Result<(hyper::http::response::Parts, Bytes), ()> {
+) -> Result<(hyper::http::response::Parts, Incoming), ()> {
     let host = format!("127.0.0.1:{}", state.upstream.port);
     req.headers_mut().insert("host", host.parse().map_err(|_| ())?);
     let resp = {
@@ -502,7 +523,5 @@ async fn forward(
             }
         }
     };
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(|_| ())?.to_bytes();
-    Ok((parts, body))
+    Ok(resp.into_parts())
 }
