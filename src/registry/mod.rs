@@ -303,6 +303,11 @@ impl Resource {
         }
     }
 
+    /// How many objects a LIST in `namespace` (all namespaces: None) would return now, without reading them.
+    pub async fn count(&self, namespace: Option<&str>) -> ApiResult<u64> {
+        Ok(self.storage.count(&self.prefix(namespace)).await?)
+    }
+
     /// A stored value as the client sees it in `version`: apiVersion/kind of that version, resourceVersion set.
     pub fn decode_stored(&self, kv: &KeyValue, version: &str) -> ApiResult<Value> {
         self.decode_stored_at(&kv.key, &kv.value, kv.mod_revision, version)

@@ -146,6 +146,13 @@ pub trait Storage: Send + Sync + 'static {
     /// `Expired` when `after` is older than the retained history.
     async fn watch(&self, prefix: &str, after: Revision) -> Result<tokio::sync::mpsc::Receiver<WatchItem>>;
 
+    /// How many keys are under `prefix` now: what a LIST of it would return. The default reads one key and the
+    /// count of those after it; a store that keeps counts answers from them.
+    async fn count(&self, prefix: &str) -> Result<u64> {
+        let page = self.list(prefix, ListOptions { start_after: None, limit: 1, revision: None }).await?;
+        Ok(page.items.len() as u64 + if page.more { page.remaining } else { 0 })
+    }
+
     /// The newest revision all of whose events have been handed to watchers: a safe bookmark.
     fn progress_revision(&self) -> Revision;
 
