@@ -4,6 +4,7 @@ use crate::api::kinds;
 use crate::auth::certs::{ensure_dev_certs, DevCertOptions};
 use crate::duration::parse_duration;
 use crate::registry::{Registry, RegistryConfig};
+use crate::server::inflight::InflightLimits;
 use crate::server::metrics::Metrics;
 use crate::server::{router, AppState};
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
@@ -37,6 +38,15 @@ pub struct ServeArgs {
     /// The IP address on which to listen.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind_address: IpAddr,
+    /// The most non-mutating requests in flight at once, as kube-apiserver's flag without API Priority and
+    /// Fairness: above it the server answers 429 with Retry-After. A LIST counts one per 100 objects it returns
+    /// (at most 10); watches and system:masters are not counted. 0: no limit.
+    #[arg(long, default_value_t = crate::server::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    pub max_requests_inflight: u32,
+    /// The most mutating requests in flight at once (create, update, patch, delete), as kube-apiserver's flag
+    /// without API Priority and Fairness: above it the server answers 429 with Retry-After. 0: no limit.
+    #[arg(long, default_value_t = crate::server::inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    pub max_mutating_requests_inflight: u32,
     /// Directory of the embedded store (unused with --etcd-servers).
     #[arg(long, default_value = "./data")]
     pub data_dir: PathBuf,
@@ -479,14 +489,18 @@ async fn app_state(
             crate::storage::encryption::kms::metrics::register(&mut reg);
         }
     }
-    Ok(Arc::new(
+    let limits = InflightLimits::new(args.max_requests_inflight, args.max_mutating_requests_inflight);
+    let state = Arc::new(
         AppState::new(registry, auth.authenticator.clone(), metrics, args.watch_bookmark_interval)
             .with_authorizer(auth.authorizer.clone())
             .with_auditor(auditor)
             .with_csi_migration(csi_migration(args).await?)
             .with_event_ttl(args.event_ttl)
-            .with_encryption(encryption),
-    ))
+            .with_encryption(encryption)
+            .with_inflight(limits),
+    );
+    tokio::spawn(crate::server::inflight::publish_peaks(Arc::downgrade(&state)));
+    Ok(state)
 }
 
 /// Serves until SIGINT/SIGTERM, then drains the connections while the scheduler stops.

@@ -5,6 +5,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::borrow::Cow;
@@ -39,6 +40,25 @@ pub struct LatencyLabelSet {
     pub component: Label,
 }
 
+/// `apiserver_request_terminations_total`'s labels: a request answered by the server in self-defense.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TerminationLabelSet {
+    pub verb: Label,
+    pub group: Label,
+    pub version: Label,
+    pub resource: Label,
+    pub subresource: Label,
+    pub scope: Label,
+    pub component: Label,
+    pub code: Label,
+}
+
+/// `apiserver_current_inflight_requests`'s label: `readOnly` or `mutating`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestKindLabel {
+    pub request_kind: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // kube-apiserver's request latency buckets (seconds).
     Histogram::new([
@@ -56,6 +76,10 @@ pub struct Metrics {
     /// The latency of every request but watches and the scheduler's own, for the migrator's adaptive rate to read
     /// standalone (when this server is its target): how the server's other clients are served.
     pub clients: std::sync::Arc<super::latency::LatencyHistogram>,
+    /// Requests rejected above an in-flight limit (429).
+    pub terminations: Family<TerminationLabelSet, Counter>,
+    /// The most seats of each in-flight limit in use during the last second.
+    pub current_inflight: Family<RequestKindLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -79,9 +103,33 @@ impl Metrics {
             "[STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
             latency.clone(),
         );
+        let terminations = Family::<TerminationLabelSet, Counter>::default();
+        registry.register(
+            "apiserver_request_terminations_total",
+            "[ALPHA] Number of requests which apiserver terminated in self-defense.",
+            terminations.clone(),
+        );
+        let current_inflight = Family::<RequestKindLabel, Gauge>::default();
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "[STABLE] Maximal number of currently used inflight request limit of this apiserver per request kind in last second.",
+            current_inflight.clone(),
+        );
+        // Both kinds from the start, as kube-apiserver's filter sets both every second.
+        for request_kind in ["mutating", "readOnly"] {
+            current_inflight.get_or_create(&RequestKindLabel { request_kind }).set(0);
+        }
         static IDS: AtomicU64 = AtomicU64::new(0);
         let id = IDS.fetch_add(1, Ordering::Relaxed);
-        Metrics { id, registry: Mutex::new(registry), requests, latency, clients: Default::default() }
+        Metrics {
+            id,
+            registry: Mutex::new(registry),
+            requests,
+            latency,
+            clients: Default::default(),
+            terminations,
+            current_inflight,
+        }
     }
 
     /// Counts a request answered with `code` and, unless it is a watch (`elapsed` is `None`), observes its latency.
@@ -124,6 +172,11 @@ impl Metrics {
         if cached.is_err() {
             observe(&lookup());
         }
+    }
+
+    /// Counts a request rejected with `code` in self-defense (`apiserver_request_terminations_total`).
+    pub fn record_termination(&self, labels: TerminationLabelSet) {
+        self.terminations.get_or_create(&labels).inc();
     }
 
     /// Every registered family in the text format 0.0.4.

@@ -11,6 +11,7 @@ pub mod csi_admission;
 pub mod discovery;
 pub mod encryption_reload;
 pub mod exposition;
+pub mod inflight;
 pub mod latency;
 pub mod manifests;
 pub mod metrics;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub encryption: Option<crate::storage::encryption::EncryptionConfigHandle>,
     /// Snapshots of the embedded store (`POST /storage/snapshots`); unset on etcd.
     pub backups: std::sync::OnceLock<Arc<crate::storage::backup::Backups>>,
+    /// `--max-requests-inflight` and `--max-mutating-requests-inflight`.
+    pub inflight: Arc<inflight::InflightLimits>,
 }
 
 impl AppState {
@@ -100,6 +103,7 @@ impl AppState {
             namespaces_in_use: tokio::sync::OnceCell::new(),
             encryption: None,
             backups: std::sync::OnceLock::new(),
+            inflight: Arc::default(),
         }
     }
 }
@@ -120,6 +124,12 @@ impl AppState {
     /// The `kms-providers` check of /healthz and /readyz follows the KMS v2 providers of `encryption`'s config.
     pub fn with_encryption(mut self, encryption: Option<crate::storage::encryption::EncryptionConfigHandle>) -> Self {
         self.encryption = encryption;
+        self
+    }
+
+    /// Limits of the requests in flight other than the defaults (kube-apiserver's 400 and 200).
+    pub fn with_inflight(mut self, limits: inflight::InflightLimits) -> Self {
+        self.inflight = Arc::new(limits);
         self
     }
 
@@ -296,6 +306,15 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
             Err(e) => return e.into_response(),
         },
     };
+    // Between impersonation and authorization, as upstream's max-in-flight filter: the user it counts is the one
+    // the request acts as. The scheduler's own requests are not counted.
+    let seats = match internal {
+        Some(_) => None,
+        None => match inflight::admit(st, req.extensions().get(), req.method(), req.uri(), &user).await {
+            Ok(seats) => seats,
+            Err(rejected) => return *rejected,
+        },
+    };
     if public || internal.is_some() {
         audit::authorized(&req, "");
     } else {
@@ -318,7 +337,11 @@ async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next)
         }
     }
     req.extensions_mut().insert(user);
-    next.run(req).await
+    let resp = next.run(req).await;
+    match seats {
+        Some(seats) => inflight::holding(resp, seats),
+        None => resp,
+    }
 }
 
 /// k8s.io/apiserver's WithImpersonation between authentication and authorization: the user the request acts as,

@@ -286,6 +286,41 @@ async fn dispatch(
 }
 
 impl RequestLabels {
+    /// The labels of a request answered before any handler (rejected above an in-flight limit), from what its
+    /// path and method say, as upstream's `RecordDroppedRequest` labels it: a non-resource request has only its
+    /// method as verb.
+    pub fn of_request(info: &RequestInfo) -> Self {
+        if !info.is_resource_request {
+            return RequestLabels::default();
+        }
+        let verb = match info.verb.as_str() {
+            "get" => "GET",
+            "list" => "LIST",
+            "watch" => "WATCH",
+            "create" => "POST",
+            "update" => "PUT",
+            "patch" => "PATCH",
+            "delete" => "DELETE",
+            "deletecollection" => "DELETECOLLECTION",
+            _ => "UNKNOWN",
+        };
+        let scope = if !info.name.is_empty() {
+            "resource"
+        } else if !info.namespace.is_empty() {
+            "namespace"
+        } else {
+            "cluster"
+        };
+        RequestLabels {
+            verb,
+            group: info.api_group.clone(),
+            version: info.api_version.clone(),
+            resource: info.resource.clone(),
+            subresource: info.subresource.clone(),
+            scope,
+        }
+    }
+
     /// The labels a request's target gives; the verb is set where the request is told apart.
     fn describe(&mut self, t: &Target) {
         self.group = t.group.clone();
