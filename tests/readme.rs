@@ -5,6 +5,7 @@
 //! table of docs/operations/metrics.md is what `/metrics` serves.
 
 mod common;
+use common::requests::HeldUpload;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -391,6 +392,33 @@ fn the_backups_walkthrough_works_as_written() {
     server.stop();
 }
 
+/// While alice's upload (a token user, counted) holds the one mutating seat, her second write is refused with 429.
+fn refuse_one_write(server: &MakeRun, kubeconfig: &Path) {
+    let url = format!("https://127.0.0.1:{}/apis/migration.k8s.io/v1alpha1/storagestates", server.port);
+    let ca = server.dir.join("certs/ca.crt");
+    let held = HeldUpload::start(&url, &ca, "alice-token");
+    eventually("the upload to hold the mutating seat", Duration::from_secs(30), || {
+        let out = kubectl_with(kubeconfig, &["get", "--raw", "/metrics"], None);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("apiserver_current_inflight_requests{request_kind=\"mutating\"} 1").then_some(())
+    });
+    let state = |name: &str| {
+        serde_json::json!({"apiVersion": "migration.k8s.io/v1alpha1", "kind": "StorageState",
+            "metadata": {"name": format!("{name}.example.com")},
+            "spec": {"resource": {"group": "example.com", "resource": name}}})
+    };
+    let refused = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+        .arg(&ca)
+        .args(["-H", "Authorization: Bearer alice-token", "-H", "Content-Type: application/json", "-d"])
+        .arg(state("refused").to_string())
+        .arg(&url)
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&refused.stdout), "429", "{}", String::from_utf8_lossy(&refused.stderr));
+    assert_eq!(held.finish(&state("uploaded")), "201");
+}
+
 /// The table of metrics in docs/operations/metrics.md is what `/metrics` serves: the same families with the same types and label names,
 /// no more, no less, in the text format 0.0.4 (every sample named as its family, histograms' with their suffixes).
 #[test]
@@ -420,8 +448,21 @@ fn the_readme_lists_exactly_the_metrics_served() {
     // audit families all have series (apiserver_audit_error_total once the scheduler's requests fail to be logged).
     let policy = repo().join("manifests/audit/policy.yaml");
     let audit = ["--audit-policy-file", policy.to_str().expect("utf-8"), "--audit-log-path", "/dev/full"];
-    server.start(&audit.iter().chain(&["--audit-log-maxsize", "0"]).map(|a| a.to_string()).collect::<Vec<_>>());
+    // One mutating request in flight at a time, and a user it counts (system:masters is never limited): a second
+    // write while the first is held gets 429, so that apiserver_request_terminations_total has a series.
+    let tokens = tmp.path().join("tokens.csv");
+    std::fs::write(&tokens, "alice-token,alice,uid-alice,\"devs\"\n").expect("tokens");
+    let limits = ["--max-mutating-requests-inflight", "1", "--authorization-mode", "AlwaysAllow", "--token-auth-file"];
+    let args: Vec<String> = audit
+        .iter()
+        .chain(&["--audit-log-maxsize", "0"])
+        .chain(&limits)
+        .map(|a| a.to_string())
+        .chain([tokens.display().to_string()])
+        .collect();
+    server.start(&args);
     let kubeconfig = tmp.path().join("certs/admin.kubeconfig");
+    refuse_one_write(&server, &kubeconfig);
     // A family is served once it has series (as client_golang's): once the scheduler's first migrations have
     // migrated objects and ended, every one has.
     let text = eventually("the first migrations' metrics", Duration::from_secs(30), || {

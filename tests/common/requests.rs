@@ -105,3 +105,40 @@ pub async fn delete(c: &kube::Client, path: &str, body: Option<&Value>) -> Resp 
         None => call(c, Method::DELETE, path, &[], vec![]).await,
     }
 }
+
+/// A POST to `url` (whose serving certificate `ca` signed) with a bearer token, whose body is still arriving: curl uploads from a pipe
+/// (chunked) that stays open until [`HeldUpload::finish`]. The request has passed authentication and the in-flight
+/// limits, and holds its seat, until then.
+pub struct HeldUpload {
+    curl: std::process::Child,
+}
+
+impl HeldUpload {
+    pub fn start(url: &str, ca: &std::path::Path, token: &str) -> HeldUpload {
+        use std::process::{Command, Stdio};
+        let curl = Command::new("curl")
+            .args(["-sS", "--cacert"])
+            .arg(ca)
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .args(["-H", "Content-Type: application/json", "-H", "Expect:", "-X", "POST", "-T", "-"])
+            .args(["-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("curl");
+        HeldUpload { curl }
+    }
+
+    /// Sends `body`, ends the upload and returns the answer's code.
+    pub fn finish(mut self, body: &Value) -> String {
+        use std::io::Write;
+        let mut stdin = self.curl.stdin.take().expect("stdin");
+        stdin.write_all(body.to_string().as_bytes()).expect("write the body");
+        drop(stdin);
+        let out = self.curl.wait_with_output().expect("curl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
