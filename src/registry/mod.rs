@@ -15,7 +15,7 @@ pub mod managed;
 pub mod object_meta;
 mod read;
 pub mod syntax;
-pub use read::WatchEventType;
+pub use read::{ListRest, WatchEventType, STREAM_PAGE};
 pub mod selectors;
 mod splice;
 mod steps;

@@ -9,8 +9,23 @@ use crate::error::{ApiError, ApiResult, FieldError};
 use crate::storage::{EventKind, KeyValue, ListOptions, StorageError, WatchItem};
 use kube::api::VersionMatch;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// The objects of a LIST without a limit that come after its first [`STREAM_PAGE`], read at the list's revision
+/// while its answer is sent: each one in key order, or the error that ends the list.
+pub type ListRest<T> = mpsc::Receiver<ApiResult<T>>;
+
+/// Objects a LIST without a limit reads before its answer starts: a list no longer than this is answered whole, as
+/// before; a longer one is streamed.
+pub const STREAM_PAGE: usize = 16;
+/// The stored bytes a streamed LIST reads from the store at a time (each step after the first page): as many
+/// objects as hold about this much, at least one, at most [`STREAM_STEP_OBJECTS`].
+const STREAM_STEP_BYTES: usize = 1 << 20;
+const STREAM_STEP_OBJECTS: usize = 256;
+/// Objects read ahead of the client's reading: with a step, what a slow client makes the server hold.
+const STREAM_AHEAD: usize = 16;
 
 /// The `resourceVersionMatch` parameter and its values, as clients send them.
 const RV_MATCH: &str = "resourceVersionMatch";
@@ -101,27 +116,78 @@ impl Resource {
     /// stored JSON with apiVersion, kind and metadata.resourceVersion spliced in, without building a
     /// `serde_json::Value` per object (the cost of a large LIST). `None` when selectors need the objects parsed.
     pub async fn list_raw(
-        &self,
+        self: &Arc<Self>,
         namespace: Option<&str>,
         version: &str,
         p: &ListParams,
-    ) -> ApiResult<Option<ListOut<RawObject>>> {
+    ) -> ApiResult<Option<(ListOut<RawObject>, Option<ListRest<RawObject>>)>> {
         if !p.label_selector.is_empty() || !p.field_selector.is_empty() || !self.serves_stored_form() {
             return Ok(None);
         }
         let info = self.info();
-        let api_version = info.api_version(version);
-        let out = self
-            .list_with(namespace, p, |kv| match splice_stored(&kv.value, kv.mod_revision, &api_version, info.kind) {
-                Some(raw) => Ok(Some(RawObject(raw))),
-                // Not in the shape this server writes: go through the parsed path, which reports it properly.
-                None => {
-                    let obj = self.decode_stored(kv, version)?;
-                    serde_json::to_vec(&obj).map(|b| Some(RawObject(b))).map_err(|e| ApiError::internal(e.to_string()))
+        let (api_version, version, res) = (info.api_version(version), version.to_string(), self.clone());
+        let item = move |kv: &KeyValue| match splice_stored(&kv.value, kv.mod_revision, &api_version, info.kind) {
+            Some(raw) => Ok(Some(RawObject(raw))),
+            // Not in the shape this server writes: go through the parsed path, which reports it properly.
+            None => {
+                let obj = res.decode_stored(kv, &version)?;
+                serde_json::to_vec(&obj).map(|b| Some(RawObject(b))).map_err(|e| ApiError::internal(e.to_string()))
+            }
+        };
+        Ok(Some(self.list_streamed(namespace, p, item).await?))
+    }
+
+    /// [`Resource::list_with`], but a LIST without a limit that is longer than [`STREAM_PAGE`] objects reads only
+    /// its first page now (whose errors answer the request) and the rest while its answer is sent, so that memory
+    /// holds a few pages, not the whole collection. Its answer is the same: one revision, every object in order.
+    pub async fn list_streamed<T: Send + 'static>(
+        self: &Arc<Self>,
+        namespace: Option<&str>,
+        p: &ListParams,
+        mut item: impl FnMut(&KeyValue) -> ApiResult<Option<T>> + Send + 'static,
+    ) -> ApiResult<(ListOut<T>, Option<ListRest<T>>)> {
+        if p.limit > 0 {
+            return Ok((self.list_with(namespace, p, item).await?, None));
+        }
+        self.stored("list")?;
+        let prefix = self.prefix(namespace);
+        let version_match = self.version_match(p)?;
+        let (start_after, revision) = self.list_start(&prefix, p, version_match).await?;
+        let first = ListParams { limit: STREAM_PAGE, ..p.clone() };
+        let pages = self.read_pages(&prefix, &first, start_after, revision, &mut item).await?;
+        let revision = pages.read_at.unwrap_or_else(|| self.storage.current_revision());
+        let head = ListOut { items: pages.items, revision, continue_token: None, remaining: None };
+        let (Some(last_key), true) = (pages.last_key, pages.more) else { return Ok((head, None)) };
+        let (tx, rx) = mpsc::channel(STREAM_AHEAD);
+        let (res, mut step) = (self.clone(), ListParams { limit: STREAM_PAGE, continue_token: None, ..p.clone() });
+        tokio::spawn(async move {
+            let mut after = Some(last_key);
+            while let Some(start) = after.take() {
+                let mut sizes = (0, 0);
+                let mut sized = |kv: &KeyValue| {
+                    sizes = (sizes.0 + kv.value.len(), sizes.1 + 1);
+                    item(kv)
+                };
+                let read = res.read_pages(&prefix, &step, Some(start), Some(revision), &mut sized).await;
+                // The next step holds about STREAM_STEP_BYTES of objects the size of this step's.
+                let average = sizes.0 / sizes.1.max(1);
+                step.limit = (STREAM_STEP_BYTES / average.max(1)).clamp(1, STREAM_STEP_OBJECTS);
+                let pages = match read {
+                    Ok(pages) => pages,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                for obj in pages.items {
+                    if tx.send(Ok(obj)).await.is_err() {
+                        return; // the client went away
+                    }
                 }
-            })
-            .await?;
-        Ok(Some(out))
+                after = pages.last_key.filter(|_| pages.more);
+            }
+        });
+        Ok((head, Some(rx)))
     }
 
     /// The list machinery (resourceVersion semantics, chunking, continue tokens) with `item` deciding what each

@@ -6,7 +6,13 @@ use super::protobuf::{self, ProtoKind, PROTOBUF};
 use super::query::QueryParams;
 use super::table::{self, object, partial_metadata, table, IncludeObject};
 use crate::error::{ApiError, ApiResult};
+use crate::registry::ListRest;
 use crate::registry::{ListOut, ListParams, RawObject, Resource};
+use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use std::sync::Arc;
+use tokio::sync::mpsc::error::TryRecvError;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -143,20 +149,28 @@ fn list_meta<T>(list: &ListOut<T>) -> Value {
     Value::Object(meta)
 }
 
-/// A JSON list written from the items' spliced bytes (no `Value` per item).
-pub(super) fn render_raw_list(res: &Resource, version: &str, list: ListOut<RawObject>) -> Response {
+/// A JSON list written from the items' spliced bytes (no `Value` per item); the items of `rest` as they are read.
+pub(super) fn render_raw_list(
+    res: &Resource,
+    version: &str,
+    list: ListOut<RawObject>,
+    rest: Option<ListRest<RawObject>>,
+) -> Response {
     let info = res.strategy.info();
     let head = [
         ("apiVersion", Value::String(info.api_version(version))),
         ("kind", Value::String(info.list_kind.into())),
         ("metadata", list_meta(&list)),
     ];
-    raw_response(&head, "items", &list.items, JSON)
+    match rest {
+        None => raw_response(&head, "items", &list.items, JSON),
+        Some(rest) => streamed_response(&head, "items", list.items, rest, JSON),
+    }
 }
 
 /// A Table list without selectors: rows written from the stored bytes (see [`table::raw_row`]).
 pub(super) async fn raw_table_list(
-    res: &Resource,
+    res: &Arc<Resource>,
     ns: Option<&str>,
     version: &str,
     params: &ListParams,
@@ -164,16 +178,16 @@ pub(super) async fn raw_table_list(
     q: &QueryParams,
 ) -> ApiResult<Response> {
     let include = IncludeObject::parse(q.include_object.as_deref())?;
-    let strategy = res.strategy.as_ref();
-    let api_version = strategy.info().api_version(version);
+    let (api_version, version, of) = (res.strategy.info().api_version(version), version.to_string(), res.clone());
     let now = chrono::Utc::now();
-    let list = res
-        .list_with(ns, params, |kv| {
+    let (list, rest) = res
+        .list_streamed(ns, params, move |kv| {
+            let strategy = of.strategy.as_ref();
             let row = match table::raw_row(strategy, &kv.value, kv.mod_revision, &api_version, include, mv, now) {
                 Some(raw) => raw,
                 // Not in the shape this server writes: the parsed path reports it properly.
                 None => {
-                    let obj = res.decode_stored(kv, version)?;
+                    let obj = of.decode_stored(kv, &version)?;
                     let row = table::row(strategy, obj, include, mv, now);
                     serde_json::to_vec(&row).map_err(|e| ApiError::internal(e.to_string()))?
                 }
@@ -185,9 +199,13 @@ pub(super) async fn raw_table_list(
         ("kind", Value::String("Table".into())),
         ("apiVersion", Value::String(format!("meta.k8s.io/{mv}"))),
         ("metadata", list_meta(&list)),
-        ("columnDefinitions", Value::Array(table::column_definitions(strategy))),
+        ("columnDefinitions", Value::Array(table::column_definitions(res.strategy.as_ref()))),
     ];
-    Ok(raw_response(&head, "rows", &list.items, content_type_for(Output::Table(mv))))
+    let content_type = content_type_for(Output::Table(mv));
+    Ok(match rest {
+        None => raw_response(&head, "rows", &list.items, content_type),
+        Some(rest) => streamed_response(&head, "rows", list.items, rest, content_type),
+    })
 }
 
 /// `{<head fields>, "<array>": [<items as they are>]}`.
@@ -199,14 +217,23 @@ pub(super) fn raw_response(
 ) -> Response {
     let size: usize = items.iter().map(|i| i.0.len() + 1).sum();
     let mut body = Vec::with_capacity(size + 1024);
+    write_head(&mut body, head, array, items);
+    body.extend_from_slice(b"]}");
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+    r
+}
+
+/// `{<head fields>, "<array>":[<items>` of a list answer, its items separated by commas.
+fn write_head(body: &mut Vec<u8>, head: &[(&str, Value)], array: &str, items: &[RawObject]) {
     body.push(b'{');
     for (key, value) in head {
-        let _ = serde_json::to_writer(&mut body, key);
+        let _ = serde_json::to_writer(&mut *body, key);
         body.push(b':');
-        let _ = serde_json::to_writer(&mut body, value);
+        let _ = serde_json::to_writer(&mut *body, value);
         body.push(b',');
     }
-    let _ = serde_json::to_writer(&mut body, array);
+    let _ = serde_json::to_writer(&mut *body, array);
     body.extend_from_slice(b":[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
@@ -214,8 +241,62 @@ pub(super) fn raw_response(
         }
         body.extend_from_slice(&item.0);
     }
-    body.extend_from_slice(b"]}");
-    let mut r = (StatusCode::OK, body).into_response();
+}
+
+/// Bytes of a streamed list answer sent at a time (once that many are read; less when the store is slower than the
+/// client).
+const STREAM_CHUNK: usize = 64 * 1024;
+
+/// [`raw_response`] whose items after `first` come from `rest` while the answer is sent, in chunks of about
+/// [`STREAM_CHUNK`]: the same bytes, never the whole answer in memory. A slow client slows the reading of `rest`.
+/// An error after the first items (the store failed, an object cannot be read) can no longer be a Status: the answer
+/// is cut off, which the client sees as a broken response, and the error is logged.
+fn streamed_response(
+    head: &[(&str, Value)],
+    array: &str,
+    first: Vec<RawObject>,
+    rest: ListRest<RawObject>,
+    content_type: &'static str,
+) -> Response {
+    let mut start = Vec::with_capacity(first.iter().map(|i| i.0.len() + 1).sum::<usize>() + 1024);
+    write_head(&mut start, head, array, &first);
+    let comma = !first.is_empty();
+    let items = futures::stream::unfold((rest, comma, false), |(mut rest, mut comma, done)| async move {
+        if done {
+            return None;
+        }
+        let mut chunk = Vec::new();
+        let mut next = rest.recv().await;
+        loop {
+            match next {
+                None => {
+                    chunk.extend_from_slice(b"]}");
+                    return Some((Ok(Bytes::from(chunk)), (rest, comma, true)));
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "a streamed list answer is cut off");
+                    return Some((Err(std::io::Error::other(e.to_string())), (rest, comma, true)));
+                }
+                Some(Ok(item)) => {
+                    if comma {
+                        chunk.push(b',');
+                    }
+                    comma = true;
+                    chunk.extend_from_slice(&item.0);
+                }
+            }
+            if chunk.len() >= STREAM_CHUNK {
+                return Some((Ok(Bytes::from(chunk)), (rest, comma, false)));
+            }
+            next = match rest.try_recv() {
+                Ok(item) => Some(item),
+                Err(TryRecvError::Empty) => return Some((Ok(Bytes::from(chunk)), (rest, comma, false))),
+                Err(TryRecvError::Disconnected) => None,
+            };
+        }
+    });
+    let body = futures::stream::once(std::future::ready(Ok(Bytes::from(start)))).chain(items);
+    let mut r = (StatusCode::OK, Body::from_stream(body)).into_response();
     r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
     r
 }

@@ -393,8 +393,8 @@ impl Call<'_> {
         let out = self.negotiate(true)?;
         let params = q.list_params(res.strategy.field_labels())?;
         if out == Output::Json {
-            if let Some(list) = res.list_raw(ns, v, &params).await? {
-                return Ok(render_raw_list(res, v, list));
+            if let Some((list, rest)) = res.list_raw(ns, v, &params).await? {
+                return Ok(render_raw_list(res, v, list, rest));
             }
         }
         if let Output::Table(mv) = out {
