@@ -1,0 +1,141 @@
+//! A LIST without a limit is streamed: its answer is written while the objects are read, a page at a time, so that
+//! the server's memory holds a few pages however large the collection (and however slowly the client reads), not the
+//! answer. The answer is byte for byte the one a single page holding every object gives (`limit` above the count, at
+//! the same resourceVersion), as JSON and as a Table. On etcd the LIST is served from the watch cache, which holds
+//! every object by design: there the bound comes on top of the cache.
+//!
+//! Memory is the server's own account of it (`/proc/<pid>/status`): its peak (VmHWM, reset with
+//! `/proc/<pid>/clear_refs` before the LIST) minus its resident size (VmRSS) before.
+
+mod common;
+use common::requests::{call, get_accept};
+use common::shootstates::shootstate;
+use common::*;
+use axum::http::Method;
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use serde_json::json;
+use std::time::Duration;
+
+const SHOOTSTATES: &str = "/apis/core.gardener.cloud/v1beta1/shootstates";
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+/// `n` ShootStates in namespace `garden`, each holding `size` bytes of data, created 8 at a time.
+async fn create(s: &Server, n: usize, size: usize) {
+    let c = s.client().await;
+    let codes: Vec<u16> = futures::stream::iter(0..n)
+        .map(|i| {
+            let c = c.clone();
+            // Different in every object, as real certificates and keys are.
+            let data = format!("{i:08}").repeat(size / 8);
+            let body = shootstate("v1beta1", "garden", &format!("s-{i:05}"), json!({"key": data}));
+            async move {
+                let path = "/apis/core.gardener.cloud/v1beta1/namespaces/garden/shootstates";
+                let headers = [("content-type", "application/json")];
+                call(&c, Method::POST, path, &headers, body.to_string().into_bytes()).await.status
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert!(codes.iter().all(|c| *c == 201), "creates: {:?}", codes.iter().filter(|c| **c != 201).collect::<Vec<_>>());
+}
+
+/// A `kB` figure of /proc/<pid>/status.
+fn status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/<pid>/status");
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("kB")
+}
+
+/// The server's peak RSS from now on: resets VmHWM to the current RSS (`clear_refs` 5); returns that RSS in bytes.
+fn reset_peak(pid: u32) -> u64 {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("clear_refs");
+    status_kb(pid, "VmRSS:") * 1024
+}
+
+/// The LIST of every ShootState as `accept`, its body read `delay` apart per 64 KiB (a slow client) or at once.
+async fn list_body(s: &Server, query: &str, accept: &str, delay: Option<Duration>) -> Vec<u8> {
+    let c = s.client().await;
+    let req = common::requests::request(Method::GET, &format!("{SHOOTSTATES}{query}"), &[("accept", accept)], vec![]);
+    let resp = c.send(req).await.expect("LIST");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut out = Vec::new();
+    let mut unread = 0;
+    while let Some(frame) = body.frame().await {
+        let data = frame.expect("the answer").into_data().unwrap_or_default();
+        unread += data.len();
+        out.extend_from_slice(&data);
+        if let Some(d) = delay.filter(|_| unread >= 64 * 1024) {
+            unread = 0;
+            tokio::time::sleep(d).await;
+        }
+    }
+    out
+}
+
+/// The list's resourceVersion now.
+async fn revision(s: &Server) -> String {
+    let list = get_accept(&s.client().await, &format!("{SHOOTSTATES}?limit=1"), "application/json").await.json();
+    list["metadata"]["resourceVersion"].as_str().expect("resourceVersion").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_is_the_single_page_answer_byte_for_byte() {
+    let s = Server::start(&["--disable-scheduler"]);
+    // More than a page of the stream (64), some of them big.
+    create(&s, 300, 2048).await;
+    let rv = revision(&s).await;
+    for accept in ["application/json", TABLE] {
+        let streamed = list_body(&s, &format!("?resourceVersion={rv}&resourceVersionMatch=Exact"), accept, None).await;
+        let whole =
+            list_body(&s, &format!("?resourceVersion={rv}&resourceVersionMatch=Exact&limit=100000"), accept, None)
+                .await;
+        assert!(streamed == whole, "{accept}: the streamed answer differs ({} and {} bytes)", streamed.len(), whole.len());
+        let list: serde_json::Value = serde_json::from_slice(&streamed).expect("JSON");
+        let items = if accept == TABLE { &list["rows"] } else { &list["items"] };
+        assert_eq!(items.as_array().expect("items").len(), 300, "{accept}");
+    }
+}
+
+/// The bound: a LIST whose answer is over 4x what the server may hold for it (a quarter of the answer) raises the
+/// server's peak RSS by less than that quarter, fast client or slow. The Table holds the objects too
+/// (`includeObject=Object`), so that its answer is as large.
+async fn assert_bounded(s: &Server, objects: usize, delay: Option<Duration>) {
+    let pid = s.pid().expect("pid");
+    for (accept, query) in [("application/json", ""), (TABLE, "?includeObject=Object")] {
+        let before = reset_peak(pid);
+        let body = list_body(s, query, accept, delay).await;
+        let peak = status_kb(pid, "VmHWM:") * 1024;
+        let grown = peak.saturating_sub(before);
+        eprintln!("{accept}: {objects} objects, an answer of {} MiB: peak RSS +{} MiB", body.len() >> 20, grown >> 20);
+        assert!(
+            grown < body.len() as u64 / 4,
+            "{accept}: the peak RSS grew by {grown} bytes for an answer of {} bytes",
+            body.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpaginated_list_holds_a_few_pages_not_the_answer() {
+    let s = Server::start(&["--disable-scheduler", "--storage-cache-size", "16Mi"]);
+    create(&s, 1200, 100 * 1024).await;
+    assert_bounded(&s, 1200, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_slowly_holds_no_more() {
+    let s = Server::start(&["--disable-scheduler", "--storage-cache-size", "16Mi"]);
+    create(&s, 1200, 100 * 1024).await;
+    assert_bounded(&s, 1200, Some(Duration::from_millis(2))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_the_list_from_the_watch_cache_adds_the_same_bound() {
+    let etcd = common::etcd::Etcd::start();
+    let s = Server::start_on_etcd(&etcd, &["--disable-scheduler"]);
+    create(&s, 1200, 100 * 1024).await;
+    assert_bounded(&s, 1200, None).await;
+}
