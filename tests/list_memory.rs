@@ -8,10 +8,10 @@
 //! `/proc/<pid>/clear_refs` before the LIST) minus its resident size (VmRSS) before.
 
 mod common;
+use axum::http::Method;
 use common::requests::{call, get_accept};
 use common::shootstates::shootstate;
 use common::*;
-use axum::http::Method;
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use serde_json::json;
@@ -92,7 +92,12 @@ async fn a_streamed_answer_is_the_single_page_answer_byte_for_byte() {
         let whole =
             list_body(&s, &format!("?resourceVersion={rv}&resourceVersionMatch=Exact&limit=100000"), accept, None)
                 .await;
-        assert!(streamed == whole, "{accept}: the streamed answer differs ({} and {} bytes)", streamed.len(), whole.len());
+        assert!(
+            streamed == whole,
+            "{accept}: the streamed answer differs ({} and {} bytes)",
+            streamed.len(),
+            whole.len()
+        );
         let list: serde_json::Value = serde_json::from_slice(&streamed).expect("JSON");
         let items = if accept == TABLE { &list["rows"] } else { &list["items"] };
         assert_eq!(items.as_array().expect("items").len(), 300, "{accept}");
@@ -138,4 +143,44 @@ async fn on_etcd_the_list_from_the_watch_cache_adds_the_same_bound() {
     let s = Server::start_on_etcd(&etcd, &["--disable-scheduler"]);
     create(&s, 1200, 100 * 1024).await;
     assert_bounded(&s, 1200, None).await;
+}
+
+/// A watch with `sendInitialEvents=true` reads its initial events as the streamed LIST does: the server's peak grows
+/// by less than a quarter of what it sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_sends_its_initial_events_without_holding_them_all() {
+    // The events a watch holds ready for its client are parsed objects, so its bound is larger than a LIST's: a
+    // larger collection keeps the answer over 4x of it.
+    let s = Server::start(&["--disable-scheduler", "--storage-cache-size", "16Mi"]);
+    create(&s, 1600, 100 * 1024).await;
+    let pid = s.pid().expect("pid");
+    let before = reset_peak(pid);
+    let c = s.client().await;
+    let query = "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+    let req = common::requests::request(Method::GET, &format!("{SHOOTSTATES}{query}"), &[], vec![]);
+    let resp = c.send(req).await.expect("watch");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let (mut sent, mut line, mut added) = (0usize, Vec::new(), 0);
+    'events: while let Some(frame) = body.frame().await {
+        let data = frame.expect("the watch").into_data().unwrap_or_default();
+        sent += data.len();
+        for b in data {
+            if b != b'\n' {
+                line.push(b);
+                continue;
+            }
+            let event: serde_json::Value = serde_json::from_slice(&line).expect("an event");
+            line.clear();
+            match event["type"].as_str() {
+                Some("ADDED") => added += 1,
+                Some("BOOKMARK") => break 'events,
+                other => panic!("{other:?}: {event}"),
+            }
+        }
+    }
+    assert_eq!(added, 1600);
+    let grown = (status_kb(pid, "VmHWM:") * 1024).saturating_sub(before);
+    eprintln!("initial events: {} MiB sent, peak RSS +{} MiB", sent >> 20, grown >> 20);
+    assert!(grown < sent as u64 / 4, "the peak RSS grew by {grown} bytes for {sent} bytes of initial events");
 }

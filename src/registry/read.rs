@@ -26,6 +26,8 @@ const STREAM_STEP_BYTES: usize = 1 << 20;
 const STREAM_STEP_OBJECTS: usize = 256;
 /// Objects read ahead of the client's reading: with a step, what a slow client makes the server hold.
 const STREAM_AHEAD: usize = 16;
+/// Events of a watch ready for its client.
+const WATCH_AHEAD: usize = 32;
 
 /// The `resourceVersionMatch` parameter and its values, as clients send them.
 const RV_MATCH: &str = "resourceVersionMatch";
@@ -335,29 +337,39 @@ impl Resource {
         self.stored("watch")?;
         let prefix = self.prefix(namespace);
         let rv = p.resource_version.clone().unwrap_or_default();
-        let (initial_items, after) = if self.sends_initial_events(&p, &rv)? {
-            let list = match self
-                .list(
-                    namespace,
-                    version,
-                    &ListParams {
-                        label_selector: p.label_selector.clone(),
-                        field_selector: p.field_selector.clone(),
-                        resource_version: (!rv.is_empty() && rv != "0").then(|| rv.clone()),
-                        ..Default::default()
-                    },
-                )
-                .await
-            {
-                Ok(list) => list,
+        let this = Arc::new(Resource {
+            strategy: self.strategy.clone(),
+            storage: self.storage.clone(),
+            config: self.config.clone(),
+        });
+        let (initial_items, rest, after) = if self.sends_initial_events(&p, &rv)? {
+            let params = ListParams {
+                label_selector: p.label_selector.clone(),
+                field_selector: p.field_selector.clone(),
+                resource_version: (!rv.is_empty() && rv != "0").then(|| rv.clone()),
+                ..Default::default()
+            };
+            // Streamed as a LIST without a limit is: the initial events of a large collection are read while they
+            // are sent.
+            let (of, version, label, field) =
+                (this.clone(), version.to_string(), params.label_selector.clone(), params.field_selector.clone());
+            let item = move |kv: &KeyValue| {
+                let obj = of.decode_stored(kv, &version)?;
+                Ok(of.matches(&obj, &label, &field).then_some(obj))
+            };
+            match this.list_streamed(namespace, &params, item).await {
+                Ok((list, rest)) => (list.items, rest, list.revision),
                 // kube-apiserver's cacher answers a watch whose initial events wait for a revision it does not reach
                 // with a watch whose one event is that error (its errWatcher), not with an HTTP error.
                 Err(e) if is_too_large_resource_version(&e) => return Ok(error_watch(e)),
                 Err(e) => return Err(e),
-            };
-            (list.items, list.revision)
+            }
         } else {
-            (Vec::new(), if rv.is_empty() || rv == "0" { self.storage.current_revision() } else { parse_rv(&rv)? })
+            (
+                Vec::new(),
+                None,
+                if rv.is_empty() || rv == "0" { self.storage.current_revision() } else { parse_rv(&rv)? },
+            )
         };
         let events = self.storage.watch(&prefix, after).await.map_err(|e| match e {
             StorageError::Expired { requested, oldest } => {
@@ -365,11 +377,11 @@ impl Resource {
             }
             other => other.into(),
         })?;
-        let (tx, rx) = mpsc::channel(256);
-        let this =
-            Resource { strategy: self.strategy.clone(), storage: self.storage.clone(), config: self.config.clone() };
+        // Events ready for the client: enough for bursts of small ones, few enough that a slow client of large
+        // objects (a watch's initial events among them) holds megabytes, not the collection.
+        let (tx, rx) = mpsc::channel(WATCH_AHEAD);
         let version = version.to_string();
-        tokio::spawn(async move { this.forward(initial_items, after, events, tx, &version, &p).await });
+        tokio::spawn(async move { this.forward((initial_items, rest), after, events, tx, &version, &p).await });
         Ok(rx)
     }
 
@@ -395,7 +407,7 @@ impl Resource {
     /// until the client goes away or an event ends it with an ERROR.
     async fn forward(
         &self,
-        initial_items: Vec<Value>,
+        (initial_items, rest): (Vec<Value>, Option<ListRest<Value>>),
         after: u64,
         mut events: mpsc::Receiver<WatchItem>,
         tx: mpsc::Sender<WatchOut>,
@@ -405,6 +417,21 @@ impl Resource {
         for object in initial_items {
             if tx.send(WatchOut::Event { kind: WatchEventType::Added, object }).await.is_err() {
                 return;
+            }
+        }
+        if let Some(mut rest) = rest {
+            while let Some(read) = rest.recv().await {
+                let out = match read {
+                    Ok(object) => WatchOut::Event { kind: WatchEventType::Added, object },
+                    // The initial events cannot be complete: the watch ends with the error.
+                    Err(e) => {
+                        let _ = tx.send(WatchOut::Error(e)).await;
+                        return;
+                    }
+                };
+                if tx.send(out).await.is_err() {
+                    return;
+                }
             }
         }
         if p.send_initial_events == Some(true)
