@@ -9,13 +9,13 @@ use crate::error::{ApiError, ApiResult};
 use crate::registry::ListRest;
 use crate::registry::{ListOut, ListParams, RawObject, Resource};
 use axum::body::Body;
-use bytes::Bytes;
-use futures::StreamExt as _;
-use std::sync::Arc;
-use tokio::sync::mpsc::error::TryRecvError;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt as _;
 use serde_json::Value;
+use std::sync::Arc;
+use tokio::sync::mpsc::error::TryRecvError;
 
 pub(super) fn json_response(
     code: StatusCode,
