@@ -56,10 +56,16 @@ fn reset_peak(pid: u32) -> u64 {
 
 /// The LIST of every ShootState as `accept`, its body read `delay` apart per 64 KiB (a slow client) or at once.
 async fn list_body(s: &Server, query: &str, accept: &str, delay: Option<Duration>) -> Vec<u8> {
+    list_answer(s, query, accept, delay).await.1
+}
+
+/// [`list_body`] with whether the answer was streamed: sent without a Content-Length, as it was written.
+async fn list_answer(s: &Server, query: &str, accept: &str, delay: Option<Duration>) -> (bool, Vec<u8>) {
     let c = s.client().await;
     let req = common::requests::request(Method::GET, &format!("{SHOOTSTATES}{query}"), &[("accept", accept)], vec![]);
     let resp = c.send(req).await.expect("LIST");
     assert_eq!(resp.status(), 200);
+    let streamed = resp.headers().get("content-length").is_none();
     let mut body = resp.into_body();
     let mut out = Vec::new();
     let mut unread = 0;
@@ -72,7 +78,7 @@ async fn list_body(s: &Server, query: &str, accept: &str, delay: Option<Duration
             tokio::time::sleep(d).await;
         }
     }
-    out
+    (streamed, out)
 }
 
 /// The list's resourceVersion now.
@@ -84,14 +90,14 @@ async fn revision(s: &Server) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_answer_is_the_single_page_answer_byte_for_byte() {
     let s = Server::start(&["--disable-scheduler"]);
-    // More than a page of the stream (64), some of them big.
-    create(&s, 300, 2048).await;
+    // Long enough to be streamed: more than its first page (16 objects) and more than the 4 MiB read whole.
+    create(&s, 300, 16 * 1024).await;
     let rv = revision(&s).await;
     for accept in ["application/json", TABLE] {
-        let streamed = list_body(&s, &format!("?resourceVersion={rv}&resourceVersionMatch=Exact"), accept, None).await;
-        let whole =
-            list_body(&s, &format!("?resourceVersion={rv}&resourceVersionMatch=Exact&limit=100000"), accept, None)
-                .await;
+        let exact = format!("?resourceVersion={rv}&resourceVersionMatch=Exact");
+        let (was_streamed, streamed) = list_answer(&s, &exact, accept, None).await;
+        assert!(was_streamed, "{accept}: the LIST without a limit was not streamed");
+        let (_, whole) = list_answer(&s, &format!("{exact}&limit=100000"), accept, None).await;
         assert!(
             streamed == whole,
             "{accept}: the streamed answer differs ({} and {} bytes)",

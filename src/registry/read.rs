@@ -24,6 +24,9 @@ pub const STREAM_PAGE: usize = 16;
 /// objects as hold about this much, at least one, at most [`STREAM_STEP_OBJECTS`].
 const STREAM_STEP_BYTES: usize = 1 << 20;
 const STREAM_STEP_OBJECTS: usize = 256;
+/// A LIST without a limit estimated at most this many stored bytes (its first page's object size times its length)
+/// is read whole and answered at once, as before streaming: a list of a thousand small objects costs no more.
+const WHOLE_LIST_BYTES: usize = 4 << 20;
 /// Objects read ahead of the client's reading: with a step, what a slow client makes the server hold.
 const STREAM_AHEAD: usize = 16;
 /// Events of a watch ready for its client.
@@ -156,10 +159,24 @@ impl Resource {
         let version_match = self.version_match(p)?;
         let (start_after, revision) = self.list_start(&prefix, p, version_match).await?;
         let first = ListParams { limit: STREAM_PAGE, ..p.clone() };
-        let pages = self.read_pages(&prefix, &first, start_after, revision, &mut item).await?;
+        let (mut first_bytes, mut first_read) = (0, 0);
+        let mut sized = |kv: &KeyValue| {
+            (first_bytes, first_read) = (first_bytes + kv.value.len(), first_read + 1);
+            item(kv)
+        };
+        let pages = self.read_pages(&prefix, &first, start_after, revision, &mut sized).await?;
         let revision = pages.read_at.unwrap_or_else(|| self.storage.current_revision());
-        let head = ListOut { items: pages.items, revision, continue_token: None, remaining: None };
+        let mut head = ListOut { items: pages.items, revision, continue_token: None, remaining: None };
         let (Some(last_key), true) = (pages.last_key, pages.more) else { return Ok((head, None)) };
+        // A list whose rest is small, by the first page's object size, is read whole now and answered as before:
+        // streaming would only add its cost.
+        let length = first_read + pages.remaining as usize;
+        if first_bytes / first_read.max(1) * length <= WHOLE_LIST_BYTES {
+            let all = ListParams { limit: 0, continue_token: None, ..p.clone() };
+            let rest = self.read_pages(&prefix, &all, Some(last_key), Some(revision), &mut item).await?;
+            head.items.extend(rest.items);
+            return Ok((head, None));
+        }
         let (tx, rx) = mpsc::channel(STREAM_AHEAD);
         let (res, mut step) = (self.clone(), ListParams { limit: STREAM_PAGE, continue_token: None, ..p.clone() });
         tokio::spawn(async move {
