@@ -201,7 +201,7 @@ async fn open(etcd: &Etcd) -> Arc<EtcdStorage> {
 }
 
 fn all() -> ListOptions {
-    ListOptions { start_after: None, limit: 0, revision: None }
+    ListOptions { start_after: None, limit: 0, revision: None, ..Default::default() }
 }
 
 /// Only what etcd stores: the revision a list was read at differs between the cache and etcd.
@@ -243,7 +243,10 @@ async fn reads_before_the_cache_is_filled_are_answered_by_etcd() {
     let from_cache = store.list(TEST_PREFIX, all()).await.expect("list");
     assert_eq!(stored(&from_cache.items), stored(&from_etcd.items));
     let page = store
-        .list(TEST_PREFIX, ListOptions { start_after: Some(format!("{TEST_PREFIX}k-19990")), limit: 5, revision: None })
+        .list(
+            TEST_PREFIX,
+            ListOptions { start_after: Some(format!("{TEST_PREFIX}k-19990")), limit: 5, ..Default::default() },
+        )
         .await
         .expect("page");
     assert_eq!((page.items.len(), page.more, page.remaining), (5, true, 4));

@@ -67,7 +67,9 @@ async fn list(storage: &dyn Storage, prefix: &str, ttl: Duration) -> Result<(Dea
     let mut deadlines = Deadlines::new();
     let (mut start_after, mut revision) = (None, None);
     loop {
-        let page = storage.list(prefix, ListOptions { start_after: start_after.take(), limit: PAGE, revision }).await?;
+        let page = storage
+            .list(prefix, ListOptions { start_after: start_after.take(), limit: PAGE, revision, ..Default::default() })
+            .await?;
         revision = Some(page.revision);
         for kv in &page.items {
             deadlines.insert(kv.key.clone(), (kv.mod_revision, Instant::now() + remaining(kv, ttl)));

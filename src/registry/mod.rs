@@ -15,7 +15,7 @@ pub mod managed;
 pub mod object_meta;
 mod read;
 pub mod syntax;
-pub use read::{ListRest, WatchEventType, STREAM_PAGE};
+pub use read::{ListRest, WatchEventType};
 pub mod selectors;
 mod splice;
 mod steps;

@@ -13,20 +13,15 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// The objects of a LIST without a limit that come after its first [`STREAM_PAGE`], read at the list's revision
-/// while its answer is sent: each one in key order, or the error that ends the list.
+/// The objects of a LIST without a limit that come after its first part, read at the list's revision while its
+/// answer is sent: each one in key order, or the error that ends the list.
 pub type ListRest<T> = mpsc::Receiver<ApiResult<T>>;
 
-/// Objects a LIST without a limit reads before its answer starts: a list no longer than this is answered whole, as
-/// before; a longer one is streamed.
-pub const STREAM_PAGE: usize = 16;
-/// The stored bytes a streamed LIST reads from the store at a time (each step after the first page): as many
-/// objects as hold about this much, at least one, at most [`STREAM_STEP_OBJECTS`].
+/// A LIST without a limit whose stored objects come to at most this many bytes is read in one go and answered at
+/// once, as before streaming (a thousand small objects cost nothing more); a longer one is answered while its
+/// objects are read, this much first, then [`STREAM_STEP_BYTES`] at a time.
+const WHOLE_LIST_BYTES: usize = 2 << 20;
 const STREAM_STEP_BYTES: usize = 1 << 20;
-const STREAM_STEP_OBJECTS: usize = 256;
-/// A LIST without a limit estimated at most this many stored bytes (its first page's object size times its length)
-/// is read whole and answered at once, as before streaming: a list of a thousand small objects costs no more.
-const WHOLE_LIST_BYTES: usize = 4 << 20;
 /// Objects read ahead of the client's reading: with a step, what a slow client makes the server hold.
 const STREAM_AHEAD: usize = 16;
 /// Events of a watch ready for its client.
@@ -142,9 +137,10 @@ impl Resource {
         Ok(Some(self.list_streamed(namespace, p, item).await?))
     }
 
-    /// [`Resource::list_with`], but a LIST without a limit that is longer than [`STREAM_PAGE`] objects reads only
-    /// its first page now (whose errors answer the request) and the rest while its answer is sent, so that memory
-    /// holds a few pages, not the whole collection. Its answer is the same: one revision, every object in order.
+    /// [`Resource::list_with`], but a LIST without a limit whose objects come to more than [`WHOLE_LIST_BYTES`]
+    /// reads only that much now (whose errors answer the request) and the rest while its answer is sent, so that
+    /// memory holds a few megabytes, not the whole collection. Its answer is the same: one revision, every object
+    /// in order.
     pub async fn list_streamed<T: Send + 'static>(
         self: &Arc<Self>,
         namespace: Option<&str>,
@@ -158,40 +154,18 @@ impl Resource {
         let prefix = self.prefix(namespace);
         let version_match = self.version_match(p)?;
         let (start_after, revision) = self.list_start(&prefix, p, version_match).await?;
-        let first = ListParams { limit: STREAM_PAGE, ..p.clone() };
-        let (mut first_bytes, mut first_read) = (0, 0);
-        let mut sized = |kv: &KeyValue| {
-            (first_bytes, first_read) = (first_bytes + kv.value.len(), first_read + 1);
-            item(kv)
-        };
-        let pages = self.read_pages(&prefix, &first, start_after, revision, &mut sized).await?;
+        // As much as WHOLE_LIST_BYTES of stored objects in one read: a list no longer is answered whole, as before.
+        let pages = self.read_pages(&prefix, p, start_after, (revision, WHOLE_LIST_BYTES), &mut item).await?;
         let revision = pages.read_at.unwrap_or_else(|| self.storage.current_revision());
-        let mut head = ListOut { items: pages.items, revision, continue_token: None, remaining: None };
+        let head = ListOut { items: pages.items, revision, continue_token: None, remaining: None };
         let (Some(last_key), true) = (pages.last_key, pages.more) else { return Ok((head, None)) };
-        // A list whose rest is small, by the first page's object size, is read whole now and answered as before:
-        // streaming would only add its cost.
-        let length = first_read + pages.remaining as usize;
-        if first_bytes / first_read.max(1) * length <= WHOLE_LIST_BYTES {
-            let all = ListParams { limit: 0, continue_token: None, ..p.clone() };
-            let rest = self.read_pages(&prefix, &all, Some(last_key), Some(revision), &mut item).await?;
-            head.items.extend(rest.items);
-            return Ok((head, None));
-        }
         let (tx, rx) = mpsc::channel(STREAM_AHEAD);
-        let (res, mut step) = (self.clone(), ListParams { limit: STREAM_PAGE, continue_token: None, ..p.clone() });
+        let (res, p) = (self.clone(), ListParams { continue_token: None, ..p.clone() });
         tokio::spawn(async move {
             let mut after = Some(last_key);
             while let Some(start) = after.take() {
-                let mut sizes = (0, 0);
-                let mut sized = |kv: &KeyValue| {
-                    sizes = (sizes.0 + kv.value.len(), sizes.1 + 1);
-                    item(kv)
-                };
-                let read = res.read_pages(&prefix, &step, Some(start), Some(revision), &mut sized).await;
-                // The next step holds about STREAM_STEP_BYTES of objects the size of this step's.
-                let average = sizes.0 / sizes.1.max(1);
-                step.limit = (STREAM_STEP_BYTES / average.max(1)).clamp(1, STREAM_STEP_OBJECTS);
-                let pages = match read {
+                let read = (Some(revision), STREAM_STEP_BYTES);
+                let pages = match res.read_pages(&prefix, &p, Some(start), read, &mut item).await {
                     Ok(pages) => pages,
                     Err(e) => {
                         let _ = tx.send(Err(e)).await;
@@ -221,7 +195,7 @@ impl Resource {
         let prefix = self.prefix(namespace);
         let version_match = self.version_match(p)?;
         let (start_after, revision) = self.list_start(&prefix, p, version_match).await?;
-        let pages = self.read_pages(&prefix, p, start_after, revision, &mut item).await?;
+        let pages = self.read_pages(&prefix, p, start_after, (revision, 0), &mut item).await?;
         let revision = pages.read_at.unwrap_or_else(|| self.storage.current_revision());
         let continue_token = match (&pages.last_key, pages.more) {
             (Some(k), true) => Some(
@@ -295,13 +269,14 @@ impl Resource {
         prefix: &str,
         p: &ListParams,
         mut start_after: Option<String>,
-        revision: Option<u64>,
+        (revision, max_bytes): (Option<u64>, usize),
         item: &mut impl FnMut(&KeyValue) -> ApiResult<Option<T>>,
     ) -> ApiResult<Pages<T>> {
         let mut pages = Pages { items: Vec::new(), read_at: revision, more: false, remaining: 0, last_key: None };
         let mut unreadable = Vec::new();
         loop {
-            let options = ListOptions { start_after: start_after.clone(), limit: p.limit, revision: pages.read_at };
+            let options =
+                ListOptions { start_after: start_after.clone(), limit: p.limit, revision: pages.read_at, max_bytes };
             let res = self.storage.list(prefix, options).await.map_err(|e| match e {
                 StorageError::Expired { .. } if p.continue_token.is_some() => expired_continue(prefix, &start_after),
                 StorageError::Expired { requested, oldest } => {

@@ -226,11 +226,13 @@ pub(super) async fn admit(
     if !InflightLimits::counts(info, user) {
         return Ok(None);
     }
+    let kind = RequestKind::of(info);
+    // Counting a LIST's objects costs a read: only where there is a limit to charge them against.
     let seats = match info.verb.as_str() {
-        "list" => seats_of_list(st, info, uri.query()).await,
+        "list" if st.inflight.pool(kind).is_some() => seats_of_list(st, info, uri.query()).await,
         _ => 1,
     };
-    match st.inflight.admit(RequestKind::of(info), seats) {
+    match st.inflight.admit(kind, seats) {
         Admission::Uncounted => Ok(None),
         Admission::Admitted(seats) => Ok(Some(seats)),
         Admission::Rejected => {

@@ -85,7 +85,7 @@ async fn namespaces_under(st: &AppState, prefix: &str) -> ApiResult<Vec<String>>
     let mut found = Vec::new();
     let mut start_after = None;
     loop {
-        let opts = ListOptions { start_after: start_after.take(), limit: 1, revision: None };
+        let opts = ListOptions { start_after: start_after.take(), limit: 1, revision: None, ..Default::default() };
         let key = match st.registry.storage.list(prefix, opts).await {
             Ok(page) => page.items.into_iter().next().map(|kv| kv.key),
             // A value that cannot be read still names its namespace.

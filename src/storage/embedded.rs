@@ -395,7 +395,7 @@ fn list_page(
     objects: &ReadOnlyTable<&'static str, &'static [u8]>,
     prefix: &str,
     start_after: Option<&str>,
-    limit: usize,
+    (limit, max_bytes): (usize, usize),
     overlay: &Overlay,
     known_remaining: Option<u64>,
 ) -> Result<(Vec<KeyValue>, u64)> {
@@ -424,7 +424,7 @@ fn list_page(
         .filter_map(|(_, v)| v.as_ref())
         .peekable();
 
-    let mut items = Vec::new();
+    let (mut items, mut bytes) = (Vec::new(), 0);
     let mut remaining = 0u64;
     let mut db_head = next_db()?;
     loop {
@@ -434,7 +434,7 @@ fn list_page(
             (None, Some(_)) => false,
             (Some((k, _)), Some(kv)) => k.value() < kv.key.as_str(),
         };
-        let full = limit != 0 && items.len() >= limit;
+        let full = (limit != 0 && items.len() >= limit) || (max_bytes != 0 && bytes >= max_bytes);
         if full && known_remaining.is_some() {
             break;
         }
@@ -442,13 +442,16 @@ fn list_page(
             if full {
                 remaining += 1;
             } else if let Some((k, v)) = &db_head {
-                items.push(decode(k.value(), v.value())?);
+                let kv = decode(k.value(), v.value())?;
+                bytes += kv.value.len();
+                items.push(kv);
             }
             db_head = next_db()?;
         } else if let Some(kv) = old.next() {
             if full {
                 remaining += 1;
             } else {
+                bytes += kv.value.len();
                 items.push(kv.clone());
             }
         }
@@ -503,9 +506,9 @@ impl Storage for EmbeddedStorage {
             known => known,
         };
         let pinned_tables = tables.clone();
-        let (page_prefix, start, limit) = (prefix.to_owned(), opts.start_after.clone(), opts.limit);
+        let (page_prefix, start, limits) = (prefix.to_owned(), opts.start_after.clone(), (opts.limit, opts.max_bytes));
         let (items, remaining) = tokio::task::spawn_blocking(move || {
-            list_page(&pinned_tables.objects, &page_prefix, start.as_deref(), limit, &overlay, known_remaining)
+            list_page(&pinned_tables.objects, &page_prefix, start.as_deref(), limits, &overlay, known_remaining)
         })
         .await
         .map_err(|e| StorageError::Internal(format!("list task failed: {e}")))??;

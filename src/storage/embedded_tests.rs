@@ -16,7 +16,7 @@ fn b(s: &str) -> Bytes {
 }
 
 fn page(start_after: Option<&str>, limit: usize, revision: Option<Revision>) -> ListOptions {
-    ListOptions { start_after: start_after.map(str::to_owned), limit, revision }
+    ListOptions { start_after: start_after.map(str::to_owned), limit, revision, ..Default::default() }
 }
 
 fn keys(r: &ListResult) -> Vec<&str> {
@@ -121,6 +121,20 @@ async fn list_paging() {
     assert!(none.items.is_empty());
     let everything = s.list("", page(None, 0, None)).await.expect("list");
     assert_eq!(everything.items.len(), 7);
+}
+
+#[tokio::test]
+async fn a_page_stops_at_its_byte_limit_with_the_item_that_reaches_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = open(dir.path(), 100);
+    for k in ["/r/1", "/r/2", "/r/3", "/r/4"] {
+        s.create(k, b("12345")).await.expect("create");
+    }
+    let page = s.list("/r/", ListOptions { max_bytes: 6, ..Default::default() }).await.expect("list");
+    assert_eq!((keys(&page), page.more, page.remaining), (vec!["/r/1", "/r/2"], true, 2));
+    let rest =
+        s.list("/r/", ListOptions { start_after: Some("/r/2".into()), max_bytes: 100, ..Default::default() }).await;
+    assert_eq!(keys(&rest.expect("list")), ["/r/3", "/r/4"]);
 }
 
 #[tokio::test]

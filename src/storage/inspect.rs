@@ -209,7 +209,8 @@ pub async fn count_values(store: &dyn Storage, prefix: &str) -> Result<ValueCoun
     let mut counts = ValueCounts::default();
     let mut start_after = None;
     loop {
-        let opts = ListOptions { start_after: start_after.take(), limit: COUNT_PAGE, revision: None };
+        let opts =
+            ListOptions { start_after: start_after.take(), limit: COUNT_PAGE, revision: None, ..Default::default() };
         let page = store.list(prefix, opts).await?;
         for kv in &page.items {
             counts.add(&kv.key, &kv.value);

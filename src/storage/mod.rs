@@ -61,6 +61,7 @@ pub enum WatchItem {
     Error(StorageError),
 }
 
+#[derive(Clone, Debug, Default)]
 pub struct ListOptions {
     /// Only keys strictly greater than this (the continue position).
     pub start_after: Option<String>,
@@ -68,6 +69,9 @@ pub struct ListOptions {
     pub limit: usize,
     /// Read as of this revision (a consistent continuation); `None` means the latest.
     pub revision: Option<Revision>,
+    /// Stop once the values read reach this many bytes (the item that reaches it included), as `limit` stops:
+    /// `more` and `remaining` say what follows. 0 means no limit. A store that cannot tell may return more.
+    pub max_bytes: usize,
 }
 
 pub struct ListResult {
@@ -149,7 +153,9 @@ pub trait Storage: Send + Sync + 'static {
     /// How many keys are under `prefix` now: what a LIST of it would return. The default reads one key and the
     /// count of those after it; a store that keeps counts answers from them.
     async fn count(&self, prefix: &str) -> Result<u64> {
-        let page = self.list(prefix, ListOptions { start_after: None, limit: 1, revision: None }).await?;
+        let page = self
+            .list(prefix, ListOptions { start_after: None, limit: 1, revision: None, ..Default::default() })
+            .await?;
         Ok(page.items.len() as u64 + if page.more { page.remaining } else { 0 })
     }
 

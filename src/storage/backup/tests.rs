@@ -31,7 +31,9 @@ async fn a_restored_store_has_the_objects_revisions_and_counts_of_the_snapshot()
     assert_eq!((info.revision, info.objects), (5, 2));
     // Later writes are not in it.
     s.create("/registry/g/r/ns/d", Bytes::from_static(b"later")).await.expect("create");
-    let before = s.list("/registry/g/r/", ListOptions { start_after: None, limit: 0, revision: Some(5) }).await;
+    let before = s
+        .list("/registry/g/r/", ListOptions { start_after: None, limit: 0, revision: Some(5), ..Default::default() })
+        .await;
     let before = before.expect("list").items;
     drop(s);
 
@@ -41,10 +43,14 @@ async fn a_restored_store_has_the_objects_revisions_and_counts_of_the_snapshot()
     restore(&info.path, &restored_dir).expect("restore");
     let r = open(&restored_dir);
     assert_eq!(r.current_revision(), 5);
-    let list = r.list("/registry/g/r/", ListOptions { start_after: None, limit: 1, revision: None }).await;
+    let list = r
+        .list("/registry/g/r/", ListOptions { start_after: None, limit: 1, revision: None, ..Default::default() })
+        .await;
     let list = list.expect("list");
     assert_eq!((list.remaining, list.items[0].clone()), (1, before[0].clone()), "counts rebuilt");
-    let all = r.list("/registry/g/r/", ListOptions { start_after: None, limit: 0, revision: None }).await;
+    let all = r
+        .list("/registry/g/r/", ListOptions { start_after: None, limit: 0, revision: None, ..Default::default() })
+        .await;
     assert_eq!(all.expect("list").items, before);
     // The next write takes the revision after the snapshot's.
     let kv = r.create("/registry/g/r/ns/e", Bytes::from_static(b"e")).await.expect("create");

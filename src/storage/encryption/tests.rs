@@ -303,10 +303,13 @@ async fn encrypted_storage_over_the_embedded_backend() {
     assert_eq!(s.get(KEY).await.expect("get"), Some(kv.clone()));
     let updated = s.update(KEY, Bytes::from_static(b"{\"v\":2}"), 1).await.expect("update");
     assert_eq!(updated.mod_revision, 2);
-    let listed = s.list("/registry/", ListOptions { start_after: None, limit: 0, revision: None }).await;
+    let listed =
+        s.list("/registry/", ListOptions { start_after: None, limit: 0, revision: None, ..Default::default() }).await;
     assert_eq!(listed.expect("list").items[0].value.as_ref(), b"{\"v\":2}");
     // A consistent list at an older revision reads the (encrypted) history too.
-    let old = s.list("/registry/", ListOptions { start_after: None, limit: 0, revision: Some(1) }).await;
+    let old = s
+        .list("/registry/", ListOptions { start_after: None, limit: 0, revision: Some(1), ..Default::default() })
+        .await;
     assert_eq!(old.expect("list").items[0].value.as_ref(), PLAIN);
 
     match next(&mut watch).await {
@@ -334,7 +337,10 @@ async fn encrypted_storage_over_the_embedded_backend() {
     let s1 = EncryptedStorage::new(inner.clone(), config(&keys("aesgcm", &[("key1", KEY1)])));
     let e = s1.get(KEY).await.expect_err("undecryptable");
     assert!(e.to_string().contains("aesgcm:v1:key2"), "{e}");
-    assert!(s1.list("/registry/", ListOptions { start_after: None, limit: 0, revision: None }).await.is_err());
+    assert!(s1
+        .list("/registry/", ListOptions { start_after: None, limit: 0, revision: None, ..Default::default() })
+        .await
+        .is_err());
     let mut w1 = s1.watch("/registry/", 2).await.expect("watch");
     assert!(matches!(next(&mut w1).await, WatchItem::Error(StorageError::Corrupt(_))));
 

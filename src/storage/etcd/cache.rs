@@ -199,7 +199,13 @@ impl Cache {
         };
         let mut range = st.items.range::<str, _>((start, Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix));
         let limit = if opts.limit == 0 { usize::MAX } else { opts.limit };
-        let items: Vec<KeyValue> = range.by_ref().take(limit).map(|(_, kv)| kv.clone()).collect();
+        let max_bytes = if opts.max_bytes == 0 { usize::MAX } else { opts.max_bytes };
+        let (mut items, mut bytes) = (Vec::new(), 0);
+        while items.len() < limit && bytes < max_bytes {
+            let Some((_, kv)) = range.next() else { break };
+            bytes += kv.value.len();
+            items.push(kv.clone());
+        }
         let remaining = range.count() as u64;
         Some(ListResult { items, revision: st.revision, more: remaining > 0, remaining })
     }
@@ -234,7 +240,7 @@ mod tests {
     }
 
     fn opts(start_after: Option<&str>, limit: usize) -> ListOptions {
-        ListOptions { start_after: start_after.map(str::to_string), limit, revision: None }
+        ListOptions { start_after: start_after.map(str::to_string), limit, revision: None, ..Default::default() }
     }
 
     fn keys(res: &ListResult) -> Vec<&str> {
@@ -259,6 +265,15 @@ mod tests {
         assert!(cache.list("/r/", &opts(None, 0), At::Exactly(4)).is_none());
         assert_eq!(cache.get("/r/a/1", At::AtLeast(5)), Some(Some(kv("/r/a/1", 1))));
         assert_eq!(cache.get("/r/zz", At::AtLeast(5)), Some(None));
+    }
+
+    #[test]
+    fn a_page_stops_at_its_byte_limit_with_the_item_that_reaches_it() {
+        let cache = loaded(&[("/r/a/1", 1), ("/r/a/2", 2), ("/r/a/3", 3)], 3);
+        let value_len = cache.get("/r/a/1", At::AtLeast(3)).flatten().expect("stored").value.len();
+        let opts = ListOptions { max_bytes: value_len + 1, ..Default::default() };
+        let page = cache.list("/r/a/", &opts, At::AtLeast(3)).expect("ready");
+        assert_eq!((keys(&page), page.more, page.remaining), (vec!["/r/a/1", "/r/a/2"], true, 1));
     }
 
     #[test]

@@ -307,7 +307,10 @@ impl EtcdStorage {
     /// Every key under the registry `prefix` as stored (possibly encrypted), for `storage inspect`: read from etcd
     /// itself, not the cache.
     pub async fn scan(&self, prefix: &str) -> Result<Vec<KeyValue>> {
-        Ok(self.list_etcd(prefix, ListOptions { start_after: None, limit: 0, revision: None }).await?.items)
+        Ok(self
+            .list_etcd(prefix, ListOptions { start_after: None, limit: 0, revision: None, ..Default::default() })
+            .await?
+            .items)
     }
 
     /// The cache revision a consistent read may answer at: etcd's current revision (from a request that started
