@@ -1,8 +1,10 @@
 //! A LIST without a limit is streamed: its answer is written while the objects are read, a page at a time, so that
 //! the server's memory holds a few pages however large the collection (and however slowly the client reads), not the
 //! answer. The answer is byte for byte the one a single page holding every object gives (`limit` above the count, at
-//! the same resourceVersion), as JSON and as a Table. On etcd the LIST is served from the watch cache, which holds
-//! every object by design: there the bound comes on top of the cache.
+//! the same resourceVersion), in every form: JSON and Table from the stored bytes; JSON, Table and
+//! PartialObjectMetadataList from parsed objects (a label selector, another version); protobuf (Namespaces). On etcd
+//! the LIST is served from the watch cache, which holds every object by design: there the bound comes on top of the
+//! cache.
 //!
 //! Memory is the server's own account of it (`/proc/<pid>/status`): its peak (VmHWM, reset with
 //! `/proc/<pid>/clear_refs` before the LIST) minus its resident size (VmRSS) before.
@@ -28,7 +30,8 @@ async fn create(s: &Server, n: usize, size: usize) {
             let c = c.clone();
             // Different in every object, as real certificates and keys are.
             let data = format!("{i:08}").repeat(size / 8);
-            let body = shootstate("v1beta1", "garden", &format!("s-{i:05}"), json!({"key": data}));
+            let mut body = shootstate("v1beta1", "garden", &format!("s-{i:05}"), json!({"key": data}));
+            body["metadata"]["labels"] = json!({"half": if i % 2 == 0 { "yes" } else { "no" }});
             async move {
                 let path = "/apis/core.gardener.cloud/v1beta1/namespaces/garden/shootstates";
                 let headers = [("content-type", "application/json")];
@@ -56,13 +59,13 @@ fn reset_peak(pid: u32) -> u64 {
 
 /// The LIST of every ShootState as `accept`, its body read `delay` apart per 64 KiB (a slow client) or at once.
 async fn list_body(s: &Server, query: &str, accept: &str, delay: Option<Duration>) -> Vec<u8> {
-    list_answer(s, query, accept, delay).await.1
+    list_answer(s, &format!("{SHOOTSTATES}{query}"), accept, delay).await.1
 }
 
 /// [`list_body`] with whether the answer was streamed: sent without a Content-Length, as it was written.
-async fn list_answer(s: &Server, query: &str, accept: &str, delay: Option<Duration>) -> (bool, Vec<u8>) {
+async fn list_answer(s: &Server, path: &str, accept: &str, delay: Option<Duration>) -> (bool, Vec<u8>) {
     let c = s.client().await;
-    let req = common::requests::request(Method::GET, &format!("{SHOOTSTATES}{query}"), &[("accept", accept)], vec![]);
+    let req = common::requests::request(Method::GET, path, &[("accept", accept)], vec![]);
     let resp = c.send(req).await.expect("LIST");
     assert_eq!(resp.status(), 200);
     let streamed = resp.headers().get("content-length").is_none();
@@ -81,21 +84,22 @@ async fn list_answer(s: &Server, query: &str, accept: &str, delay: Option<Durati
     (streamed, out)
 }
 
-/// The list's resourceVersion now.
-async fn revision(s: &Server) -> String {
-    let list = get_accept(&s.client().await, &format!("{SHOOTSTATES}?limit=1"), "application/json").await.json();
+/// The resourceVersion of the list at `path` now.
+async fn revision(s: &Server, path: &str) -> String {
+    let list = get_accept(&s.client().await, &format!("{path}?limit=1"), "application/json").await.json();
     list["metadata"]["resourceVersion"].as_str().expect("resourceVersion").to_string()
 }
 
 /// `answer` with a Table's Age cells emptied: they are written when the answer is, so two answers a second apart
-/// differ there ("9s" and "10s") and nowhere else. A JSON list is left as it is.
+/// differ there ("9s" and "10s") and nowhere else. Other answers are left as they are.
 fn without_ages(answer: &[u8]) -> Vec<u8> {
-    let text = String::from_utf8(answer.to_vec()).expect("UTF-8");
-    let list: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    // A protobuf answer has no Table.
+    let Ok(text) = std::str::from_utf8(answer) else { return answer.to_vec() };
+    let list: serde_json::Value = serde_json::from_str(text).expect("JSON");
     let Some(columns) = list["columnDefinitions"].as_array() else { return answer.to_vec() };
     let age = columns.iter().position(|c| c["name"] == "Age").expect("an Age column");
     let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
+    let mut rest = text;
     // Each row's cells are written as `"cells":[...]`; the Age cell is the `age`-th, a quoted duration.
     while let Some(at) = rest.find("\"cells\":[") {
         let (head, tail) = rest.split_at(at + "\"cells\":[".len());
@@ -110,40 +114,101 @@ fn without_ages(answer: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
+/// The streamed answer of `path` as `accept` (more than its first page and the 2 MiB read whole), and the answer
+/// with a limit above the count at the same resourceVersion: the same bytes (a Table's Age cells aside).
+async fn assert_streamed_as_single_page(s: &Server, path: &str, query: &str, accept: &str, rv: &str) -> Vec<u8> {
+    let exact = format!("{path}?resourceVersion={rv}&resourceVersionMatch=Exact{query}");
+    let (was_streamed, streamed) = list_answer(s, &exact, accept, None).await;
+    assert!(was_streamed, "{accept} {query}: the LIST without a limit was not streamed");
+    let (_, whole) = list_answer(s, &format!("{exact}&limit=100000"), accept, None).await;
+    assert!(
+        without_ages(&streamed) == without_ages(&whole),
+        "{accept} {query}: the streamed answer differs ({} and {} bytes)",
+        streamed.len(),
+        whole.len()
+    );
+    streamed
+}
+
+/// Every form of a list answer, from the stored bytes (JSON, Table) and from parsed objects (a label selector, which
+/// here keeps half; another version, converted; PartialObjectMetadata).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_answer_is_the_single_page_answer_byte_for_byte() {
     let s = Server::start(&["--disable-scheduler"]);
-    // Long enough to be streamed: more than its first page (16 objects) and more than the 4 MiB read whole.
     create(&s, 300, 16 * 1024).await;
-    let rv = revision(&s).await;
-    for accept in ["application/json", TABLE] {
-        let exact = format!("?resourceVersion={rv}&resourceVersionMatch=Exact");
-        let (was_streamed, streamed) = list_answer(&s, &exact, accept, None).await;
-        assert!(was_streamed, "{accept}: the LIST without a limit was not streamed");
-        let (_, whole) = list_answer(&s, &format!("{exact}&limit=100000"), accept, None).await;
-        assert!(
-            without_ages(&streamed) == without_ages(&whole),
-            "{accept}: the streamed answer differs ({} and {} bytes)",
-            streamed.len(),
-            whole.len()
-        );
+    let rv = revision(&s, SHOOTSTATES).await;
+    const METADATA: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
+    let half = "&labelSelector=half%3Dyes";
+    let v1alpha1 = "/apis/core.gardener.cloud/v1alpha1/shootstates";
+    let forms = [
+        (SHOOTSTATES, "", "application/json", "items", 300),
+        (SHOOTSTATES, "", TABLE, "rows", 300),
+        (SHOOTSTATES, half, "application/json", "items", 150),
+        (SHOOTSTATES, half, TABLE, "rows", 150),
+        (SHOOTSTATES, "", METADATA, "items", 300),
+        (v1alpha1, "", "application/json", "items", 300),
+    ];
+    for (path, query, accept, array, count) in forms {
+        let streamed = assert_streamed_as_single_page(&s, path, query, accept, &rv).await;
         let list: serde_json::Value = serde_json::from_slice(&streamed).expect("JSON");
-        let items = if accept == TABLE { &list["rows"] } else { &list["items"] };
-        assert_eq!(items.as_array().expect("items").len(), 300, "{accept}");
+        assert_eq!(list[array].as_array().expect("items").len(), count, "{path} {query} {accept}");
     }
+}
+
+/// In protobuf (served for the core Namespace): the envelope gives the list's length first, and the streamed
+/// answer is still the single page's, byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_protobuf_answer_is_the_single_page_answer_byte_for_byte() {
+    use k8s_pb::api::core::v1::NamespaceList;
+    use prost::Message;
+    let s = Server::start(&["--disable-scheduler"]);
+    let c = s.client().await;
+    let codes: Vec<u16> = futures::stream::iter(0..300)
+        .map(|i| {
+            let c = c.clone();
+            // 16 KiB of annotations each: 300 of them are more than the 2 MiB read whole.
+            let body = json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": format!("ns-{i:03}"), "annotations": {"note": format!("{i:08}").repeat(2048)}}});
+            async move {
+                let headers = [("content-type", "application/json")];
+                call(&c, Method::POST, "/api/v1/namespaces", &headers, body.to_string().into_bytes()).await.status
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert!(codes.iter().all(|c| *c == 201), "creates: {codes:?}");
+    let rv = revision(&s, "/api/v1/namespaces").await;
+    let streamed =
+        assert_streamed_as_single_page(&s, "/api/v1/namespaces", "", "application/vnd.kubernetes.protobuf", &rv).await;
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(&streamed[4..]).expect("runtime.Unknown");
+    let list = NamespaceList::decode(unknown.raw.unwrap_or_default().as_slice()).expect("NamespaceList");
+    let ours = list
+        .items
+        .iter()
+        .filter(|n| n.metadata.as_ref().and_then(|m| m.name.as_deref()).is_some_and(|n| n.starts_with("ns-")));
+    assert_eq!(ours.count(), 300);
+    assert_eq!(list.metadata.and_then(|m| m.resource_version), Some(rv));
 }
 
 /// The bound: a LIST whose answer is over 4x what the server may hold for it (a quarter of the answer) raises the
 /// server's peak RSS by less than that quarter, fast client or slow. The Table holds the objects too
-/// (`includeObject=Object`), so that its answer is as large.
+/// (`includeObject=Object`), so that its answer is as large; so does the JSON of objects a label selector matched.
 async fn assert_bounded(s: &Server, objects: usize, delay: Option<Duration>) {
     let pid = s.pid().expect("pid");
-    for (accept, query) in [("application/json", ""), (TABLE, "?includeObject=Object")] {
+    // A label selector that every object matches: the objects are parsed, then written.
+    let selected = "?labelSelector=half%20in%20(yes%2Cno)";
+    let forms = [("application/json", ""), (TABLE, "?includeObject=Object"), ("application/json", selected)];
+    for (accept, query) in forms {
         let before = reset_peak(pid);
         let body = list_body(s, query, accept, delay).await;
         let peak = status_kb(pid, "VmHWM:") * 1024;
         let grown = peak.saturating_sub(before);
-        eprintln!("{accept}: {objects} objects, an answer of {} MiB: peak RSS +{} MiB", body.len() >> 20, grown >> 20);
+        eprintln!(
+            "{accept}{query}: {objects} objects, an answer of {} MiB: peak RSS +{} MiB",
+            body.len() >> 20,
+            grown >> 20
+        );
         assert!(
             grown < body.len() as u64 / 4,
             "{accept}: the peak RSS grew by {grown} bytes for an answer of {} bytes",

@@ -137,6 +137,28 @@ impl Resource {
         Ok(Some(self.list_streamed(namespace, p, item).await?))
     }
 
+    /// [`Resource::list`] as [`Resource::list_streamed`] reads it: every object the selectors match, in `version`,
+    /// becomes what `encode` makes of it (its JSON, a Table row, its protobuf message), so that a LIST that needs the
+    /// objects parsed (selectors, another version, PartialObjectMetadata) holds a few pages too.
+    pub async fn list_encoded(
+        self: &Arc<Self>,
+        namespace: Option<&str>,
+        version: &str,
+        p: &ListParams,
+        mut encode: impl FnMut(Value) -> ApiResult<Vec<u8>> + Send + 'static,
+    ) -> ApiResult<(ListOut<RawObject>, Option<ListRest<RawObject>>)> {
+        let (res, version) = (self.clone(), version.to_string());
+        let (label, field) = (p.label_selector.clone(), p.field_selector.clone());
+        let item = move |kv: &KeyValue| {
+            let obj = res.decode_stored(kv, &version)?;
+            match res.matches(&obj, &label, &field) {
+                true => encode(obj).map(|b| Some(RawObject(b))),
+                false => Ok(None),
+            }
+        };
+        self.list_streamed(namespace, p, item).await
+    }
+
     /// [`Resource::list_with`], but a LIST without a limit whose objects come to more than [`WHOLE_LIST_BYTES`]
     /// reads only that much now (whose errors answer the request) and the rest while its answer is sent, so that
     /// memory holds a few megabytes, not the whole collection. Its answer is the same: one revision, every object

@@ -157,15 +157,12 @@ pub(super) fn render_raw_list(
     rest: Option<ListRest<RawObject>>,
 ) -> Response {
     let info = res.strategy.info();
-    let head = [
+    let head = vec![
         ("apiVersion", Value::String(info.api_version(version))),
         ("kind", Value::String(info.list_kind.into())),
         ("metadata", list_meta(&list)),
     ];
-    match rest {
-        None => raw_response(&head, "items", &list.items, JSON),
-        Some(rest) => streamed_response(&head, "items", list.items, rest, JSON),
-    }
+    list_answer(head, "items", list, rest, JSON)
 }
 
 /// A Table list without selectors: rows written from the stored bytes (see [`table::raw_row`]).
@@ -195,17 +192,115 @@ pub(super) async fn raw_table_list(
             Ok(Some(RawObject(row)))
         })
         .await?;
-    let head = [
+    let head = table_head(res, mv, list_meta(&list));
+    Ok(list_answer(head, "rows", list, rest, content_type_for(Output::Table(mv))))
+}
+
+/// A LIST whose objects are parsed (selectors, a version other than the stored one, PartialObjectMetadata), as JSON,
+/// a Table or PartialObjectMetadataList: written as it is read, as [`render_raw_list`] writes a list, with the items
+/// [`render_list`] would have built.
+pub(super) async fn parsed_list(
+    res: &Arc<Resource>,
+    ns: Option<&str>,
+    version: &str,
+    params: &ListParams,
+    out: Output,
+    q: &QueryParams,
+) -> ApiResult<Response> {
+    let to_vec = |v: &Value| serde_json::to_vec(v).map_err(|e| ApiError::internal(e.to_string()));
+    let info = res.strategy.info();
+    match out {
+        Output::Json => {
+            let (list, rest) = res.list_encoded(ns, version, params, move |obj| to_vec(&obj)).await?;
+            let head = vec![
+                ("apiVersion", Value::String(info.api_version(version))),
+                ("kind", Value::String(info.list_kind.into())),
+                ("metadata", list_meta(&list)),
+            ];
+            Ok(list_answer(head, "items", list, rest, JSON))
+        }
+        Output::Metadata(mv) => {
+            let encode = move |obj| to_vec(&partial_metadata(obj, mv));
+            let (list, rest) = res.list_encoded(ns, version, params, encode).await?;
+            let head = vec![
+                ("apiVersion", Value::String(format!("meta.k8s.io/{mv}"))),
+                ("kind", Value::String("PartialObjectMetadataList".into())),
+                ("metadata", list_meta(&list)),
+            ];
+            Ok(list_answer(head, "items", list, rest, JSON))
+        }
+        Output::Table(mv) => {
+            let include = IncludeObject::parse(q.include_object.as_deref())?;
+            let (of, now) = (res.clone(), chrono::Utc::now());
+            let encode = move |obj| to_vec(&table::row(of.strategy.as_ref(), obj, include, mv, now));
+            let (list, rest) = res.list_encoded(ns, version, params, encode).await?;
+            let head = table_head(res, mv, list_meta(&list));
+            Ok(list_answer(head, "rows", list, rest, content_type_for(out)))
+        }
+        Output::Protobuf | Output::Yaml => Err(ApiError::internal("a parsed list answer is JSON")),
+    }
+}
+
+/// The fields of a Table answer before its rows.
+fn table_head(res: &Resource, mv: &str, meta: Value) -> Vec<(&'static str, Value)> {
+    vec![
         ("kind", Value::String("Table".into())),
         ("apiVersion", Value::String(format!("meta.k8s.io/{mv}"))),
-        ("metadata", list_meta(&list)),
+        ("metadata", meta),
         ("columnDefinitions", Value::Array(table::column_definitions(res.strategy.as_ref()))),
-    ];
-    let content_type = content_type_for(Output::Table(mv));
-    Ok(match rest {
-        None => raw_response(&head, "rows", &list.items, content_type),
-        Some(rest) => streamed_response(&head, "rows", list.items, rest, content_type),
-    })
+    ]
+}
+
+/// A JSON list answer of `head` and the items `list` holds and `rest` brings: whole when there is no rest.
+fn list_answer(
+    head: Vec<(&str, Value)>,
+    array: &str,
+    list: ListOut<RawObject>,
+    rest: Option<ListRest<RawObject>>,
+    content_type: &'static str,
+) -> Response {
+    match rest {
+        None => raw_response(&head, array, &list.items, content_type),
+        Some(rest) => streamed_response(&head, array, list.items, rest, content_type),
+    }
+}
+
+/// A LIST in protobuf, written as it is read. The answer's envelope gives the list message's length before the
+/// items, so a list answered while it is read is read twice at its revision: first to count the items' bytes,
+/// then to write them.
+pub(super) async fn protobuf_list(
+    res: &Arc<Resource>,
+    ns: Option<&str>,
+    version: &str,
+    params: &ListParams,
+) -> ApiResult<Response> {
+    let kind = proto_kind(res)?;
+    let info = res.strategy.info();
+    let api_version = info.api_version(version);
+    let encode = move |obj: Value| kind.list_item(&obj);
+    let (list, rest) = res.list_encoded(ns, version, params, encode).await?;
+    let meta = list_meta(&list);
+    let mut items_len: usize = list.items.iter().map(|i| i.0.len()).sum();
+    let Some(mut rest) = rest else {
+        let mut body = protobuf::list_head(kind, &api_version, info.list_kind, &meta, items_len)?;
+        list.items.iter().for_each(|i| body.extend_from_slice(&i.0));
+        body.extend_from_slice(&protobuf::list_tail());
+        return Ok(bytes_response(StatusCode::OK, body, PROTOBUF, &[]));
+    };
+    while let Some(item) = rest.recv().await {
+        items_len += item?.0.len();
+    }
+    let exact = ListParams {
+        resource_version: Some(list.revision.to_string()),
+        resource_version_match: Some("Exact".into()),
+        ..params.clone()
+    };
+    let (again, rest) = res.list_encoded(ns, version, &exact, encode).await?;
+    let mut start = protobuf::list_head(kind, &api_version, info.list_kind, &meta, items_len)?;
+    again.items.iter().for_each(|i| start.extend_from_slice(&i.0));
+    let rest = rest.unwrap_or_else(|| tokio::sync::mpsc::channel(1).1);
+    let framing = Framing { separator: b"", first: true, tail: protobuf::list_tail() };
+    Ok(stream_items(start, rest, framing, PROTOBUF))
 }
 
 /// `{<head fields>, "<array>": [<items as they are>]}`.
@@ -260,8 +355,23 @@ fn streamed_response(
 ) -> Response {
     let mut start = Vec::with_capacity(first.iter().map(|i| i.0.len() + 1).sum::<usize>() + 1024);
     write_head(&mut start, head, array, &first);
-    let comma = !first.is_empty();
-    let items = futures::stream::unfold((rest, comma, false), |(mut rest, mut comma, done)| async move {
+    let framing = Framing { separator: b",", first: first.is_empty(), tail: b"]}".to_vec() };
+    stream_items(start, rest, framing, content_type)
+}
+
+/// How a streamed answer joins its items and ends.
+struct Framing {
+    /// Written between two items.
+    separator: &'static [u8],
+    /// No item was written yet (none goes before the next).
+    first: bool,
+    /// Written after the last item.
+    tail: Vec<u8>,
+}
+
+/// An answer of `start`, then the items of `rest` as they come, then the framing's tail (see [`streamed_response`]).
+fn stream_items(start: Vec<u8>, rest: ListRest<RawObject>, framing: Framing, content_type: &'static str) -> Response {
+    let items = futures::stream::unfold((rest, framing, false), |(mut rest, mut framing, done)| async move {
         if done {
             return None;
         }
@@ -270,27 +380,27 @@ fn streamed_response(
         loop {
             match next {
                 None => {
-                    chunk.extend_from_slice(b"]}");
-                    return Some((Ok(Bytes::from(chunk)), (rest, comma, true)));
+                    chunk.extend_from_slice(&framing.tail);
+                    return Some((Ok(Bytes::from(chunk)), (rest, framing, true)));
                 }
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "a streamed list answer is cut off");
-                    return Some((Err(std::io::Error::other(e.to_string())), (rest, comma, true)));
+                    return Some((Err(std::io::Error::other(e.to_string())), (rest, framing, true)));
                 }
                 Some(Ok(item)) => {
-                    if comma {
-                        chunk.push(b',');
+                    if !framing.first {
+                        chunk.extend_from_slice(framing.separator);
                     }
-                    comma = true;
+                    framing.first = false;
                     chunk.extend_from_slice(&item.0);
                 }
             }
             if chunk.len() >= STREAM_CHUNK {
-                return Some((Ok(Bytes::from(chunk)), (rest, comma, false)));
+                return Some((Ok(Bytes::from(chunk)), (rest, framing, false)));
             }
             next = match rest.try_recv() {
                 Ok(item) => Some(item),
-                Err(TryRecvError::Empty) => return Some((Ok(Bytes::from(chunk)), (rest, comma, false))),
+                Err(TryRecvError::Empty) => return Some((Ok(Bytes::from(chunk)), (rest, framing, false))),
                 Err(TryRecvError::Disconnected) => None,
             };
         }

@@ -4,7 +4,9 @@
 use super::negotiate::{error_output, negotiate_for, Forms, Output, YAML};
 use super::protobuf::{self, ProtoKind, PROTOBUF};
 use super::query::QueryParams;
-use super::render::{object_response, raw_table_list, render_list, render_one, render_raw_list};
+use super::render::{
+    object_response, parsed_list, protobuf_list, raw_table_list, render_list, render_one, render_raw_list,
+};
 use super::watch::watch;
 use super::write_options::{apply_config, patch_options_valid, write_options, APPLY_PATCH};
 use super::AppState;
@@ -392,18 +394,21 @@ impl Call<'_> {
         let (res, ns, v, q) = (&self.res, self.ns, self.v, &self.q);
         let out = self.negotiate(true)?;
         let params = q.list_params(res.strategy.field_labels())?;
-        if out == Output::Json {
-            if let Some((list, rest)) = res.list_raw(ns, v, &params).await? {
-                return Ok(render_raw_list(res, v, list, rest));
+        // Every list answer is written as its objects are read, from their stored bytes where it can be.
+        let unselected = params.label_selector.is_empty() && params.field_selector.is_empty();
+        match out {
+            Output::Json => match res.list_raw(ns, v, &params).await? {
+                Some((list, rest)) => Ok(render_raw_list(res, v, list, rest)),
+                None => parsed_list(res, ns, v, &params, out, q).await,
+            },
+            Output::Table(mv) if unselected && res.serves_stored_form() => {
+                raw_table_list(res, ns, v, &params, mv, q).await
             }
+            Output::Table(_) | Output::Metadata(_) => parsed_list(res, ns, v, &params, out, q).await,
+            Output::Protobuf => protobuf_list(res, ns, v, &params).await,
+            // YAML only for kinds with a protobuf form (the Namespace), whose lists are small: written whole.
+            Output::Yaml => render_list(res, v, res.list(ns, v, &params).await?, out, q),
         }
-        if let Output::Table(mv) = out {
-            if params.label_selector.is_empty() && params.field_selector.is_empty() && res.serves_stored_form() {
-                return raw_table_list(res, ns, v, &params, mv, q).await;
-            }
-        }
-        let list = res.list(ns, v, &params).await?;
-        render_list(res, v, list, out, q)
     }
 
     async fn create(self, user: Option<&UserInfo>, body: Body) -> ApiResult<Response> {

@@ -127,6 +127,55 @@ pub fn encode_list(
     Ok(envelope(api_version, info.list_kind, kind.encode_list(meta, items)?))
 }
 
+/// A list answer in parts, so that it can be written while its items are read: [`list_head`], each item as
+/// [`ProtoKind::list_item`] makes it, then [`list_tail`]; together the bytes [`encode_list`] writes. The head carries
+/// the length of the list's message, so the items' total length must be known before the first is written.
+impl ProtoKind {
+    /// One item of a list: the list message's `items` field (2), its key and length included.
+    pub fn list_item(self, object: &Value) -> ApiResult<Vec<u8>> {
+        let message = self.encode(object)?;
+        let mut out = Vec::with_capacity(message.len() + 6);
+        prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut out);
+        prost::encoding::encode_varint(message.len() as u64, &mut out);
+        out.extend_from_slice(&message);
+        Ok(out)
+    }
+
+    /// The list message's `metadata` field (1): the ListMeta, as the list's message starts.
+    fn list_meta_field(self, meta: &Value) -> ApiResult<Vec<u8>> {
+        self.encode_list(meta, &[])
+    }
+}
+
+/// What comes before a list's items: the magic, the Unknown's typeMeta, the key and length of its `raw` (the list's
+/// message: its ListMeta `meta` and `items_len` bytes of items), and the ListMeta.
+pub fn list_head(
+    kind: ProtoKind,
+    api_version: &str,
+    list_kind: &str,
+    meta: &Value,
+    items_len: usize,
+) -> ApiResult<Vec<u8>> {
+    let meta_field = kind.list_meta_field(meta)?;
+    let unknown = Unknown {
+        type_meta: Some(TypeMeta { api_version: Some(api_version.into()), kind: Some(list_kind.into()) }),
+        ..Unknown::default()
+    };
+    let mut out = Vec::with_capacity(MAGIC.len() + unknown.encoded_len() + 16 + meta_field.len());
+    out.extend_from_slice(MAGIC);
+    unknown.encode(&mut out).unwrap_or_default();
+    prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut out);
+    prost::encoding::encode_varint((meta_field.len() + items_len) as u64, &mut out);
+    out.extend_from_slice(&meta_field);
+    Ok(out)
+}
+
+/// What comes after a list's items: the Unknown's contentEncoding and contentType (empty), as [`envelope`] writes.
+pub fn list_tail() -> Vec<u8> {
+    Unknown { content_encoding: Some(String::new()), content_type: Some(String::new()), ..Unknown::default() }
+        .encode_to_vec()
+}
+
 /// A Status (its JSON form, as [`ApiError::status`] writes it) as an enveloped `v1` Status.
 pub fn encode_status(status: &Value) -> Vec<u8> {
     envelope("v1", "Status", meta::status_to_proto(status).encode_to_vec())
@@ -269,6 +318,28 @@ mod tests {
         assert_eq!(&bytes[..4], b"k8s\0");
         let back = decode_object(ProtoKind::Namespace, info, "v1", &bytes).expect("decode");
         assert_eq!(back, json);
+    }
+
+    #[test]
+    fn a_list_in_parts_is_the_list_in_one() {
+        let info = Namespace::info();
+        let namespace = |i: usize, label: usize| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": format!("ns-{i}"), "uid": format!("u-{i}"), "resourceVersion": "9",
+                    "labels": {"big": "x".repeat(label)}},
+                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+        };
+        let meta = serde_json::json!({"resourceVersion": "12"});
+        // No item, one, and enough (some large) that the lengths take several bytes.
+        for items in [vec![], vec![namespace(0, 0)], (0..300).map(|i| namespace(i, i * 7)).collect()] {
+            let whole = encode_list(ProtoKind::Namespace, info, "v1", &meta, &items).expect("whole");
+            let parts: Vec<Vec<u8>> = items.iter().map(|o| ProtoKind::Namespace.list_item(o).expect("item")).collect();
+            let len = parts.iter().map(Vec::len).sum();
+            let mut streamed = list_head(ProtoKind::Namespace, "v1", info.list_kind, &meta, len).expect("head");
+            parts.iter().for_each(|p| streamed.extend_from_slice(p));
+            streamed.extend_from_slice(&list_tail());
+            assert_eq!(streamed, whole, "{} items", items.len());
+        }
     }
 
     #[test]
