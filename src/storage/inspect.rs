@@ -198,19 +198,25 @@ impl ValueCounts {
     }
 }
 
-/// Values read per page by [`count_values`].
+/// Values read per page by [`count_values`], and their bytes at most (values of 100 KiB would make a page of 1000
+/// take 100 MiB).
 const COUNT_PAGE: usize = 1000;
+const COUNT_PAGE_BYTES: usize = 4 << 20;
 
 /// [`ValueCounts`] of the values under `prefix` of a live store (the raw store, below encryption: values as stored),
 /// read page by page at the latest revision, so that it runs beside the requests being served. Only each value's
 /// prefix is looked at; the cost is reading every value once: for 10^5 values of a few KB, 100 pages and a few
-/// hundred milliseconds of one core, with one page in memory at a time.
+/// hundred milliseconds of one core, with one page (at most [`COUNT_PAGE_BYTES`]) in memory at a time.
 pub async fn count_values(store: &dyn Storage, prefix: &str) -> Result<ValueCounts, StorageError> {
     let mut counts = ValueCounts::default();
     let mut start_after = None;
     loop {
-        let opts =
-            ListOptions { start_after: start_after.take(), limit: COUNT_PAGE, revision: None, ..Default::default() };
+        let opts = ListOptions {
+            start_after: start_after.take(),
+            limit: COUNT_PAGE,
+            revision: None,
+            max_bytes: COUNT_PAGE_BYTES,
+        };
         let page = store.list(prefix, opts).await?;
         for kv in &page.items {
             counts.add(&kv.key, &kv.value);
