@@ -377,8 +377,8 @@ fn answer_reason(code: u16, body: &[u8]) -> Option<StatusReason> {
     StatusReason::of_answer(status.as_ref().map_or("", |s| s.reason.as_str()), code)
 }
 
-/// What the migrator reads of a LIST: the objects' metadata and the list's (a chunk of full objects is never kept,
-/// only its body until parsed).
+/// What the migrator reads of a LIST: the objects' metadata and the list's, asked for as a
+/// PartialObjectMetadataList.
 pub(super) type ListChunk = ObjectList<PartialObjectMeta<DynamicObject>>;
 
 /// One listed object.
@@ -426,22 +426,43 @@ pub(super) struct Migrating<'a> {
     pub(super) retrying: RetryNote,
     /// The field manager of the no-op writes.
     pub(super) manager: &'static str,
+    /// Objects asked for in the next chunk: `--migration-chunk-size`, or fewer when the objects' metadata is so
+    /// large that a chunk of that many would pass [`CHUNK_BYTES`] (see [`chunk_limit`]).
+    pub(super) chunk_limit: AtomicU32,
+}
+
+/// The bytes of a LIST chunk the migrator aims to stay under. Chunks are lists of the objects' metadata
+/// (PartialObjectMetadataList, as the in-tree migrator's metadata informer reads them), so their size does not grow
+/// with the objects' data; metadata is usually under 2 KiB, so 500 objects take about 1 MiB, but annotations and
+/// managedFields can make it hundreds of KiB, which would make chunks of 500 that much larger.
+pub(super) const CHUNK_BYTES: usize = 4 << 20;
+
+/// The next chunk's limit after a chunk of `items` objects that came to `bytes`: as many objects of that average
+/// size as fit in [`CHUNK_BYTES`], between 1 and `max` (`--migration-chunk-size`).
+pub(super) fn chunk_limit(max: u32, items: usize, bytes: usize) -> u32 {
+    if items == 0 {
+        return max;
+    }
+    let per_object = (bytes / items).max(1);
+    u32::try_from(CHUNK_BYTES / per_object).unwrap_or(u32::MAX).clamp(1, max.max(1))
 }
 
 impl Migrating<'_> {
     pub(super) async fn list(&self, token: Option<&str>) -> Result<Listed, Failure> {
         let url = <DynamicObject as kube::Resource>::url_path(&api_resource(self.gvr), None);
-        let mut params = ListParams::default().limit(self.target.config.chunk_size);
+        let mut params = ListParams::default().limit(self.chunk_limit.load(Ordering::Relaxed));
         params.continue_token = token.filter(|t| !t.is_empty()).map(str::to_string);
         let reply = self
             .target
-            .send(|| kube::core::Request::new(&url).list(&params), &self.retrying)
+            .send(|| kube::core::Request::new(&url).list_metadata(&params), &self.retrying)
             .await
             .map_err(|error| Failure::List { resource: self.qualified.clone(), error })?;
         if (200..=299).contains(&reply.code) {
-            return serde_json::from_slice::<ListChunk>(&reply.body)
-                .map(Listed::Chunk)
-                .map_err(|error| Failure::ListDecode { resource: self.qualified.clone(), error });
+            let chunk = serde_json::from_slice::<ListChunk>(&reply.body)
+                .map_err(|error| Failure::ListDecode { resource: self.qualified.clone(), error })?;
+            let next = chunk_limit(self.target.config.chunk_size, chunk.items.len(), reply.body.len());
+            self.chunk_limit.store(next, Ordering::Relaxed);
+            return Ok(Listed::Chunk(chunk));
         }
         match reply.reason {
             Some(StatusReason::Expired) => {
@@ -466,7 +487,7 @@ impl Migrating<'_> {
         let params = ListParams::default().limit(1);
         let reply = self
             .target
-            .send(|| kube::core::Request::new(&url).list(&params), &self.retrying)
+            .send(|| kube::core::Request::new(&url).list_metadata(&params), &self.retrying)
             .await
             .map_err(|error| Failure::List { resource: self.qualified.clone(), error })?;
         if !(200..=299).contains(&reply.code) {
@@ -502,5 +523,24 @@ impl Migrating<'_> {
             }
             _ => Err(Failure::RewriteRefused { object: what(), answer: reply.describe() }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_holds_up_to_its_bytes() {
+        // Metadata of about 1 KiB: --migration-chunk-size holds.
+        assert_eq!(chunk_limit(500, 500, 500 << 10), 500);
+        // Metadata of 64 KiB (a large last-applied-configuration): 64 objects make the 4 MiB.
+        assert_eq!(chunk_limit(500, 500, 500 << 16), 64);
+        // One object larger than the bound: still one at a time; an empty chunk says nothing of sizes.
+        assert_eq!(chunk_limit(500, 1, 8 << 20), 1);
+        assert_eq!(chunk_limit(500, 0, 100), 500);
+        // Small again: back up to the flag, never past it.
+        assert_eq!(chunk_limit(500, 64, 64 << 10), 500);
+        assert_eq!(chunk_limit(0, 10, 10), 1);
     }
 }

@@ -229,6 +229,7 @@ impl Worker {
             qualified: crate::error::qualified(&gvr.resource, &gvr.group),
             retrying: RetryNote::new(self.events.clone()),
             manager: self.svm.manager(Step::Migrate),
+            chunk_limit: ctx.target.config.chunk_size.into(),
         };
         if let Err(failure) = self.begin(&m, token.is_some()).await? {
             return Ok(Err(failure));
