@@ -159,50 +159,77 @@ impl Resource {
         self.list_streamed(namespace, p, item).await
     }
 
-    /// [`Resource::list_with`], but a LIST without a limit whose objects come to more than [`WHOLE_LIST_BYTES`]
+    /// [`Resource::list_with`], but a list (or a page of one) whose objects come to more than [`WHOLE_LIST_BYTES`]
     /// reads only that much now (whose errors answer the request) and the rest while its answer is sent, so that
     /// memory holds a few megabytes, not the whole collection. Its answer is the same: one revision, every object
-    /// in order.
+    /// in order, the same continue token. A page's continue token is known only at its end, and comes before its
+    /// items: such a page is read twice at its revision, first to find its end, then to send it.
     pub async fn list_streamed<T: Send + 'static>(
         self: &Arc<Self>,
         namespace: Option<&str>,
         p: &ListParams,
         mut item: impl FnMut(&KeyValue) -> ApiResult<Option<T>> + Send + 'static,
     ) -> ApiResult<(ListOut<T>, Option<ListRest<T>>)> {
-        if p.limit > 0 {
-            return Ok((self.list_with(namespace, p, item).await?, None));
-        }
         self.stored("list")?;
         let prefix = self.prefix(namespace);
         let version_match = self.version_match(p)?;
         let (start_after, revision) = self.list_start(&prefix, p, version_match).await?;
         // As much as WHOLE_LIST_BYTES of stored objects in one read: a list no longer is answered whole, as before.
-        let pages = self.read_pages(&prefix, p, start_after, (revision, WHOLE_LIST_BYTES), &mut item).await?;
-        let revision = pages.read_at.unwrap_or_else(|| self.storage.current_revision());
-        let head = ListOut { items: pages.items, revision, continue_token: None, remaining: None };
-        let (Some(last_key), true) = (pages.last_key, pages.more) else { return Ok((head, None)) };
+        let head = self.read_pages(&prefix, p, start_after, (revision, WHOLE_LIST_BYTES), &mut item).await?;
+        let revision = head.read_at.unwrap_or_else(|| self.storage.current_revision());
+        let page_full = p.limit > 0 && head.items.len() >= p.limit;
+        let (Some(head_end), true, false) = (head.last_key.clone(), head.more, page_full) else {
+            return Ok((self.list_out(&prefix, p, head, revision), None));
+        };
+        let Pages { items, read_at, more, remaining, last_key } = head;
+        // A page's end: read on, keeping nothing, until its limit is reached or the list ends.
+        let (mut end, mut to_send) = (Pages { items: Vec::<()>::new(), read_at, more, remaining, last_key }, None);
+        if p.limit > 0 {
+            let (mut counted, mut after) = (items.len(), Some(head_end.clone()));
+            while let Some(start) = after.take() {
+                let step = ListParams { limit: p.limit - counted, continue_token: None, ..p.clone() };
+                let mut count = |kv: &KeyValue| item(kv).map(|o| o.map(drop));
+                let read = (Some(revision), STREAM_STEP_BYTES);
+                end = self.read_pages(&prefix, &step, Some(start), read, &mut count).await?;
+                counted += end.items.len();
+                to_send = Some(counted - items.len());
+                after = end.last_key.clone().filter(|_| end.more && counted < p.limit);
+            }
+        }
+        // Without a limit the answer is the whole list: no continue token, nothing remaining.
+        end.more &= p.limit > 0;
+        let page = self.list_out(&prefix, p, end, revision);
+        let out = ListOut { items, revision, continue_token: page.continue_token, remaining: page.remaining };
+        if to_send == Some(0) {
+            return Ok((out, None)); // nothing after the first read matched
+        }
         let (tx, rx) = mpsc::channel(STREAM_AHEAD);
         let (res, p) = (self.clone(), ListParams { continue_token: None, ..p.clone() });
         tokio::spawn(async move {
-            let mut after = Some(last_key);
+            let (mut after, mut sent) = (Some(head_end), 0);
             while let Some(start) = after.take() {
+                // With a limit: as many as the page's end was found to hold.
+                let limit = to_send.map_or(0, |n: usize| n - sent);
+                let step = ListParams { limit, ..p.clone() };
                 let read = (Some(revision), STREAM_STEP_BYTES);
-                let pages = match res.read_pages(&prefix, &p, Some(start), read, &mut item).await {
+                let pages = match res.read_pages(&prefix, &step, Some(start), read, &mut item).await {
                     Ok(pages) => pages,
                     Err(e) => {
                         let _ = tx.send(Err(e)).await;
                         return;
                     }
                 };
+                sent += pages.items.len();
                 for obj in pages.items {
                     if tx.send(Ok(obj)).await.is_err() {
                         return; // the client went away
                     }
                 }
-                after = pages.last_key.filter(|_| pages.more);
+                let page_done = to_send.is_some_and(|n| sent >= n);
+                after = pages.last_key.filter(|_| pages.more && !page_done);
             }
         });
-        Ok((head, Some(rx)))
+        Ok((out, Some(rx)))
     }
 
     /// The list machinery (resourceVersion semantics, chunking, continue tokens) with `item` deciding what each
@@ -219,16 +246,22 @@ impl Resource {
         let (start_after, revision) = self.list_start(&prefix, p, version_match).await?;
         let pages = self.read_pages(&prefix, p, start_after, (revision, 0), &mut item).await?;
         let revision = pages.read_at.unwrap_or_else(|| self.storage.current_revision());
+        Ok(self.list_out(&prefix, p, pages, revision))
+    }
+
+    /// A list (or page) of what `pages` read, at `revision`: its continue token when more is left to read after
+    /// its last key, and how many objects are left when no selector leaves them uncounted.
+    fn list_out<T>(&self, prefix: &str, p: &ListParams, pages: Pages<T>, revision: u64) -> ListOut<T> {
         let continue_token = match (&pages.last_key, pages.more) {
             (Some(k), true) => Some(
-                ContinueToken { revision: Some(revision), start: k.strip_prefix(&prefix).unwrap_or(k).to_string() }
+                ContinueToken { revision: Some(revision), start: k.strip_prefix(prefix).unwrap_or(k).to_string() }
                     .encode(),
             ),
             _ => None,
         };
         let filtered = !p.label_selector.is_empty() || !p.field_selector.is_empty();
         let remaining = (pages.more && !filtered).then_some(pages.remaining as i64);
-        Ok(ListOut { items: pages.items, revision, continue_token, remaining })
+        ListOut { items: pages.items, revision, continue_token, remaining }
     }
 
     /// The list's resourceVersionMatch, checked against its resourceVersion as kube-apiserver checks it.
@@ -285,7 +318,8 @@ impl Resource {
         Ok((start_after, revision))
     }
 
-    /// Reads pages from `start_after` at `revision` until `p.limit` items are kept (all, without a limit).
+    /// Reads pages from `start_after` at `revision` until `p.limit` items are kept (all, without a limit); with
+    /// `max_bytes`, one read of about that many bytes of objects.
     async fn read_pages<T>(
         &self,
         prefix: &str,
@@ -330,7 +364,8 @@ impl Resource {
                     }
                 }
             }
-            if !pages.more || p.limit == 0 || pages.items.len() >= p.limit {
+            // A read capped in bytes is one step of a streamed list, which reads on itself.
+            if !pages.more || p.limit == 0 || max_bytes > 0 || pages.items.len() >= p.limit {
                 break;
             }
             start_after = pages.last_key.clone();
