@@ -114,19 +114,64 @@ fn without_ages(answer: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// The streamed answer of `path` as `accept` (more than its first page and the 2 MiB read whole), and the answer
-/// with a limit above the count at the same resourceVersion: the same bytes (a Table's Age cells aside).
+/// A page of a JSON list (or Table), its items as they were written.
+#[derive(serde::Deserialize)]
+struct Page<'a> {
+    #[serde(borrow, default)]
+    items: Vec<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    rows: Vec<&'a serde_json::value::RawValue>,
+    metadata: PageMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct PageMeta {
+    #[serde(rename = "continue", default)]
+    continue_token: String,
+}
+
+/// The items of the list at `path` as `accept` at `rv`, read in pages of 10, each small enough to be answered
+/// whole (not streamed): each item's bytes as its page wrote them.
+async fn paged_items(s: &Server, path: &str, query: &str, accept: &str, rv: &str) -> Vec<Vec<u8>> {
+    let mut next = format!("{path}?limit=10&resourceVersion={rv}&resourceVersionMatch=Exact{query}");
+    let mut items = Vec::new();
+    loop {
+        let (streamed, body) = list_answer(s, &next, accept, None).await;
+        assert!(!streamed, "{next}: a page of 10 was streamed");
+        let page: Page = serde_json::from_slice(&body).expect("a page of JSON");
+        items.extend(page.items.iter().chain(&page.rows).map(|i| i.get().as_bytes().to_vec()));
+        if page.metadata.continue_token.is_empty() {
+            return items;
+        }
+        let token = page.metadata.continue_token.replace('+', "%2B").replace('/', "%2F").replace('=', "%3D");
+        next = format!("{path}?limit=10&continue={token}{query}");
+    }
+}
+
+/// The streamed answer of `path` as `accept` (more than its first page and the 2 MiB read whole) is, byte for byte
+/// (a Table's Age cells aside), its head (apiVersion, kind, the list's metadata at `rv`) and the items that small
+/// pages, each answered whole, give; and so is the page of a limit above the count, now streamed too.
 async fn assert_streamed_as_single_page(s: &Server, path: &str, query: &str, accept: &str, rv: &str) -> Vec<u8> {
     let exact = format!("{path}?resourceVersion={rv}&resourceVersionMatch=Exact{query}");
     let (was_streamed, streamed) = list_answer(s, &exact, accept, None).await;
     assert!(was_streamed, "{accept} {query}: the LIST without a limit was not streamed");
-    let (_, whole) = list_answer(s, &format!("{exact}&limit=100000"), accept, None).await;
-    assert!(
-        without_ages(&streamed) == without_ages(&whole),
-        "{accept} {query}: the streamed answer differs ({} and {} bytes)",
-        streamed.len(),
-        whole.len()
-    );
+    let list: serde_json::Value = serde_json::from_slice(&streamed).expect("JSON");
+    assert_eq!(list["metadata"], json!({"resourceVersion": rv}), "{accept} {query}");
+    let array = if list.get("rows").is_some() { "\"rows\":[" } else { "\"items\":[" };
+    let head_len = streamed.windows(array.len()).position(|w| w == array.as_bytes()).expect("the items") + array.len();
+    let mut expected = streamed[..head_len].to_vec();
+    expected.extend_from_slice(&paged_items(s, path, query, accept, rv).await.join(&b','));
+    expected.extend_from_slice(b"]}");
+    let (was_streamed, whole) = list_answer(s, &format!("{exact}&limit=100000"), accept, None).await;
+    assert!(was_streamed, "{accept} {query}: the page of all was not streamed");
+    for (what, answer) in [("without a limit", &streamed), ("with a limit above the count", &whole)] {
+        assert!(
+            without_ages(answer) == without_ages(&expected),
+            "{accept} {query}: the answer {what} differs from the pages' ({} and {} bytes)",
+            answer.len(),
+            expected.len()
+        );
+    }
     streamed
 }
 
@@ -153,13 +198,34 @@ async fn a_streamed_answer_is_the_single_page_answer_byte_for_byte() {
         let list: serde_json::Value = serde_json::from_slice(&streamed).expect("JSON");
         assert_eq!(list[array].as_array().expect("items").len(), count, "{path} {query} {accept}");
     }
+    // A page of 250 (4 MiB, streamed): its continue token and remainingItemCount, written before its objects, are
+    // those of a page read whole, and the next page holds the rest.
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        list["items"].as_array().expect("items").iter().map(|o| o["metadata"]["name"].to_string()).collect()
+    };
+    let page_of = |body: Vec<u8>| serde_json::from_slice::<serde_json::Value>(&body).expect("JSON");
+    let exact = format!("{SHOOTSTATES}?resourceVersion={rv}&resourceVersionMatch=Exact");
+    let (was_streamed, first) = list_answer(&s, &format!("{exact}&limit=250"), "application/json", None).await;
+    assert!(was_streamed, "the page of 250 was not streamed");
+    let first = page_of(first);
+    assert_eq!(first["metadata"]["remainingItemCount"], 50);
+    let token = first["metadata"]["continue"].as_str().expect("a continue token").replace('=', "%3D");
+    let (_, rest) =
+        list_answer(&s, &format!("{SHOOTSTATES}?limit=250&continue={token}"), "application/json", None).await;
+    let rest = page_of(rest);
+    assert_eq!(rest["metadata"].get("continue"), None, "{}", rest["metadata"]);
+    let whole = page_of(list_answer(&s, &exact, "application/json", None).await.1);
+    assert_eq!([names(&first), names(&rest)].concat(), names(&whole));
 }
 
 /// In protobuf (served for the core Namespace): the envelope gives the list's length first, and the streamed
-/// answer is still the single page's, byte for byte.
+/// answer (without a limit, or with one above the count) is byte for byte the list of the items that pages of 10,
+/// each answered whole, give, in the envelope kube-apiserver writes (built here with k8s-pb's upstream messages).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_protobuf_answer_is_the_single_page_answer_byte_for_byte() {
     use k8s_pb::api::core::v1::NamespaceList;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ListMeta;
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
     use prost::Message;
     let s = Server::start(&["--disable-scheduler"]);
     let c = s.client().await;
@@ -179,16 +245,51 @@ async fn a_streamed_protobuf_answer_is_the_single_page_answer_byte_for_byte() {
         .await;
     assert!(codes.iter().all(|c| *c == 201), "creates: {codes:?}");
     let rv = revision(&s, "/api/v1/namespaces").await;
-    let streamed =
-        assert_streamed_as_single_page(&s, "/api/v1/namespaces", "", "application/vnd.kubernetes.protobuf", &rv).await;
-    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(&streamed[4..]).expect("runtime.Unknown");
-    let list = NamespaceList::decode(unknown.raw.unwrap_or_default().as_slice()).expect("NamespaceList");
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+    let list_of = |body: &[u8]| {
+        let body = body.strip_prefix(b"k8s\0").expect("the magic");
+        let unknown = Unknown::decode(body).expect("runtime.Unknown");
+        NamespaceList::decode(unknown.raw.unwrap_or_default().as_slice()).expect("NamespaceList")
+    };
+    // The oracle: the items of pages of 10, each answered whole, in the envelope kube-apiserver writes.
+    let (mut items, mut next) =
+        (Vec::new(), format!("/api/v1/namespaces?limit=10&resourceVersion={rv}&resourceVersionMatch=Exact"));
+    loop {
+        let (streamed, body) = list_answer(&s, &next, PROTOBUF, None).await;
+        assert!(!streamed, "{next}: a page of 10 was streamed");
+        let page = list_of(&body);
+        items.extend(page.items);
+        match page.metadata.and_then(|m| m.r#continue).filter(|t| !t.is_empty()) {
+            Some(token) => next = format!("/api/v1/namespaces?limit=10&continue={}", token.replace('=', "%3D")),
+            None => break,
+        }
+    }
+    // Go's generated code writes a ListMeta's string fields even when empty: selfLink and continue too.
+    let meta = ListMeta {
+        self_link: Some(String::new()),
+        resource_version: Some(rv.clone()),
+        r#continue: Some(String::new()),
+        remaining_item_count: None,
+    };
+    let list = NamespaceList { metadata: Some(meta), items };
+    let unknown = Unknown {
+        type_meta: Some(TypeMeta { api_version: Some("v1".into()), kind: Some("NamespaceList".into()) }),
+        raw: Some(list.encode_to_vec()),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    let expected = [b"k8s\0".to_vec(), unknown.encode_to_vec()].concat();
+    let exact = format!("/api/v1/namespaces?resourceVersion={rv}&resourceVersionMatch=Exact");
+    for query in ["", "&limit=100000"] {
+        let (streamed, answer) = list_answer(&s, &format!("{exact}{query}"), PROTOBUF, None).await;
+        assert!(streamed, "{query}: not streamed");
+        assert!(answer == expected, "{query}: {} bytes, the pages' {} bytes", answer.len(), expected.len());
+    }
     let ours = list
         .items
         .iter()
         .filter(|n| n.metadata.as_ref().and_then(|m| m.name.as_deref()).is_some_and(|n| n.starts_with("ns-")));
     assert_eq!(ours.count(), 300);
-    assert_eq!(list.metadata.and_then(|m| m.resource_version), Some(rv));
 }
 
 /// The bound: a LIST whose answer is over 4x what the server may hold for it (a quarter of the answer) raises the

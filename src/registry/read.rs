@@ -319,7 +319,7 @@ impl Resource {
     }
 
     /// Reads pages from `start_after` at `revision` until `p.limit` items are kept (all, without a limit); with
-    /// `max_bytes`, one read of about that many bytes of objects.
+    /// `max_bytes`, or until about that many bytes of stored objects are read.
     async fn read_pages<T>(
         &self,
         prefix: &str,
@@ -329,10 +329,14 @@ impl Resource {
         item: &mut impl FnMut(&KeyValue) -> ApiResult<Option<T>>,
     ) -> ApiResult<Pages<T>> {
         let mut pages = Pages { items: Vec::new(), read_at: revision, more: false, remaining: 0, last_key: None };
-        let mut unreadable = Vec::new();
+        let (mut unreadable, mut budget) = (Vec::new(), max_bytes);
         loop {
-            let options =
-                ListOptions { start_after: start_after.clone(), limit: p.limit, revision: pages.read_at, max_bytes };
+            let options = ListOptions {
+                start_after: start_after.clone(),
+                limit: p.limit,
+                revision: pages.read_at,
+                max_bytes: budget,
+            };
             let res = self.storage.list(prefix, options).await.map_err(|e| match e {
                 StorageError::Expired { .. } if p.continue_token.is_some() => expired_continue(prefix, &start_after),
                 StorageError::Expired { requested, oldest } => {
@@ -364,9 +368,15 @@ impl Resource {
                     }
                 }
             }
-            // A read capped in bytes is one step of a streamed list, which reads on itself.
-            if !pages.more || p.limit == 0 || max_bytes > 0 || pages.items.len() >= p.limit {
+            if !pages.more || p.limit == 0 || pages.items.len() >= p.limit {
                 break;
+            }
+            // Reads capped in bytes stop at that many in all: a step of a streamed list, which reads on itself.
+            if max_bytes > 0 {
+                budget = budget.saturating_sub(res.items.iter().map(|kv| kv.value.len()).sum());
+                if budget == 0 {
+                    break;
+                }
             }
             start_after = pages.last_key.clone();
         }
