@@ -403,16 +403,15 @@ async fn peak_growth(s: &Server, work: impl std::future::Future<Output = ()>) ->
 }
 
 /// The migrator lists the objects' metadata only (a PartialObjectMetadataList, in chunks of at most about 4 MiB), not
-/// chunks of 500 whole objects: migrating 1200 ShootStates of 100 KiB (117 MiB) raised the peak RSS of the standalone
-/// server, which migrates its own objects, by 215 MiB before, and now by less than the objects (85-92 MiB here, of
-/// which the same no-op writes by a client, 16 at once as the migrator writes, take under 10 MiB; with chunks of 50,
-/// 13 MiB: the rest grows with the chunk and is not yet accounted for). The objects are already in the storage
-/// version and key, so that neither rewrites them.
+/// chunks of 500 whole objects: migrating 1200 ShootStates of 100 KiB raises the peak RSS of the standalone server,
+/// which migrates its own objects, by less than a quarter of them (it was twice their size), and the same no-op
+/// writes by a client (16 at once, as the migrator writes) by less than an eighth. The objects are already in the
+/// storage version and key, so that neither rewrites them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_of_large_objects_holds_their_metadata_not_their_data() {
     let args = [
         "--storage-cache-size",
-        "16Mi",
+        "4Mi",
         "--watch-history-bytes",
         "8Mi",
         "--migration-adaptive=false",
@@ -463,5 +462,5 @@ async fn a_migration_of_large_objects_holds_their_metadata_not_their_data() {
         by_client >> 20
     );
     assert!(by_client < stored / 8, "the peak RSS grew by {by_client} bytes for a client's no-op writes");
-    assert!(by_migration < stored, "the peak RSS grew by {by_migration} bytes migrating {stored} bytes of objects");
+    assert!(by_migration < stored / 4, "the peak RSS grew by {by_migration} bytes migrating {stored} bytes of objects");
 }

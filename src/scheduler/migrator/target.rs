@@ -225,7 +225,11 @@ impl Target {
         self.pace.acquire().await;
         let sent = std::time::Instant::now();
         let mut req = req.map(kube::client::Body::from);
-        req.headers_mut().insert(axum::http::header::ACCEPT, axum::http::HeaderValue::from_static("application/json"));
+        // JSON, unless the request asks for a form of it (a LIST of metadata).
+        if !req.headers().contains_key(axum::http::header::ACCEPT) {
+            req.headers_mut()
+                .insert(axum::http::header::ACCEPT, axum::http::HeaderValue::from_static("application/json"));
+        }
         let exchange = async {
             let resp = self.client.send(req).await?;
             let code = resp.status().as_u16();
