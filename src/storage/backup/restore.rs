@@ -126,6 +126,11 @@ enum Restore {
     Store(StorageError),
 }
 
+/// The store's cache while it is restored, which also bounds the written pages it holds before writing them to the
+/// file: redb's default (1 GiB) would let a restore hold as much of the store as that in memory, for no gain (the
+/// records arrive in key order and are written once).
+const RESTORE_CACHE_BYTES: usize = 32 << 20;
+
 /// Every record into the objects table, the revision into meta, the per-prefix counts computed from them; one
 /// durable transaction, committed only after the checksum matched.
 fn write_store(
@@ -134,8 +139,10 @@ fn write_store(
     header: &Header,
 ) -> std::result::Result<(), Restore> {
     let store = |e: StorageError| Restore::Store(e);
-    let db =
-        Database::create(temp).map_err(|e| store(unavailable(format_args!("creating {}: {e}", temp.display()))))?;
+    let db = Database::builder()
+        .set_cache_size(RESTORE_CACHE_BYTES)
+        .create(temp)
+        .map_err(|e| store(unavailable(format_args!("creating {}: {e}", temp.display()))))?;
     let mut txn = db.begin_write().map_err(|e| store(unavailable(e)))?;
     txn.set_durability(Durability::Immediate).map_err(|e| store(unavailable(e)))?;
     {

@@ -1,10 +1,11 @@
-//! A LIST without a limit is streamed: its answer is written while the objects are read, a page at a time, so that
-//! the server's memory holds a few pages however large the collection (and however slowly the client reads), not the
-//! answer. The answer is byte for byte the one a single page holding every object gives (`limit` above the count, at
-//! the same resourceVersion), in every form: JSON and Table from the stored bytes; JSON, Table and
-//! PartialObjectMetadataList from parsed objects (a label selector, another version); protobuf (Namespaces). On etcd
-//! the LIST is served from the watch cache, which holds every object by design: there the bound comes on top of the
-//! cache.
+//! Memory stays bounded however large the objects and collections. A LIST without a limit, or a page larger than
+//! 2 MiB, is streamed: its answer is written while the objects are read, a few megabytes at a time, so that the
+//! server's memory holds a few pages however large the collection (and however slowly the client reads), not the
+//! answer. The answer is byte for byte what pages of 10, each answered whole, give, in every form: JSON and Table from
+//! the stored bytes; JSON, Table and PartialObjectMetadataList from parsed objects (a label selector, another
+//! version); protobuf (Namespaces). On etcd the LIST is served from the watch cache, which holds every object by
+//! design: there the bound comes on top of the cache. A watch's initial events, a migration (which lists metadata
+//! only), a snapshot and its restore are bounded too.
 //!
 //! Memory is the server's own account of it (`/proc/<pid>/status`): its peak (VmHWM, reset with
 //! `/proc/<pid>/clear_refs` before the LIST) minus its resident size (VmRSS) before.
@@ -463,4 +464,57 @@ async fn a_migration_of_large_objects_holds_their_metadata_not_their_data() {
     );
     assert!(by_client < stored / 8, "the peak RSS grew by {by_client} bytes for a client's no-op writes");
     assert!(by_migration < stored / 4, "the peak RSS grew by {by_migration} bytes migrating {stored} bytes of objects");
+}
+
+/// A snapshot of the store, taken while serving, writes one object at a time (through a buffer of 1 MiB): the
+/// server's peak RSS grows by less than a quarter of the objects. Its restore (offline, `storage snapshot restore`)
+/// writes them in one transaction whose pages the store flushes as they fill: its peak RSS stays under a quarter of
+/// them above what it has restoring an empty store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_and_its_restore_hold_a_few_objects_not_the_store() {
+    let mut s = Server::start(&["--disable-scheduler", "--storage-cache-size", "4Mi"]);
+    create(&s, 1200, 100 * 1024).await;
+    let stored = list_body(&s, "", "application/json", None).await.len() as u64;
+    let mut snapshot = None;
+    let grown = peak_growth(&s, async {
+        let out = s.kubectl_ok(&["create", "--raw", "/storage/snapshots", "-f", "/dev/null"]);
+        snapshot = Some(serde_json::from_str::<serde_json::Value>(&out).expect("the snapshot's JSON"));
+    })
+    .await;
+    let name = snapshot.expect("a snapshot")["name"].as_str().expect("name").to_string();
+    eprintln!("a snapshot of {} MiB of ShootStates: peak RSS +{} MiB", stored >> 20, grown >> 20);
+    assert!(grown < stored / 4, "the peak RSS grew by {grown} bytes taking a snapshot of {stored} bytes");
+    s.stop();
+
+    let file = s.data_dir().join("snapshots").join(&name);
+    let restored = s.dir.join("restored");
+    let full = restore_peak_rss(&file, &restored);
+    // The same restore of an empty store: what the process costs without objects.
+    let empty = Server::start(&["--disable-scheduler"]);
+    let out = empty.kubectl_ok(&["create", "--raw", "/storage/snapshots", "-f", "/dev/null"]);
+    let name =
+        serde_json::from_str::<serde_json::Value>(&out).expect("JSON")["name"].as_str().expect("name").to_string();
+    let base = restore_peak_rss(&empty.data_dir().join("snapshots").join(name), &empty.dir.join("restored"));
+    eprintln!("restoring it: peak RSS {} MiB, an empty store's {} MiB", full >> 20, base >> 20);
+    assert!(full < base + stored / 4, "restoring {stored} bytes peaked at {full} bytes, an empty store at {base}");
+}
+
+/// The peak RSS (bytes) of `storage snapshot restore <file> --data-dir <dir>`, from the kernel's account of the
+/// child (wait4's ru_maxrss).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std's wait() cannot replace: it gives no rusage
+fn restore_peak_rss(file: &std::path::Path, dir: &std::path::Path) -> u64 {
+    let child = std::process::Command::new(BIN)
+        .args(["storage", "snapshot", "restore"])
+        .arg(file)
+        .arg("--data-dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("storage snapshot restore");
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: waits for our own child, with pointers to locals that outlive the call.
+    let waited = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(waited, child.id() as libc::pid_t, "wait4");
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the restore failed: {status}");
+    usage.ru_maxrss as u64 * 1024
 }
