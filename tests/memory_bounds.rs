@@ -518,3 +518,81 @@ fn restore_peak_rss(file: &std::path::Path, dir: &std::path::Path) -> u64 {
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the restore failed: {status}");
     usage.ru_maxrss as u64 * 1024
 }
+
+/// A memory cgroup of the server's own, made under the test's (cgroup v2's `memory.max`, or v1's
+/// `memory.limit_in_bytes`), when this machine lets the tests make one. The server goes back to the test's cgroup,
+/// and the cgroup is removed, when it is dropped.
+struct MemoryCgroup {
+    dir: std::path::PathBuf,
+    parent: std::path::PathBuf,
+    pid: u32,
+}
+
+impl MemoryCgroup {
+    /// `pid` in a new cgroup limited to `limit` bytes; None where cgroups cannot be made or written here.
+    fn limit(pid: u32, limit: u64) -> Option<MemoryCgroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        // v2: "0::/path" with the memory controller; v1: "N:memory:/path".
+        let (parent, limit_file) = match own.lines().find_map(|l| l.strip_prefix("0::")) {
+            Some(path)
+                if std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").is_ok_and(|c| c.contains("memory")) =>
+            {
+                (std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')), "memory.max")
+            }
+            _ => {
+                let path = own.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))?;
+                (
+                    std::path::Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')),
+                    "memory.limit_in_bytes",
+                )
+            }
+        };
+        let dir = parent.join(format!("memory-bounds-{pid}"));
+        std::fs::create_dir(&dir).ok()?;
+        let cgroup = MemoryCgroup { dir, parent, pid };
+        let written = std::fs::write(cgroup.dir.join(limit_file), limit.to_string())
+            .and_then(|()| std::fs::write(cgroup.dir.join("cgroup.procs"), pid.to_string()));
+        written.ok().map(|()| cgroup)
+    }
+
+    /// Whether the kernel killed a process of the cgroup for memory (v2's memory.events, v1's memory.oom_control).
+    fn oom_killed(&self) -> bool {
+        let events = std::fs::read_to_string(self.dir.join("memory.events"))
+            .or_else(|_| std::fs::read_to_string(self.dir.join("memory.oom_control")))
+            .unwrap_or_default();
+        events.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.parent.join("cgroup.procs"), self.pid.to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Under a memory limit below the answer's size (where this machine lets the test set one), the unpaginated LIST
+/// completes, as JSON and as a Table, and the server is not killed: it never holds the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpaginated_list_completes_under_a_memory_limit_below_its_size() {
+    let mut s = Server::start(&["--disable-scheduler", "--storage-cache-size", "16Mi"]);
+    create(&s, 1200, 100 * 1024).await;
+    // Started again, so that the limit is about the LIST, not about what the creates left behind.
+    s.restart();
+    let pid = s.pid().expect("pid");
+    let limit = 96 << 20;
+    let Some(cgroup) = MemoryCgroup::limit(pid, limit) else {
+        eprintln!("no memory cgroup can be made here: the limit is not tested");
+        return;
+    };
+    for (accept, array) in [("application/json", "items"), (TABLE, "rows")] {
+        let body = list_body(&s, "?includeObject=Object", accept, None).await;
+        assert!(body.len() as u64 > limit, "{accept}: an answer of {} bytes is not above the limit", body.len());
+        let list: serde_json::Value = serde_json::from_slice(&body).expect("the whole answer");
+        assert_eq!(list[array].as_array().expect("items").len(), 1200, "{accept}");
+        eprintln!("{accept}: an answer of {} MiB under a limit of {} MiB", body.len() >> 20, limit >> 20);
+    }
+    assert!(!cgroup.oom_killed(), "the kernel killed the server for memory");
+    assert_eq!(s.pid(), Some(pid));
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "the server is gone");
+}
