@@ -55,7 +55,7 @@ async fn migrate_with(
     Ok((target, rates.summary(), seconds))
 }
 
-async fn wait_persisted(target: &Target, server: &mut ServerProcess) -> anyhow::Result<()> {
+pub(super) async fn wait_persisted(target: &Target, server: &mut ServerProcess) -> anyhow::Result<()> {
     wait_state(target, server, "the storage version persisted", |status| {
         let current = status["currentStorageVersionHash"].as_str()?;
         (status["persistedStorageVersionHashes"] == serde_json::json!([current])).then_some(Ok(()))

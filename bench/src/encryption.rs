@@ -150,7 +150,13 @@ pub(super) fn stored_shootstates(bin: &Path, data_dir: &Path) -> anyhow::Result<
 
 /// A ShootState of about 100 KiB, mostly the certificates and keys of its `gardener` secrets, as real ones are.
 pub(super) fn big_shoot_state(ns: &str, name: &str) -> Value {
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    big_shoot_state_seeded(ns, name, 0x9e37_79b9_7f4a_7c15)
+}
+
+/// [`big_shoot_state`] with certificates and keys drawn from `seed` (not 0): objects of different seeds differ
+/// throughout, as real ones do.
+pub(super) fn big_shoot_state_seeded(ns: &str, name: &str, seed: u64) -> Value {
+    let mut rng = seed;
     let mut random_b64 = |len: usize| {
         let bytes: Vec<u8> = (0..len)
             .map(|_| {
@@ -162,10 +168,8 @@ pub(super) fn big_shoot_state(ns: &str, name: &str) -> Value {
             .collect();
         base64::engine::general_purpose::STANDARD.encode(bytes)
     };
-    let mut gardener = Vec::new();
-    let mut object = Value::Null;
-    for k in 0.. {
-        object = json!({
+    let object = |gardener: Vec<Value>| {
+        json!({
             "apiVersion": "core.gardener.cloud/v1beta1", "kind": "ShootState",
             "metadata": {"name": name, "namespace": ns, "labels": {"shoot.gardener.cloud/name": "bench"}},
             "spec": {
@@ -175,15 +179,22 @@ pub(super) fn big_shoot_state(ns: &str, name: &str) -> Value {
                     {"kind": "Worker", "state": {"machineDeployments": {"pool-a": {"replicas": 3}}}},
                 ],
             },
-        });
-        if object.to_string().len() >= 100 * 1024 {
+        })
+    };
+    // The object's size as JSON, kept up to date as secrets are added (each adds itself and a comma after the first).
+    let mut size = object(Vec::new()).to_string().len();
+    let mut gardener = Vec::new();
+    for k in 0.. {
+        if size >= 100 * 1024 {
             break;
         }
-        gardener.push(json!({
+        let secret = json!({
             "name": format!("secret-{k}"), "type": "secret",
             "labels": {"managed-by": "secrets-manager", "manager-identity": "gardenlet"},
             "data": {"ca.crt": random_b64(900), "ca.key": random_b64(1200)},
-        }));
+        });
+        size += secret.to_string().len() + usize::from(k > 0);
+        gardener.push(secret);
     }
-    object
+    object(gardener)
 }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{ACCEPT, CONTENT_TYPE, HOST};
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
@@ -62,11 +62,23 @@ pub(super) struct Target {
     pub(super) host: String,
     pub(super) port: u16,
     pub(super) authority: String,
+    /// `Bearer <token>`: the Authorization header of a token user (who presents no client certificate).
+    pub(super) authorization: Option<String>,
 }
 
 impl Target {
     /// CA and client certificate from the kubeconfig; the server URL from it unless `url` is given.
     pub(super) fn from_kubeconfig(path: &Path, url: Option<&str>) -> anyhow::Result<Target> {
+        Self::from_kubeconfig_as(path, url, None)
+    }
+
+    /// The kubeconfig's CA and server, for the user of a `--token-auth-file` token: `Authorization: Bearer <token>`
+    /// on every request and no client certificate (which the server would authenticate first).
+    pub(super) fn with_token(path: &Path, token: &str) -> anyhow::Result<Target> {
+        Self::from_kubeconfig_as(path, None, Some(token))
+    }
+
+    fn from_kubeconfig_as(path: &Path, url: Option<&str>, token: Option<&str>) -> anyhow::Result<Target> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let field = |key: &str| {
             text.lines()
@@ -96,33 +108,40 @@ impl Target {
         for cert in CertificateDer::pem_slice_iter(&data("certificate-authority-data")?) {
             roots.add(cert.map_err(|e| anyhow!("CA: {e:?}"))?)?;
         }
-        let chain = CertificateDer::pem_slice_iter(&data("client-certificate-data")?)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| anyhow!("client certificate: {e:?}"))?;
-        let key = PrivateKeyDer::from_pem_slice(&data("client-key-data")?).map_err(|e| anyhow!("client key: {e:?}"))?;
         // The cipher suites in the order kube-apiserver's Go client offers them on hardware with AES instructions
         // (AES-128-GCM first), so that the server negotiates what it would with kube-apiserver.
         let mut provider = rustls::crypto::ring::default_provider();
         provider.cipher_suites.sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
             .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)?;
+            .with_root_certificates(roots);
+        let mut config = match token {
+            Some(_) => builder.with_no_client_auth(),
+            None => {
+                let chain = CertificateDer::pem_slice_iter(&data("client-certificate-data")?)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| anyhow!("client certificate: {e:?}"))?;
+                let key = PrivateKeyDer::from_pem_slice(&data("client-key-data")?)
+                    .map_err(|e| anyhow!("client key: {e:?}"))?;
+                builder.with_client_auth_cert(chain, key)?
+            }
+        };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let server_name = ServerName::try_from(host.clone()).with_context(|| format!("bad host {host}"))?;
-        Ok(Target { tls: TlsConnector::from(Arc::new(config)), server_name, host, port, authority })
+        let authorization = token.map(|t| format!("Bearer {t}"));
+        Ok(Target { tls: TlsConnector::from(Arc::new(config)), server_name, host, port, authority, authorization })
     }
 
     pub(super) async fn connect(&self) -> anyhow::Result<Conn> {
         let tls = self.connect_tls().await?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(connection);
-        Ok(Conn { sender, authority: self.authority.clone() })
+        Ok(Conn { sender, authority: self.authority.clone(), authorization: self.authorization.clone() })
     }
 
     /// A connection for the load workers' own HTTP/1.1 client.
     pub(super) async fn connect_lean(&self) -> anyhow::Result<LeanConn> {
-        Ok(LeanConn::new(self.connect_tls().await?, &self.authority))
+        Ok(LeanConn::new(self.connect_tls().await?, &self.authority, self.authorization.as_deref()))
     }
 
     pub(super) async fn connect_tls(&self) -> anyhow::Result<TlsStream<TcpStream>> {
@@ -149,6 +168,7 @@ impl Target {
 pub(super) struct Conn {
     pub(super) sender: SendRequest<Full<Bytes>>,
     pub(super) authority: String,
+    pub(super) authorization: Option<String>,
 }
 
 impl Conn {
@@ -160,6 +180,9 @@ impl Conn {
             .header(ACCEPT, req.accept);
         if let Some(ct) = req.content_type {
             builder = builder.header(CONTENT_TYPE, ct);
+        }
+        if let Some(authorization) = &self.authorization {
+            builder = builder.header(AUTHORIZATION, authorization);
         }
         let request = builder.body(Full::new(req.body.clone()))?;
         self.sender.ready().await?;

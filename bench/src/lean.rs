@@ -22,7 +22,7 @@ pub(super) const READ_ROOM: usize = 16 * 1024;
 /// One keep-alive HTTP/1.1 connection of a load worker, one request at a time.
 pub(super) struct LeanConn {
     pub(super) tls: TlsStream<TcpStream>,
-    /// The Host header, `host: <authority>\r\n`.
+    /// The Host header, `host: <authority>\r\n`, and a token user's Authorization header: sent with every request.
     pub(super) host: Vec<u8>,
     /// The request being written.
     pub(super) out: Vec<u8>,
@@ -32,17 +32,24 @@ pub(super) struct LeanConn {
     /// The server closes the connection after the last answer (`Connection: close`, or a body until EOF):
     /// the caller must not reuse it.
     pub(super) closed: bool,
+    /// The Retry-After header of the last answer, when it had one.
+    pub(super) retry_after: Option<String>,
 }
 
 impl LeanConn {
-    pub(super) fn new(tls: TlsStream<TcpStream>, authority: &str) -> LeanConn {
+    pub(super) fn new(tls: TlsStream<TcpStream>, authority: &str, authorization: Option<&str>) -> LeanConn {
+        let mut host = format!("host: {authority}\r\n");
+        if let Some(authorization) = authorization {
+            host += &format!("authorization: {authorization}\r\n");
+        }
         LeanConn {
             tls,
-            host: format!("host: {authority}\r\n").into_bytes(),
+            host: host.into_bytes(),
             out: Vec::with_capacity(4096),
             input: BytesMut::with_capacity(READ_ROOM),
             parser: ResponseParser::default(),
             closed: false,
+            retry_after: None,
         }
     }
 
@@ -62,13 +69,13 @@ impl LeanConn {
         self.parser.start(req.method == Method::HEAD);
         loop {
             if let Some(answer) = self.parser.advance(&mut self.input)? {
-                self.closed = answer.close;
+                (self.closed, self.retry_after) = (answer.close, answer.retry_after);
                 return Ok((answer.status, answer.body));
             }
             self.input.reserve(self.parser.missing(self.input.len()).max(READ_ROOM));
             if self.tls.read_buf(&mut self.input).await? == 0 {
                 let answer = self.parser.at_eof(&mut self.input)?;
-                self.closed = true;
+                (self.closed, self.retry_after) = (true, answer.retry_after);
                 return Ok((answer.status, answer.body));
             }
         }
@@ -76,7 +83,8 @@ impl LeanConn {
 }
 
 /// Serializes `req` into `out` (cleared first): request line, the headers [`Conn::send`] sends through
-/// hyper (Host, Accept, Content-Type when set) and the Content-Length of the body, then the body.
+/// hyper (Host and a token user's Authorization, both in `host`; Accept, Content-Type when set) and the
+/// Content-Length of the body, then the body.
 pub(super) fn write_request(out: &mut Vec<u8>, host: &[u8], req: &Req) {
     use std::io::Write;
     debug_assert!(!req.path.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()), "{}", req.path);
@@ -108,6 +116,8 @@ pub(super) struct Answer {
     pub(super) body: Bytes,
     /// The server closes the connection after this answer.
     pub(super) close: bool,
+    /// Its Retry-After header, trimmed.
+    pub(super) retry_after: Option<String>,
 }
 
 /// Incremental parser of the answers of one connection: fed by [`ResponseParser::advance`] with the bytes
@@ -119,6 +129,7 @@ pub(super) struct ResponseParser {
     pub(super) head_request: bool,
     pub(super) status: Option<hyper::StatusCode>,
     pub(super) close: bool,
+    pub(super) retry_after: Option<String>,
     /// The body of a chunked answer, put together (kept to reuse its memory).
     pub(super) chunks: BytesMut,
 }
@@ -144,6 +155,7 @@ impl ResponseParser {
     /// Expects the answer to a new request.
     pub(super) fn start(&mut self, head_request: bool) {
         (self.stage, self.head_request, self.status, self.close) = (Stage::Head, head_request, None, false);
+        self.retry_after = None;
         self.chunks.clear();
     }
 
@@ -158,7 +170,7 @@ impl ResponseParser {
     pub(super) fn answer(&mut self, body: Bytes) -> anyhow::Result<Answer> {
         let status = self.status.take().context("no status")?;
         self.stage = Stage::Head;
-        Ok(Answer { status, body, close: self.close })
+        Ok(Answer { status, body, close: self.close, retry_after: self.retry_after.take() })
     }
 
     /// Parses from `buf`, consuming what it parsed: the complete answer, or `None` when more bytes are needed.
@@ -251,6 +263,7 @@ impl ResponseParser {
         let code = resp.code.context("no status code")?;
         let status = hyper::StatusCode::from_u16(code).with_context(|| format!("bad status {code}"))?;
         let (mut length, mut chunked, mut encoded, mut close, mut keep_alive) = (None, false, false, false, false);
+        let mut retry_after = None;
         for h in resp.headers.iter() {
             let value = || std::str::from_utf8(h.value).unwrap_or("").split(',').map(str::trim);
             if h.name.eq_ignore_ascii_case("content-length") {
@@ -267,6 +280,8 @@ impl ResponseParser {
             } else if h.name.eq_ignore_ascii_case("connection") {
                 close |= value().any(|t| t.eq_ignore_ascii_case("close"));
                 keep_alive |= value().any(|t| t.eq_ignore_ascii_case("keep-alive"));
+            } else if h.name.eq_ignore_ascii_case("retry-after") {
+                retry_after = Some(String::from_utf8_lossy(h.value).trim().to_string());
             }
         }
         let http10 = resp.version == Some(0);
@@ -276,6 +291,7 @@ impl ResponseParser {
             return Ok(true); // the real answer follows
         }
         self.status = Some(status);
+        self.retry_after = retry_after;
         self.close = close || (http10 && !keep_alive);
         self.stage = if self.head_request
             || status == hyper::StatusCode::NO_CONTENT

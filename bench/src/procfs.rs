@@ -15,6 +15,11 @@ pub(super) fn hwm_kib(pid: u32) -> Option<u64> {
     status_kib(pid, "VmHWM:")
 }
 
+/// Resets the peak resident set size (VmHWM) of `pid` to its current one (`echo 5 > /proc/<pid>/clear_refs`).
+pub(super) fn reset_hwm(pid: u32) -> std::io::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+}
+
 pub(super) fn status_kib(pid: u32, field: &str) -> Option<u64> {
     proc_status(pid, field)?.trim_end_matches("kB").trim().parse().ok()
 }
@@ -74,7 +79,7 @@ impl CpuTicks {
     }
 }
 
-// CPU affinity, to give the server and the bench separate CPUs (admission rows).
+// CPU affinity, to give the server and the bench separate CPUs (admission rows, the load group's overload rows).
 
 /// The CPUs the calling thread may run on, in order.
 pub(super) fn allowed_cpus() -> Vec<usize> {
