@@ -128,6 +128,8 @@ const FORMS: [(&str, &str, &str, &str); 2] =
 /// sizing rows' steps on it ([`super::sizing`]).
 struct ListRun {
     singles: Vec<Result<Single, String>>,
+    /// The new binary's eight with its default limits (all eight fit in 400 seats), before those with [`EIGHT_LIMIT`].
+    eight_default: Result<Eight, String>,
     eight: Result<Eight, String>,
     sizing: Sizing,
 }
@@ -171,7 +173,12 @@ struct Client {
 /// new binary with `--max-requests-inflight 30`) and has the token user LIST them eight times at once; then the
 /// sizing steps on the same server, when it was filled.
 async fn list_run(bin: &Path, tokens: &Path, n: u64, new: bool) -> ListRun {
-    let mut run = ListRun { singles: Vec::new(), eight: Err("not run".into()), sizing: Vec::new() };
+    let mut run = ListRun {
+        singles: Vec::new(),
+        eight_default: Err("not run".into()),
+        eight: Err("not run".into()),
+        sizing: Vec::new(),
+    };
     let mut server = None;
     if let Err(e) = fill_and_list(&mut run, &mut server, bin, tokens, n, new).await {
         let e = format!("{e:#}");
@@ -217,14 +224,31 @@ async fn fill_and_list(
             bail!("the server was killed above {} during the LIST as {form}", gib_or_mib(SAFETY_KIB));
         }
     }
-    // A fresh process for the eight: memory the LISTs above freed but the allocator kept is not counted.
+    // A fresh process for the eight: memory the LISTs above freed but the allocator kept is not counted. The new
+    // binary with its default limits first (all eight admitted at once), then with EIGHT_LIMIT (three at once).
     if new {
+        run.eight_default = Ok(eight_on(server, &args, label, n, SAFETY_KIB).await?);
         args.extend(["--max-requests-inflight".into(), EIGHT_LIMIT.into()]);
     }
-    server.restart(&refs(&args)).await?;
-    let token = Target::with_token(&server.kubeconfig(), TOKEN)?;
     let kill_above = if new { SAFETY_KIB } else { DEPLOYMENT_KIB };
-    eprintln!("bench: load: {label}: {CONCURRENT_LISTS} unpaginated LISTs at once by the token user");
+    run.eight = Ok(eight_on(server, &args, label, n, kill_above).await?);
+    Ok(())
+}
+
+/// `server` restarted with `args`, and the token user's eight LISTs on it, under a watchdog at `kill_above` KiB.
+async fn eight_on(
+    server: &mut ServerProcess,
+    args: &[String],
+    label: &str,
+    n: u64,
+    kill_above: u64,
+) -> anyhow::Result<Eight> {
+    server.restart(&refs(args)).await?;
+    let token = Target::with_token(&server.kubeconfig(), TOKEN)?;
+    eprintln!(
+        "bench: load: {label}: {CONCURRENT_LISTS} unpaginated LISTs at once by the token user ({})",
+        args.join(" ")
+    );
     let (_, accept, query, key) = FORMS[0];
     let req = Req::get(format!("{SHOOTSTATES_V1BETA1}/shootstates{query}")).accept(accept);
     let mut eight = eight_lists(&token, server.child.id(), &req, key, n, kill_above).await?;
@@ -234,8 +258,7 @@ async fn fill_and_list(
     } else {
         eight.died = server.exited();
     }
-    run.eight = Ok(eight);
-    Ok(())
+    Ok(eight)
 }
 
 fn refs(args: &[String]) -> Vec<&str> {
@@ -488,6 +511,7 @@ fn list_rows(n: u64, new: ListRun, old: Option<ListRun>) -> Vec<Row> {
         }
     }
     let scenario = format!("{CONCURRENT_LISTS} unpaginated LISTs of {size} at once by a token user: server peak RSS");
+    rows.push(eight_row(&format!("{scenario}, new with the default limits"), &new.eight_default, true));
     let mut row = eight_row(&format!("{scenario}, new with --max-requests-inflight {EIGHT_LIMIT}"), &new.eight, true);
     if old.is_none() {
         row.notes += "; baseline: skipped (no --baseline)";
