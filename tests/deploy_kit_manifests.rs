@@ -31,21 +31,18 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
+/// The migrator's chunked LIST, of the objects' metadata.
+const MIGRATOR_LIST: &str = "Request::new(&url).list_metadata(";
+
 /// Every rule of our ClusterRole and Role, one row per (apiGroup, resource, verb), with the code that makes the
 /// request: a rule that is not in this table, or a row whose rule is gone, fails the test. Rows name a source file
 /// and a string that file must contain, so a rule whose user disappears fails too.
 const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
     // The migrator (src/scheduler/migrator.rs): chunked LIST, then one JSON merge patch per object.
-    ("core.gardener.cloud", "shootstates", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("core.gardener.cloud", "shootstates", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("core.gardener.cloud", "shootstates", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
     // storagemigration.k8s.io StorageVersionMigrations: served in two versions, so migrated like ShootStates.
-    (
-        "storagemigration.k8s.io",
-        "storageversionmigrations",
-        "list",
-        "src/scheduler/migrator/target.rs",
-        "Request::new(&url).list(",
-    ),
+    ("storagemigration.k8s.io", "storageversionmigrations", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     (
         "storagemigration.k8s.io",
         "storageversionmigrations",
@@ -53,19 +50,19 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
         "src/scheduler/migrator/target.rs",
         "Request::new(&url).patch(",
     ),
-    ("apps", "deployments", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "deployments", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("apps", "deployments", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
-    ("apps", "statefulsets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "statefulsets", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("apps", "statefulsets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
-    ("apps", "daemonsets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "daemonsets", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("apps", "daemonsets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
-    ("apps", "replicasets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("apps", "replicasets", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("apps", "replicasets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
-    ("batch", "cronjobs", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("batch", "cronjobs", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("batch", "cronjobs", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
-    ("batch", "jobs", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("batch", "jobs", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("batch", "jobs", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
-    ("autoscaling", "horizontalpodautoscalers", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("autoscaling", "horizontalpodautoscalers", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     (
         "autoscaling",
         "horizontalpodautoscalers",
@@ -73,15 +70,9 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
         "src/scheduler/migrator/target.rs",
         "Request::new(&url).patch(",
     ),
-    ("policy", "poddisruptionbudgets", "list", "src/scheduler/migrator/target.rs", "Request::new(&url).list("),
+    ("policy", "poddisruptionbudgets", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     ("policy", "poddisruptionbudgets", "patch", "src/scheduler/migrator/target.rs", "Request::new(&url).patch("),
-    (
-        "flowcontrol.apiserver.k8s.io",
-        "flowschemas",
-        "list",
-        "src/scheduler/migrator/target.rs",
-        "Request::new(&url).list(",
-    ),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas", "list", "src/scheduler/migrator/target.rs", MIGRATOR_LIST),
     (
         "flowcontrol.apiserver.k8s.io",
         "flowschemas",
@@ -94,7 +85,7 @@ const RULES_IN_USE: &[(&str, &str, &str, &str, &str)] = &[
         "prioritylevelconfigurations",
         "list",
         "src/scheduler/migrator/target.rs",
-        "Request::new(&url).list(",
+        MIGRATOR_LIST,
     ),
     (
         "flowcontrol.apiserver.k8s.io",
