@@ -373,8 +373,8 @@ async fn list_until_whole(target: &Target, req: &Req, key: &'static str, n: u64,
     }
 }
 
-/// The answer to a LIST read to its end.
-enum Listed {
+/// The answer to a LIST read to its end (here and by the overload's clients).
+pub(super) enum Listed {
     /// A success: the objects in its array and its bytes.
     Whole {
         count: u64,

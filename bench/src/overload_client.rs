@@ -6,7 +6,6 @@
 
 use super::*;
 use anyhow::Context;
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -174,15 +173,15 @@ async fn list_worker(
         let t = Instant::now();
         let answer = tokio::time::timeout(ANSWER_LIMIT, list_once(c, &req, &streaming)).await;
         match answer {
-            Ok(Ok(Answer::Whole { count, bytes })) if count == n => {
+            Ok(Ok(Listed::Whole { count, bytes })) if count == n => {
                 load.samples.push(micros(t.elapsed()));
                 load.bytes += bytes;
                 in_a_row = 0;
             }
-            Ok(Ok(Answer::Whole { count, bytes })) => {
+            Ok(Ok(Listed::Whole { count, bytes })) => {
                 load.lose(format!("an answer of {bytes} bytes held {count} objects, not {n}"));
             }
-            Ok(Ok(Answer::Refused { status, retry_after, body })) if status == hyper::StatusCode::TOO_MANY_REQUESTS => {
+            Ok(Ok(Listed::Refused { status, retry_after, body })) if status == hyper::StatusCode::TOO_MANY_REQUESTS => {
                 load.rejected += 1;
                 load.retry_after_1 += u64::from(retry_after.as_deref() == Some("1"));
                 load.kube_body += u64::from(body[..] == *TOO_MANY);
@@ -196,7 +195,7 @@ async fn list_worker(
                 let wait = Duration::from_secs(retry_after.and_then(|s| s.parse().ok()).unwrap_or(1));
                 tokio::time::sleep_until((Instant::now() + wait).min(deadline).into()).await;
             }
-            Ok(Ok(Answer::Refused { status, body, .. })) => {
+            Ok(Ok(Listed::Refused { status, body, .. })) => {
                 load.lose(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])));
             }
             Ok(Err(e)) => {
@@ -217,8 +216,8 @@ async fn list_worker(
 pub(super) async fn one_list(target: &Target, req: &Req) -> anyhow::Result<(u64, u64)> {
     let mut conn = target.connect().await?;
     match tokio::time::timeout(ANSWER_LIMIT, list_once(&mut conn, req, &Streaming::default())).await {
-        Ok(Ok(Answer::Whole { count, bytes })) => Ok((count, bytes)),
-        Ok(Ok(Answer::Refused { status, body, .. })) => {
+        Ok(Ok(Listed::Whole { count, bytes })) => Ok((count, bytes)),
+        Ok(Ok(Listed::Refused { status, body, .. })) => {
             anyhow::bail!("{} {} answered {status}: {}", req.method, req.path, String::from_utf8_lossy(&body))
         }
         Ok(Err(e)) => Err(e),
@@ -226,22 +225,8 @@ pub(super) async fn one_list(target: &Target, req: &Req) -> anyhow::Result<(u64,
     }
 }
 
-/// The answer to one LIST, read to its end.
-enum Answer {
-    /// A success: the objects in its `items` and its bytes.
-    Whole {
-        count: u64,
-        bytes: u64,
-    },
-    Refused {
-        status: hyper::StatusCode,
-        retry_after: Option<String>,
-        body: Bytes,
-    },
-}
-
 /// One LIST on `conn`, its objects counted as its bytes arrive.
-async fn list_once(conn: &mut Conn, req: &Req, streaming: &Streaming) -> anyhow::Result<Answer> {
+async fn list_once(conn: &mut Conn, req: &Req, streaming: &Streaming) -> anyhow::Result<Listed> {
     let resp = conn.send(req).await?;
     let status = resp.status();
     if !status.is_success() {
@@ -250,7 +235,7 @@ async fn list_once(conn: &mut Conn, req: &Req, streaming: &Streaming) -> anyhow:
             .get(hyper::header::RETRY_AFTER)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string());
         let body = resp.into_body().collect().await.context("reading a refusal")?.to_bytes();
-        return Ok(Answer::Refused { status, retry_after, body });
+        return Ok(Listed::Refused { status, retry_after, body });
     }
     let _streaming = streaming.enter();
     let (mut counter, mut bytes) = (ItemCounter::default(), 0u64);
@@ -263,7 +248,7 @@ async fn list_once(conn: &mut Conn, req: &Req, streaming: &Streaming) -> anyhow:
         }
     }
     let count = counter.finish().map_err(|e| anyhow::anyhow!("the answer of {bytes} bytes: {e}"))?;
-    Ok(Answer::Whole { count, bytes })
+    Ok(Listed::Whole { count, bytes })
 }
 
 /// Counts the elements of the `items` array of a JSON object as its bytes arrive, holding none of them. Strings,
@@ -404,7 +389,7 @@ mod tests {
     /// The serde counter of the LIST rows on the same text.
     fn serde_count(text: &str) -> u64 {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        tx.try_send(Bytes::copy_from_slice(text.as_bytes())).expect("room");
+        tx.try_send(bytes::Bytes::copy_from_slice(text.as_bytes())).expect("room");
         drop(tx);
         count_array(rx, "items").expect("counted")
     }
