@@ -22,6 +22,10 @@ pub type ListRest<T> = mpsc::Receiver<ApiResult<T>>;
 /// objects are read, this much first, then [`STREAM_STEP_BYTES`] at a time.
 const WHOLE_LIST_BYTES: usize = 2 << 20;
 const STREAM_STEP_BYTES: usize = 1 << 20;
+/// Stored bytes read from the store at a time by a streamed list.
+const STORE_READ_BYTES: usize = 256 * 1024;
+/// Stored bytes decoded between two turns given to the runtime's other tasks.
+const YIELD_BYTES: usize = 64 * 1024;
 /// Objects read ahead of the client's reading: with a step, what a slow client makes the server hold.
 const STREAM_AHEAD: usize = 16;
 
@@ -309,7 +313,8 @@ impl Resource {
                 start_after: start_after.clone(),
                 limit: p.limit,
                 revision: pages.read_at,
-                max_bytes: budget,
+                // A read of the store holds a thread of its own, which the worker's tasks share a CPU with.
+                max_bytes: if max_bytes > 0 { budget.min(STORE_READ_BYTES) } else { 0 },
             };
             let res = self.storage.list(prefix, options).await.map_err(|e| match e {
                 StorageError::Expired { .. } if p.continue_token.is_some() => expired_continue(prefix, &start_after),
@@ -323,7 +328,14 @@ impl Resource {
             pages.more = res.more;
             pages.remaining = res.remaining;
             let n = res.items.len();
+            let mut since_yield = 0;
             for (idx, kv) in res.items.iter().enumerate() {
+                // Decoding and encoding a megabyte takes milliseconds: other requests get their turn in between.
+                since_yield += kv.value.len();
+                if since_yield >= YIELD_BYTES {
+                    since_yield = 0;
+                    tokio::task::yield_now().await;
+                }
                 pages.last_key = Some(kv.key.clone());
                 let read = match item(kv) {
                     // Every unreadable object of the list is named, not just the first.
@@ -342,7 +354,7 @@ impl Resource {
                     }
                 }
             }
-            if !pages.more || p.limit == 0 || pages.items.len() >= p.limit {
+            if !pages.more || (p.limit == 0 && max_bytes == 0) || (p.limit > 0 && pages.items.len() >= p.limit) {
                 break;
             }
             // Reads capped in bytes stop at that many in all: a step of a streamed list, which reads on itself.

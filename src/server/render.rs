@@ -296,11 +296,10 @@ pub(super) async fn protobuf_list(
         ..params.clone()
     };
     let (again, rest) = res.list_encoded(ns, version, &exact, encode).await?;
-    let mut start = protobuf::list_head(kind, &api_version, info.list_kind, &meta, items_len)?;
-    again.items.iter().for_each(|i| start.extend_from_slice(&i.0));
+    let start = protobuf::list_head(kind, &api_version, info.list_kind, &meta, items_len)?;
     let rest = rest.unwrap_or_else(|| tokio::sync::mpsc::channel(1).1);
     let framing = Framing { separator: b"", first: true, tail: protobuf::list_tail() };
-    Ok(stream_items(start, rest, framing, PROTOBUF))
+    Ok(stream_items(start, Items { first: again.items.into_iter(), rest }, framing, PROTOBUF))
 }
 
 /// `{<head fields>, "<array>": [<items as they are>]}`.
@@ -353,10 +352,10 @@ fn streamed_response(
     rest: ListRest<RawObject>,
     content_type: &'static str,
 ) -> Response {
-    let mut start = Vec::with_capacity(first.iter().map(|i| i.0.len() + 1).sum::<usize>() + 1024);
-    write_head(&mut start, head, array, &first);
-    let framing = Framing { separator: b",", first: first.is_empty(), tail: b"]}".to_vec() };
-    stream_items(start, rest, framing, content_type)
+    let mut start = Vec::with_capacity(1024);
+    write_head(&mut start, head, array, &[]);
+    let framing = Framing { separator: b",", first: true, tail: b"]}".to_vec() };
+    stream_items(start, Items { first: first.into_iter(), rest }, framing, content_type)
 }
 
 /// How a streamed answer joins its items and ends.
@@ -369,23 +368,50 @@ struct Framing {
     tail: Vec<u8>,
 }
 
-/// An answer of `start`, then the items of `rest` as they come, then the framing's tail (see [`streamed_response`]).
-fn stream_items(start: Vec<u8>, rest: ListRest<RawObject>, framing: Framing, content_type: &'static str) -> Response {
-    let items = futures::stream::unfold((rest, framing, false), |(mut rest, mut framing, done)| async move {
+/// The items of a streamed answer: those read before it began, then those read while it is sent.
+struct Items {
+    first: std::vec::IntoIter<RawObject>,
+    rest: ListRest<RawObject>,
+}
+
+impl Items {
+    async fn next(&mut self) -> Option<ApiResult<RawObject>> {
+        match self.first.next() {
+            Some(item) => Some(Ok(item)),
+            None => self.rest.recv().await,
+        }
+    }
+
+    /// The next item if it is there already; `Ok(None)` at the end.
+    fn ready(&mut self) -> Result<Option<ApiResult<RawObject>>, ()> {
+        match self.first.next() {
+            Some(item) => Ok(Some(Ok(item))),
+            None => match self.rest.try_recv() {
+                Ok(item) => Ok(Some(item)),
+                Err(TryRecvError::Empty) => Err(()),
+                Err(TryRecvError::Disconnected) => Ok(None),
+            },
+        }
+    }
+}
+
+/// An answer of `start`, then the items as they come, then the framing's tail (see [`streamed_response`]).
+fn stream_items(start: Vec<u8>, items: Items, framing: Framing, content_type: &'static str) -> Response {
+    let chunks = futures::stream::unfold((items, framing, false), |(mut items, mut framing, done)| async move {
         if done {
             return None;
         }
         let mut chunk = Vec::new();
-        let mut next = rest.recv().await;
+        let mut next = items.next().await;
         loop {
             match next {
                 None => {
                     chunk.extend_from_slice(&framing.tail);
-                    return Some((Ok(Bytes::from(chunk)), (rest, framing, true)));
+                    return Some((Ok(Bytes::from(chunk)), (items, framing, true)));
                 }
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "a streamed list answer is cut off");
-                    return Some((Err(std::io::Error::other(e.to_string())), (rest, framing, true)));
+                    return Some((Err(std::io::Error::other(e.to_string())), (items, framing, true)));
                 }
                 Some(Ok(item)) => {
                     if !framing.first {
@@ -396,16 +422,21 @@ fn stream_items(start: Vec<u8>, rest: ListRest<RawObject>, framing: Framing, con
                 }
             }
             if chunk.len() >= STREAM_CHUNK {
-                return Some((Ok(Bytes::from(chunk)), (rest, framing, false)));
+                return Some((Ok(Bytes::from(chunk)), (items, framing, false)));
             }
-            next = match rest.try_recv() {
-                Ok(item) => Some(item),
-                Err(TryRecvError::Empty) => return Some((Ok(Bytes::from(chunk)), (rest, framing, false))),
-                Err(TryRecvError::Disconnected) => None,
+            next = match items.ready() {
+                Ok(next) => next,
+                Err(()) => return Some((Ok(Bytes::from(chunk)), (items, framing, false))),
             };
         }
     });
-    let body = futures::stream::once(std::future::ready(Ok(Bytes::from(start)))).chain(items);
+    // Each chunk waits its turn behind the runtime's other tasks: with one worker thread, an answer of megabytes
+    // written in one go would hold every other request (a GET) for its whole length.
+    let chunks = chunks.then(|chunk| async move {
+        tokio::task::yield_now().await;
+        chunk
+    });
+    let body = futures::stream::once(std::future::ready(Ok(Bytes::from(start)))).chain(chunks);
     let mut r = (StatusCode::OK, Body::from_stream(body)).into_response();
     r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
     r
