@@ -83,6 +83,7 @@ impl Pace {
             own: LatencyHistogram::default(),
         });
         metrics.observe_rate(first);
+        metrics.declare_rate_cuts(Cut::ALL.map(Cut::label));
         if config.adaptive {
             let controller = Controller::new(settings, Instant::now());
             let standalone = config.clients_latency.clone().map(|clients| Standalone {

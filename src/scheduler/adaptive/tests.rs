@@ -310,3 +310,20 @@ fn the_floor_is_at_most_the_ceiling() {
     let s = Settings::new(0.0, 0.0);
     assert_eq!((s.floor, s.ceiling), (1.0, f64::INFINITY));
 }
+
+/// Every reason of a cut has its series at 0 once the pace starts, adaptive or fixed, so that rate() over it works
+/// from the first cut.
+#[tokio::test]
+async fn the_pace_declares_every_cut_reason() {
+    for adaptive in [true, false] {
+        let mut reg = prometheus_client::registry::Registry::default();
+        let metrics = SchedulerMetrics::register(&mut reg);
+        let config = SchedulerConfig { adaptive, ..Default::default() };
+        let _pace = Pace::start(&config, metrics);
+        let out = crate::server::exposition::encode(&reg).expect("encode");
+        for cut in Cut::ALL {
+            let line = format!("migration_apiserver_migration_rate_cuts_total{{reason=\"{}\"}} 0", cut.label());
+            assert!(out.lines().any(|l| l == line), "adaptive {adaptive}: {line} missing in:\n{out}");
+        }
+    }
+}
