@@ -6,7 +6,7 @@
 //! of 100 entries, so the series of older key_ids stay exported next to the current one: per (apiserver, provider)
 //! the series with the newest value is the key_id its plugin reports now, whatever else is still listed.
 
-use super::observe::samples;
+use super::prometheus_text::samples;
 use std::collections::BTreeMap;
 
 /// The gauge kube-apiserver sets on every valid Status reply of a KMS v2 plugin.

@@ -33,6 +33,7 @@ pub mod decide;
 pub mod key_id_metrics;
 pub mod key_id_rotation;
 pub mod observe;
+mod prometheus_text;
 mod reconciler;
 pub mod record;
 

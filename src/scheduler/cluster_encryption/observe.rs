@@ -2,6 +2,8 @@
 //! `/metrics`).
 
 use super::config::{digest_of, sha256_label};
+use super::key_id_metrics::parse_status_key_ids;
+use super::prometheus_text::samples;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,45 +48,6 @@ pub fn parse_last_config_info(text: &str) -> Vec<(String, String)> {
         .filter(|(_, value)| *value == 1.0)
         .filter_map(|(labels, _)| Some((labels.get("apiserver_id_hash")?.clone(), labels.get("hash")?.clone())))
         .collect()
-}
-
-/// The samples of the metric `name` in a Prometheus text exposition: their labels and value (lines of other
-/// metrics, comments and unparsable values are skipped; an optional sample timestamp after the value is ignored).
-pub(super) fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (BTreeMap<String, String>, f64)> + 'a {
-    text.lines().filter_map(move |line| {
-        let rest = line.strip_prefix(name)?.trim_start().strip_prefix('{')?;
-        let (labels, value) = rest.split_once('}')?;
-        let value = value.split_whitespace().next()?.parse::<f64>().ok()?;
-        Some((parse_labels(labels), value))
-    })
-}
-
-/// `a="x",b="y"` (values with Prometheus' escapes \\, \" and \n).
-fn parse_labels(s: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut chars = s.chars().peekable();
-    loop {
-        while chars.peek().is_some_and(|c| *c == ',' || c.is_whitespace()) {
-            chars.next();
-        }
-        let name: String = std::iter::from_fn(|| chars.next_if(|c| *c != '=')).collect();
-        if name.is_empty() || chars.next() != Some('=') || chars.next() != Some('"') {
-            return out;
-        }
-        let mut value = String::new();
-        while let Some(c) = chars.next() {
-            match c {
-                '"' => break,
-                '\\' => match chars.next() {
-                    Some('n') => value.push('\n'),
-                    Some(other) => value.push(other),
-                    None => break,
-                },
-                c => value.push(c),
-            }
-        }
-        out.insert(name.trim().to_string(), value);
-    }
 }
 
 /// What the scrapes found: the config hash each live identity reports (and the key_id hash per KMS v2 provider in
@@ -140,7 +103,7 @@ pub async fn scrape(client: &kube::Client, live: &BTreeSet<String>, attempts: u3
         };
         match tokio::time::timeout(timeout, client.request_text(request)).await {
             Ok(Ok(text)) => {
-                let key_ids = super::key_id_metrics::parse_status_key_ids(&text);
+                let key_ids = parse_status_key_ids(&text);
                 merge_scrape(&mut obs, &by_id_hash, &parse_last_config_info(&text), &key_ids)
             }
             Ok(Err(e)) => tracing::debug!(error = %e, "cluster key rotation: scraping /metrics"),
