@@ -7,6 +7,7 @@ pub mod cli;
 pub mod csi;
 pub mod duration;
 pub mod error;
+pub mod go_decode;
 pub mod gostr;
 pub mod kms_test_plugin;
 pub mod registry;

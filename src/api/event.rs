@@ -6,9 +6,9 @@
 //! (`ToSelectableFields`) and pkg/apis/core/v1/conversion.go (`AddFieldLabelConversionsForEvent`), printer columns
 //! from pkg/printers/internalversion/printers.go (`printEvent`), all at kubernetes/kubernetes 04791b49.
 
-use crate::api::go_decode;
 use crate::api::printers::human_duration;
 use crate::error::FieldError;
+use crate::go_decode;
 use crate::registry::object_meta::{dns1123_subdomain, qualified_name, NameRule};
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
 use k8s_openapi::api::core::v1::{EventSeries, EventSource, ObjectReference};

@@ -6,8 +6,8 @@
 //! `ValidateEventCreate`/`ValidateEventUpdate` of the new API.
 
 use super::event::Event as CoreEvent;
-use super::go_decode;
 use crate::error::FieldError;
+use crate::go_decode;
 use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus, StoredAs};
 use k8s_openapi::api::core::v1::{EventSource, ObjectReference};

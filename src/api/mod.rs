@@ -5,7 +5,6 @@
 pub mod csi_translation;
 pub mod event;
 pub mod events_event;
-pub mod go_decode;
 pub mod namespace;
 pub mod printers;
 pub mod self_review;

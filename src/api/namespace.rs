@@ -7,8 +7,8 @@
 //! As kube-apiserver with its `NamespaceAutoProvision` admission plugin: creating an object in a namespace that
 //! does not exist creates the namespace (see `server::namespaces`), so the namespaces are at least those in use.
 
-use crate::api::go_decode;
 use crate::error::FieldError;
+use crate::go_decode;
 use crate::registry::object_meta::qualified_name;
 use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};

@@ -1,8 +1,8 @@
 //! ShootState (core.gardener.cloud v1alpha1 and v1beta1, the same JSON): the state Gardener needs to move a
 //! shoot's control plane to another seed. Namespaced, no status; validation as gardener-apiserver's.
 
-use crate::api::go_decode;
 use crate::error::FieldError;
+use crate::go_decode;
 use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -1,9 +1,9 @@
 //! StorageState (migration.k8s.io/v1alpha1): which storage versions the objects of one resource may be stored in.
 //! Named `<resource>.<group>` (just `<resource>` for the core group), like the trigger of seed 002 keeps it.
 
-use crate::api::go_decode;
 use crate::api::printers::age_cell;
 use crate::error::FieldError;
+use crate::go_decode;
 use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use schemars::JsonSchema;

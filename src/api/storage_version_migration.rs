@@ -1,7 +1,7 @@
 //! StorageVersionMigration (migration.k8s.io/v1alpha1): a request to rewrite every object of one resource.
 
-use crate::api::go_decode;
 use crate::error::FieldError;
+use crate::go_decode;
 use crate::registry::object_meta::condition_reason;
 use crate::registry::strategy::{Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};

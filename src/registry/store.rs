@@ -12,8 +12,8 @@ use super::{
     check_namespace, decode, steps, too_deep_error, unknown_field_warnings, Change, DeleteOptions, FieldValidation,
     ObjectRef, Resource, WriteOptions, Written,
 };
-use crate::api::go_decode::GoStructs;
 use crate::error::{ApiError, ApiResult};
+use crate::go_decode::GoStructs;
 use crate::storage::{KeyValue, Storage, StorageError};
 use bytes::Bytes;
 use serde_json::Value;

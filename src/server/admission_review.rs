@@ -4,8 +4,8 @@
 //! denial naming the field, and its response always writes a `status`; these are plain serde types instead.
 
 use super::rest::read_body;
-use crate::api::go_decode::GoStructs;
 use crate::error::{ApiError, ApiResult};
+use crate::go_decode::GoStructs;
 use crate::registry::decode::starts_object;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};

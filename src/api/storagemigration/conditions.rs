@@ -3,7 +3,7 @@
 //! 422 naming `status.conditions[i].lastTransitionTime: Required value` beside every other error of the object,
 //! where a strict decoder would answer 400 `missing field lastTransitionTime` alone.
 
-use crate::api::go_decode::{self, zero_time};
+use crate::go_decode::{self, zero_time};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::{Deserialize, Deserializer};
 
@@ -55,7 +55,7 @@ mod tests {
         ]}))
         .expect("decodes");
         assert_eq!(s.conditions.len(), 3);
-        assert_eq!(s.conditions[0].last_transition_time.0.as_second(), crate::api::go_decode::GO_ZERO_TIME_SECONDS);
+        assert_eq!(s.conditions[0].last_transition_time.0.as_second(), crate::go_decode::GO_ZERO_TIME_SECONDS);
         assert_eq!((s.conditions[1].reason.as_str(), s.conditions[1].status.as_str()), ("", ""));
         assert_eq!(s.conditions[2].type_, "");
         let none: StorageVersionMigrationStatus = serde_json::from_value(json!({"conditions": null})).expect("decodes");

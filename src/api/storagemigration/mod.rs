@@ -9,8 +9,8 @@
 //! no unconditional update). Upstream declares no short names and no categories for this resource,
 //! so neither do we (`svm` stays `migration.k8s.io`'s).
 
-use crate::api::go_decode;
 use crate::error::FieldError;
+use crate::go_decode;
 use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{ApiPriority, Column, Kind, KindInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
