@@ -4,6 +4,7 @@ pub mod audit;
 pub mod auth;
 pub mod byte_size;
 pub mod cli;
+pub mod client;
 pub mod csi;
 pub mod duration;
 pub mod error;

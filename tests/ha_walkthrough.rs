@@ -13,12 +13,13 @@ use migration_apiserver::api::storage_version_migration::{
     GroupVersionResource, MigrationCondition, StorageVersionMigration, StorageVersionMigrationStatus,
 };
 use migration_apiserver::auth::authn::Authenticator;
+use migration_apiserver::client::in_process_client;
 use migration_apiserver::registry::Registry;
 use migration_apiserver::scheduler::storage_version::{report, Decider, Served};
 use migration_apiserver::scheduler::trigger::{
     is_finished, is_superseded, DiscoveredResource, Discovery, OwnObjects, Replicas,
 };
-use migration_apiserver::scheduler::{in_process_client, SchedulerConfig};
+use migration_apiserver::scheduler::SchedulerConfig;
 use migration_apiserver::server::{metrics::Metrics, router, AppState};
 use migration_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 use std::sync::{Arc, OnceLock};

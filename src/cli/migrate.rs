@@ -77,9 +77,9 @@ pub struct MigrateArgs {
 /// `migrate`: prints each migration requested, as kubectl does, then follows them with `--wait`.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     crate::auth::tls::install_default_crypto_provider();
-    let api = crate::scheduler::target_client(Some(&args.kubeconfig)).await?;
+    let api = crate::cli::target_client(Some(&args.kubeconfig)).await?;
     let target = match &args.target_kubeconfig {
-        Some(path) => crate::scheduler::target_client(Some(path)).await?,
+        Some(path) => crate::cli::target_client(Some(path)).await?,
         None => api.clone(),
     };
     let request = if args.all { MigrateRequest::All } else { MigrateRequest::Resources(args.resources) };

@@ -254,3 +254,18 @@ fn print_or_write(dir: Option<PathBuf>, files: Vec<(String, String)>, stream: St
     }
     Ok(())
 }
+
+/// A client for the target named by `--kubeconfig` (or the in-cluster config when running in a pod).
+pub(crate) async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::incluster()?,
+    };
+    // The migrator and trigger own retries (their backoff, Retry-After, attempt budget) and every retry must pass
+    // the migration rate limit: kube's built-in retry layer (429/503/504, up to 15 times) would bypass both.
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}

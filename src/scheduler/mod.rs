@@ -21,24 +21,7 @@ pub mod storage_version;
 pub mod trigger;
 pub mod triggers;
 
-use crate::auth::authn::UserInfo;
 use std::time::Duration;
-
-/// The identity of the scheduler's requests to this server itself (in-process, so it cannot be forged over the
-/// network: the authentication middleware trusts this extension only because no client can set extensions).
-#[derive(Clone, Debug)]
-pub struct InternalIdentity(pub UserInfo);
-
-impl InternalIdentity {
-    pub fn scheduler() -> Self {
-        InternalIdentity(UserInfo {
-            name: "system:migration-apiserver:scheduler".into(),
-            uid: String::new(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-            extra: Default::default(),
-        })
-    }
-}
 
 /// Tunables, from the `serve` flags.
 #[derive(Clone, Debug)]
@@ -99,42 +82,6 @@ impl Default for SchedulerConfig {
             replicas: trigger::Replicas::One,
         }
     }
-}
-
-/// A Kubernetes client whose transport is this server's own router: the self-target, without TLS or sockets, and
-/// through the full API layer (authentication, validation, admission of our own writes).
-pub fn in_process_client(app: axum::Router) -> kube::Client {
-    let identity = InternalIdentity::scheduler();
-    let service = tower::ServiceBuilder::new()
-        .map_request(move |mut req: axum::http::Request<kube::client::Body>| {
-            req.extensions_mut().insert(identity.clone());
-            req.map(axum::body::Body::new)
-        })
-        .service(app);
-    kube::Client::new(service, "default")
-}
-
-/// The reason of a client's API error ([`StatusReason::of_answer`]); `None` for errors without an answer.
-pub fn api_reason(e: &kube::Error) -> Option<crate::error::StatusReason> {
-    match e {
-        kube::Error::Api(s) => crate::error::StatusReason::of_answer(&s.reason, s.code),
-        _ => None,
-    }
-}
-
-/// A client for the target named by `--kubeconfig` (or the in-cluster config when running in a pod).
-pub async fn target_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let mut config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::incluster()?,
-    };
-    // The migrator and trigger own retries (their backoff, Retry-After, attempt budget) and every retry must pass
-    // the migration rate limit: kube's built-in retry layer (429/503/504, up to 15 times) would bypass both.
-    config.default_retry = false;
-    Ok(kube::Client::try_from(config)?)
 }
 
 /// Starts the part of the scheduler every replica runs: the triggers' replica parts (none with

@@ -225,7 +225,7 @@ async fn authenticate_and_measure(State(st): State<Arc<AppState>>, mut req: Requ
     // Parsed once: authorization, the REST handlers and their metrics labels all read this.
     let info = RequestInfo::parse(req.method(), req.uri().path(), req.uri().query());
     req.extensions_mut().insert(info);
-    let internal = req.extensions().get::<crate::scheduler::InternalIdentity>().is_some();
+    let internal = req.extensions().get::<crate::client::InternalIdentity>().is_some();
     let mut resp = authenticate_and_authorize(&st, req, next).await;
     let labels = resp.extensions_mut().remove::<rest::RequestLabels>().unwrap_or_default();
     let verb: Label = match labels.verb {
@@ -273,7 +273,7 @@ fn code_label(code: StatusCode) -> Label {
 /// headers never reach a handler, nor do the impersonation headers.
 async fn authenticate_and_authorize(st: &AppState, mut req: Request, next: Next) -> Response {
     // The scheduler's in-process client carries its identity as an extension, which no network client can set.
-    let internal = req.extensions().get::<crate::scheduler::InternalIdentity>().map(|i| i.0.clone());
+    let internal = req.extensions().get::<crate::client::InternalIdentity>().map(|i| i.0.clone());
     let user: Option<UserInfo> = match internal.clone() {
         Some(user) => Some(user),
         None => st.authn.authenticate_request(req.extensions().get::<PeerCertificates>(), req.headers()).await,

@@ -58,7 +58,7 @@ pub(super) async fn start_scheduler(
     use crate::scheduler::registered_triggers::Triggers;
     use crate::scheduler::triggers::TriggerContext;
     let cluster = cluster_client(args).await?;
-    let target = cluster.clone().unwrap_or_else(|| crate::scheduler::in_process_client(app.clone()));
+    let target = cluster.clone().unwrap_or_else(|| crate::client::in_process_client(app.clone()));
     let identity = identity.to_string();
     let mut config = args.scheduler_config();
     config.identity = identity.clone();
@@ -80,7 +80,7 @@ pub(super) async fn start_scheduler(
         // Before anything starts: invalid timing fails the start.
         econfig.validate()?;
     }
-    let own = crate::scheduler::trigger::OwnObjects::new(crate::scheduler::in_process_client(app.clone()));
+    let own = crate::scheduler::trigger::OwnObjects::new(crate::client::in_process_client(app.clone()));
     let mut ctx = TriggerContext { config, target, own, inputs: Default::default() };
     // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
     if let Some(encryption) = encryption.filter(|_| cluster.is_none()) {
@@ -136,8 +136,8 @@ pub(super) async fn spawn_cluster_check(
 pub(super) async fn cluster_client(args: &ServeArgs) -> anyhow::Result<Option<kube::Client>> {
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     Ok(match &args.kubeconfig {
-        Some(path) => Some(crate::scheduler::target_client(Some(path)).await?),
-        None if in_cluster => Some(crate::scheduler::target_client(None).await?),
+        Some(path) => Some(crate::cli::target_client(Some(path)).await?),
+        None if in_cluster => Some(crate::cli::target_client(None).await?),
         None => None,
     })
 }

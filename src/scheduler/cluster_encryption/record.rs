@@ -151,7 +151,7 @@ pub async fn annotate(
         };
         match own.states.create(&own.post_params(), &new).await {
             Ok(_) => {}
-            Err(e) if crate::scheduler::api_reason(&e) == Some(StatusReason::AlreadyExists) => {}
+            Err(e) if crate::client::api_reason(&e) == Some(StatusReason::AlreadyExists) => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -8,8 +8,8 @@
 //! clock would make clock skew decide who leads. A record with no holder (released) is free at once.
 
 use super::{LeaderLock, LockError};
+use crate::client::api_reason;
 use crate::error::StatusReason;
-use crate::scheduler::api_reason;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -380,10 +380,10 @@ mod tests {
     #[tokio::test]
     async fn lease_lock_reads_creates_renews_and_releases_with_compare_and_swap() {
         let (router, state) = stand_in(true);
-        let client = crate::scheduler::in_process_client(router);
+        let client = crate::client::in_process_client(router);
         assert!(served(&client).await);
         let (un, _) = stand_in(false);
-        assert!(!served(&crate::scheduler::in_process_client(un)).await);
+        assert!(!served(&crate::client::in_process_client(un)).await);
 
         let mut a = LeaseLock::new(client.clone(), "ns", "lock", "a", D);
         let mut b = LeaseLock::new(client.clone(), "ns", "lock", "b", D);

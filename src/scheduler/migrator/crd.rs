@@ -11,8 +11,8 @@
 //! names the migration that set it, so that a migration only ever ends the condition it started.
 
 use crate::api::storage_version_migration::GroupVersionResource;
+use crate::client::api_reason;
 use crate::error::StatusReason;
-use crate::scheduler::api_reason;
 use crate::scheduler::events::{EventRecorder, EventType};
 use crate::scheduler::managers;
 use k8s_openapi::api::core::v1::ObjectReference;

@@ -5,9 +5,9 @@
 use super::worker::*;
 use super::*;
 use crate::api::storage_version_migration::{GroupVersionResource, CONDITION_FAILED, CONDITION_SUCCEEDED};
+use crate::client::api_reason;
 use crate::error::StatusReason;
 use crate::registry::Subresource;
-use crate::scheduler::api_reason;
 use crate::scheduler::metrics::resource_label;
 
 /// The resource of a migration before discovery named its version.

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::api::storage_version_migration::GroupVersionResource;
+use crate::client::api_reason;
 use crate::error::StatusReason;
 use crate::registry::Subresource;
-use crate::scheduler::api_reason;
 use crate::scheduler::trigger::annotation;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;

@@ -208,7 +208,7 @@ async fn periodic_rounds_are_due_an_interval_apart_per_storagestate() {
     use tokio::time::Instant;
     let config = crate::scheduler::SchedulerConfig { discovery_interval: I, ..Default::default() };
     let decider = Decider::new(
-        OwnObjects::new(crate::scheduler::in_process_client(axum::Router::new())),
+        OwnObjects::new(crate::client::in_process_client(axum::Router::new())),
         &config,
         Served::default(),
     );

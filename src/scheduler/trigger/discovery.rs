@@ -74,7 +74,7 @@ pub(super) async fn get_json<T: DeserializeOwned>(
     match tokio::time::timeout(timeout, client.request::<T>(req)).await {
         Err(_) => Err(err(format!("timed out after {timeout:?}"))),
         Ok(Ok(v)) => Ok(Some(v)),
-        Ok(Err(e)) if crate::scheduler::api_reason(&e) == Some(crate::error::StatusReason::NotFound) => Ok(None),
+        Ok(Err(e)) if crate::client::api_reason(&e) == Some(crate::error::StatusReason::NotFound) => Ok(None),
         Ok(Err(kube::Error::Api(s))) => Err(err(format!("{} ({})", s.message, s.code))),
         Ok(Err(e)) => Err(err(e.to_string())),
     }

@@ -4,8 +4,8 @@
 use super::*;
 use crate::api::storage_state::StorageState;
 use crate::api::storage_version_migration::{GroupVersionResource, StorageVersionMigration};
+use crate::client::api_reason;
 use crate::error::StatusReason;
-use crate::scheduler::api_reason;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use std::borrow::Borrow;
@@ -30,7 +30,7 @@ impl StoreError {
 
 impl From<kube::Error> for StoreError {
     fn from(e: kube::Error) -> Self {
-        let reason = crate::scheduler::api_reason(&e);
+        let reason = crate::client::api_reason(&e);
         let message = match e {
             kube::Error::Api(s) => s.message,
             other => other.to_string(),

@@ -232,7 +232,7 @@ fn canned_target() -> kube::Client {
                 (axum::http::StatusCode::SERVICE_UNAVAILABLE, Json(status))
             }),
         );
-    crate::scheduler::in_process_client(router)
+    crate::client::in_process_client(router)
 }
 
 #[tokio::test]
@@ -261,7 +261,7 @@ async fn discovery_reports_failing_groups_and_keeps_the_rest() {
         .contains("discovery failed for: broken.io"));
     // Without the group list there is nothing to work with.
     let router = axum::Router::new();
-    let err = discover(&crate::scheduler::in_process_client(router), Duration::from_secs(5)).await.unwrap_err();
+    let err = discover(&crate::client::in_process_client(router), Duration::from_secs(5)).await.unwrap_err();
     assert_eq!(err.path, "/apis");
 }
 

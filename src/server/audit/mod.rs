@@ -114,7 +114,7 @@ impl Arrival {
         }
         // The scheduler's in-process requests come from this process, as kube-apiserver's loopback client does.
         let remote = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()).or_else(|| {
-            req.extensions().get::<crate::scheduler::InternalIdentity>().map(|_| std::net::Ipv4Addr::LOCALHOST.into())
+            req.extensions().get::<crate::client::InternalIdentity>().map(|_| std::net::Ipv4Addr::LOCALHOST.into())
         });
         Arrival {
             received: Utc::now(),
