@@ -10,7 +10,7 @@ use crate::storage::{KeyValue, ListOptions, StorageError};
 use kube::api::VersionMatch;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// The objects of a LIST without a limit that come after its first part, read at the list's revision while its
@@ -22,10 +22,10 @@ pub type ListRest<T> = mpsc::Receiver<ApiResult<T>>;
 /// objects are read, this much first, then [`STREAM_STEP_BYTES`] at a time.
 const WHOLE_LIST_BYTES: usize = 2 << 20;
 const STREAM_STEP_BYTES: usize = 1 << 20;
-/// Stored bytes read from the store at a time by a streamed list.
-const STORE_READ_BYTES: usize = 256 * 1024;
-/// Stored bytes decoded between two turns given to the runtime's other tasks.
-const YIELD_BYTES: usize = 64 * 1024;
+/// How long a list decodes objects before the runtime's other tasks get their turn, and the stored bytes decoded
+/// between two looks at the clock.
+const TURN: Duration = Duration::from_micros(250);
+const CLOCK_BYTES: usize = 16 * 1024;
 /// Objects read ahead of the client's reading: with a step, what a slow client makes the server hold.
 const STREAM_AHEAD: usize = 16;
 
@@ -307,14 +307,13 @@ impl Resource {
         item: &mut impl FnMut(&KeyValue) -> ApiResult<Option<T>>,
     ) -> ApiResult<Pages<T>> {
         let mut pages = Pages { items: Vec::new(), read_at: revision, more: false, remaining: 0, last_key: None };
-        let (mut unreadable, mut budget) = (Vec::new(), max_bytes);
+        let (mut unreadable, mut budget, mut turn) = (Vec::new(), max_bytes, Turn::start());
         loop {
             let options = ListOptions {
                 start_after: start_after.clone(),
                 limit: p.limit,
                 revision: pages.read_at,
-                // A read of the store holds a thread of its own, which the worker's tasks share a CPU with.
-                max_bytes: if max_bytes > 0 { budget.min(STORE_READ_BYTES) } else { 0 },
+                max_bytes: budget,
             };
             let res = self.storage.list(prefix, options).await.map_err(|e| match e {
                 StorageError::Expired { .. } if p.continue_token.is_some() => expired_continue(prefix, &start_after),
@@ -328,13 +327,13 @@ impl Resource {
             pages.more = res.more;
             pages.remaining = res.remaining;
             let n = res.items.len();
-            let mut since_yield = 0;
+            let mut since_clock = 0;
             for (idx, kv) in res.items.iter().enumerate() {
                 // Decoding and encoding a megabyte takes milliseconds: other requests get their turn in between.
-                since_yield += kv.value.len();
-                if since_yield >= YIELD_BYTES {
-                    since_yield = 0;
-                    tokio::task::yield_now().await;
+                since_clock += kv.value.len();
+                if since_clock >= CLOCK_BYTES {
+                    since_clock = 0;
+                    turn.take_if_over().await;
                 }
                 pages.last_key = Some(kv.key.clone());
                 let read = match item(kv) {
@@ -354,7 +353,7 @@ impl Resource {
                     }
                 }
             }
-            if !pages.more || (p.limit == 0 && max_bytes == 0) || (p.limit > 0 && pages.items.len() >= p.limit) {
+            if !pages.more || p.limit == 0 || pages.items.len() >= p.limit {
                 break;
             }
             // Reads capped in bytes stop at that many in all: a step of a streamed list, which reads on itself.
@@ -370,5 +369,22 @@ impl Resource {
             return Err(ApiError::store_read_error(self.info().plural, prefix, &unreadable));
         }
         Ok(pages)
+    }
+}
+
+/// A task's turn on its worker thread: with one worker, a list that decodes megabytes at once holds every other
+/// request (a GET) for milliseconds, so it yields once its turn has lasted [`TURN`].
+struct Turn(Instant);
+
+impl Turn {
+    fn start() -> Self {
+        Turn(Instant::now())
+    }
+
+    async fn take_if_over(&mut self) {
+        if self.0.elapsed() >= TURN {
+            tokio::task::yield_now().await;
+            self.0 = Instant::now();
+        }
     }
 }
