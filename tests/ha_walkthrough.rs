@@ -16,7 +16,7 @@ use migration_apiserver::auth::authn::Authenticator;
 use migration_apiserver::client::in_process_client;
 use migration_apiserver::registry::Registry;
 use migration_apiserver::scheduler::storage_version::{report, Decider, Served};
-use migration_apiserver::scheduler::trigger::{
+use migration_apiserver::scheduler::trigger_kit::{
     is_finished, is_superseded, DiscoveredResource, Discovery, OwnObjects, Replicas,
 };
 use migration_apiserver::scheduler::SchedulerConfig;
@@ -195,7 +195,7 @@ async fn seed_002_case_walkthrough() {
     let m = server.migrations().await.into_iter().find(|m| m.metadata.name.as_deref() == Some(first[0].as_str()));
     let m = m.expect("migration");
     assert_eq!(m.spec.resource, gvr());
-    assert_eq!(migration_apiserver::scheduler::trigger::migration_hash(&m), Some("v2"));
+    assert_eq!(migration_apiserver::scheduler::trigger_kit::migration_hash(&m), Some("v2"));
     assert_eq!(server.state().await.status.unwrap_or_default().current_storage_version_hash.as_deref(), Some("v2"));
     server.set_phase(&first[0], "Running").await;
 

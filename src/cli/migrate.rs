@@ -5,7 +5,7 @@ use crate::api::storagemigration::{
     GroupResource, StorageVersionMigration as InTreeMigration, StorageVersionMigrationSpec as InTreeSpec,
 };
 use crate::scheduler::migrator::{Migration, MigrationApi, MigrationKey};
-use crate::scheduler::trigger::{
+use crate::scheduler::trigger_kit::{
     request_migrations, wanted_resources, MigrateRequest, OwnObjects, ANNOTATION_REASON, WHY_BY_HAND,
 };
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};

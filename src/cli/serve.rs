@@ -145,7 +145,7 @@ pub struct ServeArgs {
     /// The triggers' flags: --disable-trigger, --discovery-interval, --migration-history (see
     /// `scheduler::triggers`).
     #[command(flatten)]
-    pub triggers: crate::scheduler::registered_triggers::TriggerArgs,
+    pub triggers: crate::scheduler::triggers::TriggerArgs,
     /// Objects per LIST chunk when migrating.
     #[arg(long, default_value_t = 500)]
     pub migration_chunk_size: u32,
@@ -217,9 +217,9 @@ impl ServeArgs {
             max_attempts: self.migration_max_attempts.max(1),
             update_crd_stored_versions: self.update_crd_stored_versions,
             replicas: if self.etcd.enabled() {
-                crate::scheduler::trigger::Replicas::Several
+                crate::scheduler::trigger_kit::Replicas::Several
             } else {
-                crate::scheduler::trigger::Replicas::One
+                crate::scheduler::trigger_kit::Replicas::One
             },
             ..Default::default()
         }

@@ -14,11 +14,10 @@ pub mod managers;
 pub mod metrics;
 pub mod migrator;
 pub mod ratelimit;
-pub mod registered_triggers;
 pub mod report;
 pub mod state_metrics;
 pub mod storage_version;
-pub mod trigger;
+pub mod trigger_kit;
 pub mod triggers;
 
 use std::time::Duration;
@@ -58,7 +57,7 @@ pub struct SchedulerConfig {
     /// This process' reporterID in StorageStates (the leader election identity).
     pub identity: String,
     /// Whether other replicas report into the same StorageStates (etcd) or this process is alone.
-    pub replicas: trigger::Replicas,
+    pub replicas: trigger_kit::Replicas,
 }
 
 impl Default for SchedulerConfig {
@@ -79,7 +78,7 @@ impl Default for SchedulerConfig {
             request_timeout: Duration::from_secs(30),
             update_crd_stored_versions: true,
             identity: "migration-apiserver".into(),
-            replicas: trigger::Replicas::One,
+            replicas: trigger_kit::Replicas::One,
         }
     }
 }
@@ -87,8 +86,8 @@ impl Default for SchedulerConfig {
 /// Starts the part of the scheduler every replica runs: the triggers' replica parts (none with
 /// `--disable-trigger`).
 pub fn start_replica(
-    triggers: &registered_triggers::Triggers,
-    ctx: &triggers::TriggerContext,
+    triggers: &triggers::Triggers,
+    ctx: &trigger_kit::TriggerContext,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     triggers.start_replicas(ctx)
 }
@@ -97,8 +96,8 @@ pub fn start_replica(
 /// process ends or the returned tasks are aborted, as a replica that loses leadership does at once. Events go to
 /// the target: this server standalone, the cluster's kube-apiserver in cluster mode (our APIService serves none).
 pub fn start(
-    triggers: &registered_triggers::Triggers,
-    ctx: &triggers::TriggerContext,
+    triggers: &triggers::Triggers,
+    ctx: &trigger_kit::TriggerContext,
     metrics: std::sync::Arc<metrics::SchedulerMetrics>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (events, writer) = events::EventRecorder::spawn(ctx.target.clone());

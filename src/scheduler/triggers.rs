@@ -1,54 +1,66 @@
-//! Triggers: what requests StorageVersionMigrations. A trigger is one module that says what it watches (its
-//! replica part, run on every replica: observing the target and reporting into StorageStates) and what it decides
-//! (its leader part, run by the elected leader only), and brings its own `serve` flags; it is registered by one
-//! line in `registered_triggers.rs`. The migrator runs whatever migrations the triggers request.
+//! The registered triggers, what requests StorageVersionMigrations: one line each in [`triggers!`] below (the
+//! trigger's flags), which flattens their flags into `serve`'s and starts each trigger on every replica and on the
+//! leader. A trigger itself only knows the trait of [`super::trigger_kit`], the triggers' shared library, so
+//! nothing here is imported back. The migrator runs whatever migrations the triggers request.
 
 use super::events::EventRecorder;
-use super::trigger::OwnObjects;
-use super::SchedulerConfig;
+use super::trigger_kit::{Trigger, TriggerContext, TriggerFlags};
 use tokio::task::JoinHandle;
 
-/// What a trigger runs with.
-#[derive(Clone)]
-pub struct TriggerContext {
-    /// The scheduler's tunables (identity, replicas, request timeout).
-    pub config: SchedulerConfig,
-    /// The target whose resources are migrated.
-    pub target: kube::Client,
-    /// Our own StorageStates and StorageVersionMigrations.
-    pub own: OwnObjects,
-    /// What this process offers particular triggers, by type: each such input is a type of the module of the
-    /// trigger that reads it (the key-rotation trigger's [`OwnStoreKeys`](super::key_rotation::OwnStoreKeys)), put
-    /// here by whoever has it, so that a trigger with inputs of its own adds no field to this context.
-    pub inputs: TriggerInputs,
+/// Declares the registered triggers: each one's flags (a `clap::Args`), flattened into `serve`'s.
+macro_rules! triggers {
+    ($($field:ident: $flags:ty),* $(,)?) => {
+        /// Every registered trigger's flags.
+        #[derive(clap::Args, Debug, Clone)]
+        pub struct TriggerArgs {
+            $(
+                #[command(flatten)]
+                pub $field: $flags,
+            )*
+        }
+
+        impl TriggerArgs {
+            /// The triggers the flags enable, in registration order.
+            pub fn triggers(&self) -> Vec<Box<dyn Trigger>> {
+                [$(TriggerFlags::trigger(&self.$field)),*].into_iter().flatten().collect()
+            }
+        }
+    };
 }
 
-/// Inputs of particular triggers, one value per type ([`TriggerContext::inputs`]).
-#[derive(Clone, Default)]
-pub struct TriggerInputs(axum::http::Extensions);
+triggers! {
+    storage_version: super::storage_version::StorageVersionFlags,
+    key_rotation: super::key_rotation::KeyRotationFlags,
+    cluster_key_rotation: super::cluster_encryption::ClusterKeyRotationFlags,
+}
 
-impl TriggerInputs {
-    pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, input: T) {
-        self.0.insert(input);
+/// The running triggers of this process.
+pub struct Triggers(Vec<std::sync::Arc<dyn Trigger>>);
+
+impl Triggers {
+    pub fn new(triggers: Vec<Box<dyn Trigger>>) -> Self {
+        Triggers(triggers.into_iter().map(std::sync::Arc::from).collect())
     }
-    /// The input of type `T`, if this process has one.
-    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<&T> {
-        self.0.get::<T>()
+
+    /// Starts every trigger's replica part.
+    pub fn start_replicas(&self, ctx: &TriggerContext) -> Vec<JoinHandle<()>> {
+        self.0.iter().filter_map(|t| t.start_replica(ctx)).collect()
+    }
+
+    /// Starts every trigger's leader part.
+    pub fn start_leaders(&self, ctx: &TriggerContext, events: &EventRecorder) -> Vec<JoinHandle<()>> {
+        self.0
+            .iter()
+            .filter_map(|t| {
+                tracing::debug!(trigger = t.name(), "trigger: leader part started");
+                t.start_leader(ctx, events)
+            })
+            .collect()
     }
 }
 
-/// A migration trigger.
-pub trait Trigger: Send + Sync {
-    /// For the logs.
-    fn name(&self) -> &'static str;
-    /// Starts the part every replica runs (none when the trigger reports nothing).
-    fn start_replica(&self, ctx: &TriggerContext) -> Option<JoinHandle<()>>;
-    /// Starts the leader's part: its decisions, recorded as Events through `events`. The tasks run until the
-    /// process ends or they are aborted, as a replica that loses leadership does at once.
-    fn start_leader(&self, ctx: &TriggerContext, events: &EventRecorder) -> Option<JoinHandle<()>>;
-}
-
-/// A trigger's own flags: the trigger they configure, `None` when they disable it.
-pub trait TriggerFlags {
-    fn trigger(&self) -> Option<Box<dyn Trigger>>;
+impl Clone for Triggers {
+    fn clone(&self) -> Self {
+        Triggers(self.0.clone())
+    }
 }

@@ -16,7 +16,7 @@ pub(super) struct RunningScheduler {
     /// back.
     pub(super) reporters: Vec<tokio::task::JoinHandle<()>>,
     /// Our reports are withdrawn on shutdown when other replicas share the StorageStates.
-    pub(super) withdraw: Option<(crate::scheduler::trigger::OwnObjects, String)>,
+    pub(super) withdraw: Option<(crate::scheduler::trigger_kit::OwnObjects, String)>,
 }
 
 impl RunningScheduler {
@@ -55,8 +55,8 @@ pub(super) async fn start_scheduler(
     replica_writes: Option<Arc<crate::storage::encryption::replicas::WriteGate>>,
 ) -> anyhow::Result<RunningScheduler> {
     use crate::scheduler::election;
-    use crate::scheduler::registered_triggers::Triggers;
-    use crate::scheduler::triggers::TriggerContext;
+    use crate::scheduler::trigger_kit::TriggerContext;
+    use crate::scheduler::triggers::Triggers;
     let cluster = cluster_client(args).await?;
     let target = cluster.clone().unwrap_or_else(|| crate::client::in_process_client(app.clone()));
     let identity = identity.to_string();
@@ -80,7 +80,7 @@ pub(super) async fn start_scheduler(
         // Before anything starts: invalid timing fails the start.
         econfig.validate()?;
     }
-    let own = crate::scheduler::trigger::OwnObjects::new(crate::client::in_process_client(app.clone()));
+    let own = crate::scheduler::trigger_kit::OwnObjects::new(crate::client::in_process_client(app.clone()));
     let mut ctx = TriggerContext { config, target, own, inputs: Default::default() };
     // Our own store's keys are rotated only when it is the target: a cluster's stores are not ours.
     if let Some(encryption) = encryption.filter(|_| cluster.is_none()) {
@@ -90,7 +90,7 @@ pub(super) async fn start_scheduler(
     let reporters = crate::scheduler::start_replica(&triggers, &ctx);
     // Every replica exports the StorageStates' metrics; the watch runs as long as the process.
     let _state_metrics = crate::scheduler::state_metrics::spawn(ctx.own.states.clone(), state_metrics);
-    let withdraw = (ctx.config.replicas == crate::scheduler::trigger::Replicas::Several)
+    let withdraw = (ctx.config.replicas == crate::scheduler::trigger_kit::Replicas::Several)
         .then(|| (ctx.own.clone(), identity.clone()));
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
     let start = move || crate::scheduler::start(&triggers, &ctx, scheduler_metrics.clone());

@@ -38,8 +38,8 @@ mod reconciler;
 pub mod record;
 
 use crate::scheduler::events::{reference_to, EventRecorder, EventType};
-use crate::scheduler::trigger::{discover, resolve_resource, start_migration, OwnObjects};
-use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
+use crate::scheduler::trigger_kit::{discover, resolve_resource, start_migration, OwnObjects};
+use crate::scheduler::trigger_kit::{Trigger, TriggerContext, TriggerFlags};
 use config::ConfigCopy;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;

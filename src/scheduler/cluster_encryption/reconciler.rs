@@ -10,7 +10,7 @@
 use super::observe::{live_identities, IDENTITY_LABEL, IDENTITY_NAMESPACE};
 use super::ClusterKeyRotation;
 use crate::scheduler::events::EventRecorder;
-use crate::scheduler::triggers::TriggerContext;
+use crate::scheduler::trigger_kit::TriggerContext;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;

@@ -6,7 +6,7 @@ use super::key_id_rotation::{KmsRecorded, KmsStep, Pending};
 use crate::api::storage_state::{GroupResource, StorageState, StorageStateSpec, StorageStateStatus};
 use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_FAILED, CONDITION_SUCCEEDED};
 use crate::error::StatusReason;
-use crate::scheduler::trigger::{OwnObjects, StoreError};
+use crate::scheduler::trigger_kit::{OwnObjects, StoreError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Patch;

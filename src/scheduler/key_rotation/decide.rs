@@ -3,7 +3,7 @@
 
 use crate::api::storage_state::{EncryptionKeyCount, StorageStateStatus};
 use crate::api::storage_version_migration::{StorageVersionMigration, CONDITION_SUCCEEDED};
-use crate::scheduler::trigger::{is_finished, latest, requested_at};
+use crate::scheduler::trigger_kit::{is_finished, latest, requested_at};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
@@ -127,7 +127,7 @@ mod tests {
     use super::*;
     use crate::api::storage_version_migration::MigrationCondition;
     use crate::api::storage_version_migration::CONDITION_FAILED;
-    use crate::scheduler::trigger::ANNOTATION_REQUESTED_AT;
+    use crate::scheduler::trigger_kit::ANNOTATION_REQUESTED_AT;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     const KEY1: &str = "aesgcm:v1:key1";

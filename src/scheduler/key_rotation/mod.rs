@@ -24,8 +24,8 @@ mod reconciler;
 use crate::api::storage_state::{StorageState, StorageStateStatus};
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::scheduler::events::{reference_to, EventRecorder, EventType};
-use crate::scheduler::trigger::{start_migration, OwnObjects, StoreError, STATE_WRITE_ATTEMPTS};
-use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
+use crate::scheduler::trigger_kit::{start_migration, OwnObjects, StoreError, STATE_WRITE_ATTEMPTS};
+use crate::scheduler::trigger_kit::{Trigger, TriggerContext, TriggerFlags};
 use crate::storage::encryption::EncryptionConfigHandle;
 use crate::storage::StorageError;
 use k8s_openapi::jiff::Timestamp;
@@ -122,7 +122,7 @@ impl Rotator {
         state: &StorageState,
         decision: Decision,
         configured: &str,
-        served: &crate::scheduler::trigger::DiscoveredResource,
+        served: &crate::scheduler::trigger_kit::DiscoveredResource,
         migrations: &[&StorageVersionMigration],
         now: Timestamp,
     ) -> Result<(), RoundError> {
@@ -160,7 +160,7 @@ impl Rotator {
     async fn migrate(
         &self,
         state: &StorageState,
-        served: &crate::scheduler::trigger::DiscoveredResource,
+        served: &crate::scheduler::trigger_kit::DiscoveredResource,
         migrations: &[&StorageVersionMigration],
         why: &str,
         now: Timestamp,
@@ -230,7 +230,7 @@ enum RoundError {
     #[error(transparent)]
     Own(#[from] StoreError),
     #[error(transparent)]
-    Discovery(#[from] crate::scheduler::trigger::DiscoveryError),
+    Discovery(#[from] crate::scheduler::trigger_kit::DiscoveryError),
     #[error("counting stored values: {0}")]
     Count(#[from] StorageError),
     #[error("storagestate {0} was deleted")]

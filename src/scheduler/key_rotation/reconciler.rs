@@ -8,7 +8,7 @@
 
 use super::*;
 use crate::error::qualified;
-use crate::scheduler::trigger::{discover_resource, is_finished, of_resource, Timed, NEVER_MIGRATED};
+use crate::scheduler::trigger_kit::{discover_resource, is_finished, of_resource, Timed, NEVER_MIGRATED};
 use crate::storage::encryption::kms::KeyIdChanges;
 use futures::StreamExt;
 use kube::runtime::controller::{applier, trigger_self, trigger_with, Action, Config};

@@ -6,7 +6,7 @@ use super::*;
 use crate::api::storage_version_migration::GroupVersionResource;
 use crate::error::StatusReason;
 use crate::scheduler::adaptive::Pace;
-use crate::scheduler::trigger::{discover_resource, DocumentSource};
+use crate::scheduler::trigger_kit::{discover_resource, DocumentSource};
 use crate::scheduler::SchedulerConfig;
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;

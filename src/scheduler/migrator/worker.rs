@@ -5,7 +5,7 @@ use crate::api::storage_version_migration::GroupVersionResource;
 use crate::client::api_reason;
 use crate::error::StatusReason;
 use crate::registry::Subresource;
-use crate::scheduler::trigger::annotation;
+use crate::scheduler::trigger_kit::annotation;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use std::collections::VecDeque;
@@ -333,7 +333,7 @@ impl Worker {
 
     /// Why the migration was requested (the trigger's annotation), for the log and Events.
     pub(super) fn why(&self) -> String {
-        annotation(self.svm.meta(), crate::scheduler::trigger::ANNOTATION_REASON)
+        annotation(self.svm.meta(), crate::scheduler::trigger_kit::ANNOTATION_REASON)
             .unwrap_or("created by a user")
             .to_string()
     }

@@ -25,7 +25,7 @@
 //! objects go through [`OwnObjects`] (`kube::Api`s over this server's in-process client, or a remote one in the
 //! `migrate` command): API requests like any client's.
 
-use crate::scheduler::trigger::*;
+use crate::scheduler::trigger_kit::*;
 
 mod reporter;
 pub use reporter::*;

@@ -4,7 +4,7 @@ use crate::api::storage_version_migration::{
     GroupVersionResource, StorageVersionMigration, CONDITION_FAILED, CONDITION_RUNNING, CONDITION_SUCCEEDED,
 };
 use crate::scheduler::report::reported_status;
-use crate::scheduler::trigger::test_fixtures::{svm, ts, A, B};
+use crate::scheduler::trigger_kit::test_fixtures::{svm, ts, A, B};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use crate::api::storage_state::StorageState;
 use crate::api::storage_version_migration::StorageVersionMigration;
 use crate::error::qualified;
 use crate::scheduler::events::EventRecorder;
-use crate::scheduler::triggers::{Trigger, TriggerContext, TriggerFlags};
+use crate::scheduler::trigger_kit::{Trigger, TriggerContext, TriggerFlags};
 use crate::scheduler::SchedulerConfig;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;

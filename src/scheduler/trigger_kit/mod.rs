@@ -1,9 +1,11 @@
-//! What every trigger shares: the scheduler's own objects ([`OwnObjects`]) and how a migration is started
+//! The triggers' shared library: what a trigger is ([`Trigger`], its context and flags), the scheduler's own objects ([`OwnObjects`]) and how a migration is started
 //! ([`start_migration`]: requested, superseding unfinished ones of its resource) and pruned, the annotations and
 //! label of the migrations requested, the resources never migrated, the target's discovery (the scheduler's one
 //! reading of it, the migrator's too), and the migrations requested by hand (`migrate`). The triggers themselves
 //! live beside it (`storage_version`, `key_rotation`, `cluster_encryption`).
 
+mod contract;
+pub use contract::*;
 mod discovery;
 pub use discovery::*;
 mod migrations;
