@@ -16,3 +16,4 @@ pub mod request_info;
 pub mod scheduler;
 pub mod server;
 pub mod storage;
+pub mod validation;

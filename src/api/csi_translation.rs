@@ -115,7 +115,7 @@ static INFO: KindInfo = KindInfo {
     short_names: &[],
     categories: &[],
     versions: &["v1alpha1"],
-    name_rule: crate::registry::object_meta::NameRule::Subdomain,
+    name_rule: crate::validation::NameRule::Subdomain,
     unconditional_update: false,
     create_only: true,
     generation: false,
@@ -246,7 +246,7 @@ impl Kind for CSITranslation {
             if s.inline_volume.is_none() {
                 errs.push(FieldError::forbidden("spec.podNamespace", "only allowed with spec.inlineVolume"));
             } else if !ns.is_empty() {
-                for e in crate::registry::object_meta::dns1123_label(ns) {
+                for e in crate::validation::dns1123_label(ns) {
                     errs.push(FieldError::invalid("spec.podNamespace", ns, &e));
                 }
             }

@@ -9,8 +9,9 @@
 use crate::api::printers::human_duration;
 use crate::error::FieldError;
 use crate::go_decode;
-use crate::registry::object_meta::{dns1123_subdomain, qualified_name, NameRule};
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
+use crate::validation::NameRule;
+use crate::validation::{dns1123_subdomain, qualified_name};
 use k8s_openapi::api::core::v1::{EventSeries, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use schemars::JsonSchema;

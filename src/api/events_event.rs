@@ -8,8 +8,8 @@
 use super::event::Event as CoreEvent;
 use crate::error::FieldError;
 use crate::go_decode;
-use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus, StoredAs};
+use crate::validation::NameRule;
 use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use schemars::JsonSchema;

@@ -9,8 +9,8 @@
 
 use crate::error::FieldError;
 use crate::go_decode;
-use crate::registry::object_meta::qualified_name;
 use crate::registry::strategy::{Column, Kind, KindInfo};
+use crate::validation::qualified_name;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -95,7 +95,7 @@ static INFO: KindInfo = KindInfo {
     short_names: &["ns"],
     categories: &[],
     versions: &["v1"],
-    name_rule: crate::registry::object_meta::NameRule::Label,
+    name_rule: crate::validation::NameRule::Label,
     // kube-apiserver's namespace strategy allows an update without resourceVersion.
     unconditional_update: true,
     create_only: false,

@@ -10,8 +10,8 @@
 //! kube-apiserver's clients use.
 
 use crate::error::FieldError;
-use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
+use crate::validation::NameRule;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SelfSubjectAccessReview};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

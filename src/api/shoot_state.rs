@@ -3,8 +3,8 @@
 
 use crate::error::FieldError;
 use crate::go_decode;
-use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{Column, Kind, KindInfo, NoStatus};
+use crate::validation::NameRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -146,7 +146,7 @@ static INFO: KindInfo = KindInfo {
     short_names: &["ss"],
     categories: &["migration"],
     versions: &["v1alpha1"],
-    name_rule: crate::registry::object_meta::NameRule::Subdomain,
+    name_rule: crate::validation::NameRule::Subdomain,
     unconditional_update: true,
     create_only: false,
     generation: true,

@@ -238,7 +238,7 @@ impl PolicyRule {
         }
         for gr in &self.resources {
             if !gr.group.is_empty() && gr.group != "*" {
-                let msgs = crate::registry::object_meta::dns1123_subdomain(&gr.group);
+                let msgs = crate::validation::dns1123_subdomain(&gr.group);
                 if !msgs.is_empty() {
                     errs.push(FieldError::invalid(format!("{path}.resources.group"), &gr.group, &msgs.join(",")));
                 }

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use super::authn::{UserInfo, GROUP_AUTHENTICATED};
 use super::authz::{forbidden, Authorizer, Decision, RequestAttributes, ResourceAttributes};
 use crate::error::ApiError;
-use crate::registry::object_meta::{dns1123_label, dns1123_subdomain};
+use crate::validation::{dns1123_label, dns1123_subdomain};
 
 /// The headers (http's names are lower case; clients send `Impersonate-User` and so on).
 pub const USER_HEADER: &str = "impersonate-user";

@@ -14,7 +14,6 @@ mod json_patch;
 pub mod managed;
 pub mod object_meta;
 mod read;
-pub mod syntax;
 mod watch;
 pub use read::ListRest;
 pub use watch::WatchEventType;

@@ -1,11 +1,11 @@
 //! Object metadata as apimachinery's `ValidateObjectMeta` checks it (pkg/api/validation/objectmeta.go), with its
-//! messages; the name and label syntaxes it applies are [`super::syntax`]'s.
+//! messages; the name and label syntaxes it applies are [`crate::validation`]'s.
 
 use crate::error::FieldError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
-pub use super::syntax::*;
+use crate::validation::*;
 
 /// ValidateObjectMeta (`ValidateObjectMetaAccessor` of pkg/api/validation/objectmeta.go): the generic part of
 /// every create and update, in its order: generateName, name, namespace, generation, labels, annotations, owner

@@ -23,7 +23,7 @@ fn bad(sel: &str, why: &str) -> ApiError {
 }
 
 fn check_key(sel: &str, k: &str) -> Result<(), ApiError> {
-    let errs = super::object_meta::qualified_name(k);
+    let errs = crate::validation::qualified_name(k);
     if errs.is_empty() {
         Ok(())
     } else {
@@ -32,7 +32,7 @@ fn check_key(sel: &str, k: &str) -> Result<(), ApiError> {
 }
 
 fn check_value(sel: &str, v: &str) -> Result<(), ApiError> {
-    let errs = super::object_meta::label_value(v);
+    let errs = crate::validation::label_value(v);
     if errs.is_empty() {
         Ok(())
     } else {

@@ -3,9 +3,10 @@
 //! what belongs to the storing server (uid, timestamps, generation, the `/status` split), which the REST path adds
 //! and admission leaves to kube-apiserver.
 
-use super::object_meta::{validate_object_meta, NameRule};
+use super::object_meta::validate_object_meta;
 use super::strategy::{take_status, Kind, KindStatus, Subresource};
 use crate::error::FieldError;
+use crate::validation::NameRule;
 
 /// The first half of `BeforeCreate`, on an object decoded with its defaults: status reset (a kind with `/status`
 /// takes none from a create), the kind's create preparation, and its defaults again for what that set.

@@ -2,9 +2,9 @@
 //! each kind's struct in `crate::api`) and the object-safe [`Strategy`] the router works with, implemented once by
 //! the typed [`Store`](super::store::Store). Kinds depend on this module, never the reverse.
 
-use super::object_meta::NameRule;
 use super::{Change, DeleteOptions as DeleteRequest, ObjectRef, Resource, WriteOptions, Written};
 use crate::error::{ApiError, ApiResult, FieldError};
+use crate::validation::NameRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, Status};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;

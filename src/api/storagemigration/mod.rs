@@ -11,8 +11,8 @@
 
 use crate::error::FieldError;
 use crate::go_decode;
-use crate::registry::object_meta::NameRule;
 use crate::registry::strategy::{ApiPriority, Column, Kind, KindInfo};
+use crate::validation::NameRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

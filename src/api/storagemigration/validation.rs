@@ -9,7 +9,8 @@
 use super::{StorageVersionMigration, StorageVersionMigrationSpec, CONDITION_FAILED, CONDITION_SUCCEEDED};
 use crate::error::{CauseType, FieldError};
 use crate::go_decode::is_zero_time;
-use crate::registry::object_meta::{condition_reason, dns1035_label, dns1123_subdomain, qualified_name};
+use crate::registry::object_meta::condition_reason;
+use crate::validation::{dns1035_label, dns1123_subdomain, qualified_name};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 use serde_json::Value;

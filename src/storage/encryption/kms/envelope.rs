@@ -85,7 +85,7 @@ pub fn validate(o: &EncryptedObject) -> Result<(), String> {
 pub fn validate_annotations(annotations: &HashMap<String, Vec<u8>>) -> Result<(), String> {
     let mut total = 0;
     for (k, v) in annotations {
-        if !is_fully_qualified_domain_name(k) {
+        if !crate::validation::is_fully_qualified_domain_name(k) {
             return Err(format!(
                 "annotations: Invalid value: {k:?}: should be a domain with at least two segments separated by dots"
             ));
@@ -98,20 +98,6 @@ pub fn validate_annotations(annotations: &HashMap<String, Vec<u8>>) -> Result<()
         }
         false => Ok(()),
     }
-}
-
-/// apimachinery's IsFullyQualifiedDomainName: at least two dot-separated DNS-1123 labels, at most 253 characters.
-fn is_fully_qualified_domain_name(name: &str) -> bool {
-    let name = name.strip_suffix('.').unwrap_or(name);
-    let labels: Vec<&str> = name.split('.').collect();
-    let label_ok = |l: &&str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    name.len() <= 253 && labels.len() >= 2 && labels.iter().all(label_ok)
 }
 
 /// The `EncryptedObject` after the prefix, checked.

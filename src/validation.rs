@@ -1,5 +1,6 @@
 //! The name and label syntaxes of apimachinery, with its messages: what every kind's names, labels, annotation keys
-//! and qualified names are checked against.
+//! and qualified names are checked against, and the KMS v2 envelope's annotation keys. A leaf, as apimachinery's
+//! util/validation sits below apiserver: the registry, auth, audit and the storage's encryption all use it.
 
 // The syntaxes below are apimachinery's as kube-apiserver 1.37 (apimachinery v0.37, unchanged since v0.35) checks
 // them, with its messages: `IsDNS1123Label`, `IsDNS1123Subdomain` and `IsDNS1035Label` of pkg/util/validation
@@ -254,6 +255,15 @@ impl NameRule {
             }
         }
     }
+}
+
+/// apimachinery's `IsFullyQualifiedDomainName`, as a yes or no: at least two dot-separated DNS-1123 labels, at most
+/// 253 characters, a trailing dot allowed.
+pub fn is_fully_qualified_domain_name(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.split('.').count() >= 2
+        && dns1123_subdomain(name).is_empty()
+        && name.split('.').all(|label| dns1123_label(label).is_empty())
 }
 
 #[cfg(test)]
@@ -565,5 +575,20 @@ mod tests {
         assert!(NameRule::PathSegment.check("..", true).is_empty());
         assert_eq!(NameRule::PathSegment.check("a/b%", true), ["may not contain '/'", "may not contain '%'"]);
         assert!(NameRule::PathSegment.check("Any_Name", false).is_empty());
+    }
+
+    /// upstream's TestIsFullyQualifiedDomainName (pkg/util/validation), as yes or no.
+    #[test]
+    fn fully_qualified_domain_names() {
+        for good in ["a.com", "k8s.io", "kms.example.com", "a.b.c.d", "a.com.", "1.2.3.4", "a-b.c-d"] {
+            assert!(is_fully_qualified_domain_name(good), "{good}");
+        }
+        let long_label = format!("{}.com", "a".repeat(64));
+        let long_name = format!("{}.com", vec!["a".repeat(63); 4].join("."));
+        for bad in
+            ["", ".", "a", "com.", "-a.com", "a-.com", "A.com", "a..com", "a_b.com", "a.com..", &long_label, &long_name]
+        {
+            assert!(!is_fully_qualified_domain_name(bad), "{bad}");
+        }
     }
 }
