@@ -11,6 +11,7 @@ pub mod error;
 pub mod go_decode;
 pub mod gostr;
 pub mod kms_test_plugin;
+pub mod ratelimit;
 pub mod registry;
 pub mod request_info;
 pub mod scheduler;

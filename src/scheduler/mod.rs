@@ -13,7 +13,6 @@ pub mod key_rotation;
 pub mod managers;
 pub mod metrics;
 pub mod migrator;
-pub mod ratelimit;
 pub mod report;
 pub mod state_metrics;
 pub mod storage_version;

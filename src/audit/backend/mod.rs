@@ -18,6 +18,7 @@ pub mod webhook;
 
 use super::event::Event;
 use super::metrics::AuditMetrics;
+use crate::ratelimit::RateLimiter;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -280,7 +281,8 @@ const GATHER_PAUSE: Duration = Duration::from_millis(5);
 /// The batch writer: collects up to `max_batch_size` events, or what arrives within `max_batch_wait` of the first
 /// (with batches of one, the default for the log, each event is written as it comes), throttles, writes.
 fn run_batches(rx: Receiver<Message>, stage: &Stage, config: BatchConfig) {
-    let mut throttle = config.throttle.map(|(qps, burst)| TokenBucket::new(qps, burst));
+    let throttle =
+        config.throttle.map(|(qps, burst)| RateLimiter::new(f64::from(qps), u32::try_from(burst).unwrap_or(u32::MAX)));
     loop {
         let mut batch = Vec::new();
         let mut stop = None;
@@ -316,8 +318,8 @@ fn run_batches(rx: Receiver<Message>, stage: &Stage, config: BatchConfig) {
             quiet = false;
         }
         if !batch.is_empty() {
-            if let Some(t) = throttle.as_mut() {
-                t.accept();
+            if let Some(t) = &throttle {
+                t.acquire_blocking();
             }
             stage.start(batch);
         }
@@ -336,33 +338,6 @@ fn run_batches(rx: Receiver<Message>, stage: &Stage, config: BatchConfig) {
             let _ = done.send(());
             return;
         }
-    }
-}
-
-/// client-go's token bucket rate limiter: `accept` waits for a token.
-struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    fn new(qps: f32, burst: usize) -> TokenBucket {
-        let burst = burst.max(1) as f64;
-        TokenBucket { qps: f64::from(qps).max(f64::MIN_POSITIVE), burst, tokens: burst, last: Instant::now() }
-    }
-
-    fn accept(&mut self) {
-        let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.qps).min(self.burst);
-        self.last = now;
-        if self.tokens < 1.0 {
-            std::thread::sleep(Duration::from_secs_f64((1.0 - self.tokens) / self.qps));
-            self.last = Instant::now();
-            self.tokens = 1.0;
-        }
-        self.tokens -= 1.0;
     }
 }
 
@@ -424,6 +399,37 @@ mod tests {
         assert_eq!(seen.lock().expect("lock")[3], 3);
         // Written only once its max wait had passed (it starts when the writer takes the first of the three).
         assert!(started.elapsed() >= Duration::from_millis(300), "after {:?}", started.elapsed());
+        let (done, acked) = std::sync::mpsc::channel();
+        queue.send(Message::Stop(done)).expect("stop");
+        acked.recv_timeout(Duration::from_secs(10)).expect("the writer stops");
+        writer.join().expect("writer");
+    }
+
+    /// The batch throttle (client-go's token bucket, `--audit-*-batch-throttle-*`): with a burst of 1 at 20 a
+    /// second, five batches of one take at least the four intervals between them.
+    #[test]
+    fn the_throttle_spaces_batches_at_its_rate() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stage = Stage { backend: Box::new(Counting(seen.clone())), truncate: None, metrics: Default::default() };
+        let config = BatchConfig {
+            buffer_size: 100,
+            max_batch_size: 1,
+            max_batch_wait: Duration::ZERO,
+            throttle: Some((20.0, 1)),
+        };
+        let (queue, rx) = std::sync::mpsc::sync_channel(100);
+        for _ in 0..5 {
+            queue.send(Message::Event(Box::new(event()))).expect("queued");
+        }
+        let started = Instant::now();
+        let writer = std::thread::spawn(move || run_batches(rx, &stage, config));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.lock().expect("lock").len() < 5 {
+            assert!(Instant::now() < deadline, "batches so far: {:?}", seen.lock().expect("lock"));
+            std::thread::yield_now();
+        }
+        assert_eq!(*seen.lock().expect("lock"), [1, 1, 1, 1, 1]);
+        assert!(started.elapsed() >= Duration::from_millis(200), "after {:?}", started.elapsed());
         let (done, acked) = std::sync::mpsc::channel();
         queue.send(Message::Stop(done)).expect("stop");
         acked.recv_timeout(Duration::from_secs(10)).expect("the writer stops");

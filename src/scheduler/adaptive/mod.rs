@@ -43,8 +43,8 @@ pub use control::{Baselines, Controller, Cut, Sample, Settings, Step};
 use cpu_wait::CpuWait;
 
 use super::metrics::SchedulerMetrics;
-use super::ratelimit::RateLimiter;
 use super::SchedulerConfig;
+use crate::ratelimit::RateLimiter;
 use crate::server::latency::{Counts, LatencyHistogram};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

@@ -1,7 +1,7 @@
-//! The migrator's global token bucket: `qps` tokens per second, at most `burst` saved up, one token per request to
-//! the target (LISTs, writes and every retry), shared by all migrations. The adaptive rate
-//! ([`super::adaptive`]) moves `qps` while requests wait, and holds every request back while the target asked for
-//! a pause (Retry-After).
+//! The one token bucket: `qps` tokens per second, at most `burst` saved up. The migrator's, one token per request
+//! to the target (LISTs, writes and every retry) shared by all migrations, whose adaptive rate moves `qps` while
+//! requests wait and holds every request back while the target asked for a pause (Retry-After); and the audit
+//! backends' batch throttle (client-go's token bucket), taken from their batch threads.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -95,6 +95,13 @@ impl RateLimiter {
             None
         } else {
             Some(Duration::from_secs_f64((1.0 - b.tokens) / b.qps))
+        }
+    }
+
+    /// Waits for a token on a thread of its own (the audit backends' batch thread), which is the only taker.
+    pub fn acquire_blocking(&self) {
+        while let Some(wait) = self.try_take_at(Instant::now()) {
+            std::thread::sleep(wait);
         }
     }
 
